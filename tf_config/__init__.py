@@ -1,0 +1,25 @@
+"""The cluster as data: parse, validate, generate and explain TF_CONFIG.
+
+Pure Python. Importing this package never imports TensorFlow, so the CLI and
+launchers can check a TF_CONFIG in milliseconds before paying for TensorFlow.
+
+Example:
+    >>> from tf_config import TFConfig, validate
+    >>> cfg = TFConfig.from_env({})     # no TF_CONFIG: a one-process run
+    >>> cfg.is_local, cfg.is_chief
+    (True, True)
+"""
+from ._errors import Problem, TFConfigError
+from ._model import Task, TFConfig, recommend_strategy
+from ._rules_strategy import STRATEGIES
+from ._validate import validate
+
+__all__ = [
+    "Problem",
+    "STRATEGIES",
+    "TFConfig",
+    "TFConfigError",
+    "Task",
+    "recommend_strategy",
+    "validate",
+]

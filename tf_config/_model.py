@@ -1,0 +1,261 @@
+"""The TF_CONFIG as a frozen, self-validating dataclass.
+
+Constructing a ``TFConfig`` (directly, through a ``from_*`` builder, or via
+``dataclasses.replace``) always validates it, so holding one means holding a
+usable cluster description. Warnings are logged by the ``from_*`` builders.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ._errors import Problem, TFConfigError, errors_of
+from ._rules_strategy import auto_strategy
+from ._validate import validate
+
+logger = logging.getLogger(__name__)
+
+_CHIEF_JOBS = ("chief", "master")
+
+
+@dataclass(frozen=True)
+class Task:
+    """This process's place in the cluster.
+
+    Attributes:
+        type: chief, worker, ps, evaluator or master.
+        index: position in ``cluster[type]``.
+        trial: CMLE's hyperparameter-tuning trial id, kept for round-trips.
+        cloud: CMLE's project tag, kept for round-trips.
+    """
+
+    type: str
+    index: int
+    trial: str | None = None
+    cloud: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "index": self.index}
+        out.update({k: v for k, v in (("trial", self.trial), ("cloud", self.cloud)) if v is not None})
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.type}-{self.index}"
+
+
+@dataclass(frozen=True)
+class TFConfig:
+    """A validated TF_CONFIG.
+
+    ``cluster`` is stored read-only (job -> tuple of addresses). The CMLE
+    extras (``environment``, ``job``, ``session_master``, ``task.trial``) and
+    ``service`` are kept so that ``to_json`` gives back what was read.
+
+    Example:
+        >>> cfg = TFConfig.from_json('{"cluster": {"chief": ["127.0.0.1:2222"], '
+        ...     '"worker": ["127.0.0.1:2223"]}, "task": {"type": "worker", "index": 0}}')
+        >>> cfg.is_chief, cfg.num_workers, cfg.global_id
+        (False, 2, 1)
+    """
+
+    cluster: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    task: Task | None = None
+    rpc_layer: str | None = None
+    environment: str | None = None
+    job: dict | None = None
+    session_master: str | None = None
+    service: dict | None = None
+
+    def __post_init__(self) -> None:
+        cluster = self.cluster
+        if isinstance(cluster, Mapping):
+            cluster = MappingProxyType({
+                k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in cluster.items()
+            })
+        object.__setattr__(self, "cluster", cluster)
+        for name in ("job", "service"):
+            if isinstance(getattr(self, name), Mapping):
+                object.__setattr__(self, name, copy.deepcopy(dict(getattr(self, name))))
+        errors = errors_of(validate(self._raw_dict()))
+        if errors:
+            raise TFConfigError(errors)
+
+    def __hash__(self) -> int:
+        return hash(self.to_json())
+
+    # ---- builders -----------------------------------------------------------------
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TFConfig:
+        """Read ``TF_CONFIG`` from the environment (the only place that does).
+
+        Unset or blank means a one-process run: no cluster, no task.
+        """
+        env = os.environ if environ is None else environ
+        text = env.get("TF_CONFIG", "")
+        if not text.strip():
+            return cls()
+        return cls.from_json(text)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TFConfig:
+        """Parse and validate JSON text; raises ``TFConfigError`` listing every error."""
+        problems = validate(text)
+        _raise_or_log(problems)
+        return cls._from_valid_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TFConfig:
+        """Validate a decoded TF_CONFIG; raises ``TFConfigError`` listing every error."""
+        _raise_or_log(validate(data))
+        return cls._from_valid_dict(data)
+
+    @classmethod
+    def _from_valid_dict(cls, data: Mapping[str, Any]) -> TFConfig:
+        task = data.get("task")
+        return cls(
+            cluster=dict(data.get("cluster") or {}),
+            task=None if task is None else Task(
+                type=task["type"], index=task["index"], trial=task.get("trial"), cloud=task.get("cloud"),
+            ),
+            **{k: data.get(k) for k in ("rpc_layer", "environment", "job", "session_master", "service")},
+        )
+
+    # ---- writers ------------------------------------------------------------------
+    def _raw_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out["cluster"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.cluster.items()}
+        if self.task is not None:
+            out["task"] = self.task.to_dict() if isinstance(self.task, Task) else self.task
+        for name in ("rpc_layer", "environment", "job", "session_master", "service"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, JSON-ready dict (a deep copy: mutating it cannot touch the config)."""
+        return copy.deepcopy(self._raw_dict())
+
+    def to_json(self, indent: int | None = None) -> str:
+        """The TF_CONFIG text to put in the environment."""
+        return json.dumps(self._raw_dict(), indent=indent)
+
+    def with_task(self, type: str, index: int) -> TFConfig:  # noqa: A002 - mirrors TF_CONFIG
+        """The same cluster seen from another task (validated again)."""
+        return dataclasses.replace(self, task=Task(type=type, index=index))
+
+    def check(self, strategy: str | None = None) -> TFConfig:
+        """Re-validate with the rules of ``strategy``; returns self for chaining.
+
+        Raises:
+            TFConfigError: the cluster cannot run ``strategy`` (or the name is unknown).
+        """
+        problems = validate(self._raw_dict(), strategy=strategy)
+        if errors_of(problems):
+            raise TFConfigError(problems)
+        return self
+
+    # ---- derived facts ------------------------------------------------------------
+    @property
+    def is_local(self) -> bool:
+        """No cluster: a one-process run."""
+        return not self.cluster
+
+    @property
+    def task_type(self) -> str:
+        return self.task.type if self.task is not None else "worker"
+
+    @property
+    def task_index(self) -> int:
+        return self.task.index if self.task is not None else 0
+
+    @property
+    def chief_job(self) -> str | None:
+        """The job holding the chief: chief, master, or worker (its task 0) when neither exists."""
+        for job in (*_CHIEF_JOBS, "worker"):
+            if job in self.cluster:
+                return job
+        return None
+
+    @property
+    def chief_address(self) -> str | None:
+        job = self.chief_job
+        return self.cluster[job][0] if job is not None else None
+
+    @property
+    def is_chief(self) -> bool:
+        if self.is_local:
+            return self.task_type == "worker" and self.task_index == 0
+        job = self.chief_job
+        return self.task_type == job and (job != "worker" or self.task_index == 0)
+
+    @property
+    def is_evaluator(self) -> bool:
+        return self.task_type == "evaluator"
+
+    @property
+    def is_ps(self) -> bool:
+        return self.task_type == "ps"
+
+    @property
+    def num_ps(self) -> int:
+        return len(self.cluster.get("ps", ()))
+
+    @property
+    def num_workers(self) -> int:
+        """Training workers, chief/master included; 1 for a one-process run."""
+        if self.is_local:
+            return 1
+        return sum(len(self.cluster.get(job, ())) for job in ("chief", "master", "worker"))
+
+    @property
+    def address(self) -> str | None:
+        """This task's ``host:port``; None when local or for an evaluator not listed in the cluster."""
+        addresses = self.cluster.get(self.task_type, ())
+        return addresses[self.task_index] if self.task_index < len(addresses) else None
+
+    @property
+    def global_id(self) -> int | None:
+        """Estimator's global id: chief 0, other non-ps jobs alphabetically, ps last.
+
+        The evaluator is not part of the training cluster, so its id is None.
+        """
+        if self.is_evaluator:
+            return None
+        if self.is_local:
+            return 0
+        chief = next((j for j in _CHIEF_JOBS if j in self.cluster), "chief")
+        order = [chief] + sorted(j for j in self.cluster if j not in (chief, "ps", "evaluator"))
+        order.append("ps")
+        offset = 0
+        for job in order:
+            if job == self.task_type:
+                return offset + self.task_index
+            offset += len(self.cluster.get(job, ()))
+        return None
+
+
+def _raise_or_log(problems: list[Problem]) -> None:
+    if errors_of(problems):
+        raise TFConfigError(problems)
+    for problem in problems:
+        logger.warning("%s", problem)
+
+
+def recommend_strategy(cfg: TFConfig, *, num_local_gpus: int = 0) -> tuple[str, str]:
+    """The strategy ``auto`` picks, and why.
+
+    ps tasks -> parameter_server; several workers and no ps -> multi_worker_mirrored;
+    more than one local GPU -> mirrored; otherwise default.
+
+    Example:
+        >>> recommend_strategy(TFConfig())
+        ('default', 'there is no cluster and this machine has no GPU, so nothing needs distributing')
+    """
+    return auto_strategy(dict(cfg.cluster), num_local_gpus=num_local_gpus)
