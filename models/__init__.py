@@ -1,0 +1,9 @@
+"""Plain Keras 3 model builders. No training code: ``toolkit.fit`` trains them.
+
+Example:
+    >>> from models import digits_mlp        # doctest: +SKIP
+    >>> model = digits_mlp(seed=0)
+"""
+from models.classifiers import digits_cnn, digits_mlp, mnist_cnn
+
+__all__ = ["digits_cnn", "digits_mlp", "mnist_cnn"]

@@ -1,0 +1,11 @@
+"""Offline-friendly datasets and correctly sharded ``dataset_fn`` builders.
+
+Example:
+    >>> from toolkit import data                                 # doctest: +SKIP
+    >>> train = data.load("digits", split="train")
+    >>> dataset_fn = train.dataset_fn(global_batch_size=64, seed=1)
+"""
+from toolkit.data.pipeline import DataError, DatasetFn, make_dataset_fn
+from toolkit.data.sources import SPLITS, ArrayData, TfdsData, load, mock
+
+__all__ = ["ArrayData", "DataError", "DatasetFn", "SPLITS", "TfdsData", "load", "make_dataset_fn", "mock"]
