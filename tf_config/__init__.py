@@ -10,16 +10,24 @@ Example:
     (True, True)
 """
 from ._errors import Problem, TFConfigError
+from ._explain import explain
+from ._generate import DIALECTS, generate
 from ._model import Task, TFConfig, recommend_strategy
+from ._render import FORMATS, render
 from ._rules_strategy import STRATEGIES
 from ._validate import validate
 
 __all__ = [
+    "DIALECTS",
+    "FORMATS",
     "Problem",
     "STRATEGIES",
     "TFConfig",
     "TFConfigError",
     "Task",
+    "explain",
+    "generate",
     "recommend_strategy",
+    "render",
     "validate",
 ]

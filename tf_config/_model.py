@@ -97,11 +97,20 @@ class TFConfig:
 
         Unset or blank means a one-process run: no cluster, no task.
         """
+        text = cls.env_text(environ)
+        return cls() if text is None else cls.from_json(text)
+
+    @staticmethod
+    def env_text(environ: Mapping[str, str] | None = None) -> str | None:
+        """The raw ``TF_CONFIG`` text, or None when unset or blank.
+
+        The one function that reads the variable; ``from_env`` builds on it, and
+        tools that must report problems instead of raising (``tfdist tf-config
+        validate``) pass the text to ``validate``.
+        """
         env = os.environ if environ is None else environ
         text = env.get("TF_CONFIG", "")
-        if not text.strip():
-            return cls()
-        return cls.from_json(text)
+        return text if text.strip() else None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> TFConfig:
