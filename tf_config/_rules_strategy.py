@@ -91,13 +91,15 @@ def _check_mwms(name: str, cluster: dict, task_type: object) -> list[Problem]:
 
 def _check_one_process(name: str, cluster: dict, task_type: object) -> list[Problem]:
     problems = []
-    if "evaluator" in cluster or task_type == "evaluator":
+    workers, ps = _counts(cluster)
+    has_evaluator = "evaluator" in cluster or task_type == "evaluator"
+    if has_evaluator and workers + ps > 1:
         problems.append(_err(
-            f"{name} runs in one process, so there is no training cluster for an evaluator to "
-            "watch. Use parameter_server or multi_worker_mirrored, or drop the evaluator "
+            f"{name} trains in one process, so an evaluator beside this {workers + ps}-task cluster "
+            "would wait for tasks that never train. Use parameter_server or multi_worker_mirrored, "
+            "keep a single training task (`--workers 1 --chief 0 --ps 0`), or drop the evaluator "
             "(`--evaluator 0`).", "task.type" if task_type == "evaluator" else "cluster.evaluator",
         ))
-    workers, ps = _counts(cluster)
     if workers + ps > 1:
         problems.append(Problem(
             "warning", "cluster",

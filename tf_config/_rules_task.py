@@ -124,14 +124,14 @@ def _check_index(task: Mapping, clean: dict, has_cluster: bool) -> list[Problem]
             f"TF_CONFIG `task.index` is {index}; expected an integer >= 0. Use the task's "
             "position in its job's address list.",
         )]
-    task_type = task["type"]
+    task_type = task.get("type")
     if task_type == "evaluator" and index > 0:
         return [Problem(
             "error", "task.index",
             f"TF_CONFIG `task.index` is {index} for the evaluator; there is only one evaluator, "
             "so its index must be 0. Set \"index\": 0.",
         )]
-    if task_type in clean and index >= len(clean[task_type]):
+    if isinstance(task_type, str) and task_type in clean and index >= len(clean[task_type]):
         count = len(clean[task_type])
         return [Problem(
             "error", "task.index",

@@ -57,7 +57,7 @@ def _check_top_level(data: dict) -> list[Problem]:
     for key in data:
         if key not in TOP_LEVEL_KEYS:
             problems.append(Problem(
-                "warning", str(key),
+                "warning", key if isinstance(key, str) and key.strip() else repr(key),
                 f"TF_CONFIG has the unknown top-level key {show(key)}, which is ignored; known keys "
                 f"are {', '.join(TOP_LEVEL_KEYS)}.{did_you_mean(key, TOP_LEVEL_KEYS)}",
             ))
