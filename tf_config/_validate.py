@@ -33,8 +33,9 @@ def validate(doc: Any, *, strategy: str | None = None) -> list[Problem]:
         Problems in document order; empty when the TF_CONFIG is fine.
 
     Example:
-        >>> [str(p) for p in validate('{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": "0"}}')]
-        ['error: task.index: TF_CONFIG `task.index` is str \\'0\\'; expected an integer >= 0. Write it without quotes: "index": 0.']
+        >>> for problem in validate({"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 1}}):
+        ...     print(problem)
+        error: task.index: TF_CONFIG `task.index` is 1 but `cluster.worker` has 1 address (valid: 0). Fix the index or add an address.
     """
     data, problems = parse_document(doc)
     if data is None:
