@@ -1,6 +1,7 @@
 """A human summary of one TF_CONFIG: who am I, who is chief, what would `auto` pick, what is wrong."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ._errors import errors_of
@@ -47,8 +48,6 @@ def explain(doc: Any, *, strategy: str | None = None, num_local_gpus: int = 0) -
 
 
 def _as_dict(doc: Any) -> dict:
-    import json
-
     return json.loads(doc) if isinstance(doc, (str, bytes)) else dict(doc)
 
 

@@ -86,6 +86,9 @@ class TFConfig:
         errors = errors_of(validate(self._raw_dict()))
         if errors:
             raise TFConfigError(errors)
+        if isinstance(self.task, Mapping):  # a task given as a dict: now known to be valid
+            task = self.task
+            object.__setattr__(self, "task", Task(task["type"], task["index"], task.get("trial"), task.get("cloud")))
 
     def __hash__(self) -> int:
         return hash(self.to_json())
@@ -155,7 +158,7 @@ class TFConfig:
         """The TF_CONFIG text to put in the environment."""
         return json.dumps(self._raw_dict(), indent=indent)
 
-    def with_task(self, type: str, index: int) -> TFConfig:  # noqa: A002 - mirrors TF_CONFIG
+    def with_task(self, type: str, index: int) -> TFConfig:  # `type` mirrors TF_CONFIG's key
         """The same cluster seen from another task (validated again)."""
         return dataclasses.replace(self, task=Task(type=type, index=index))
 

@@ -84,6 +84,11 @@ def test_direct_construction_validates():
         TFConfig(cluster={"worker": ["a:1"]}, task=Task("worker", 5))
 
 
+def test_task_given_as_a_dict_becomes_a_task():
+    cfg = TFConfig(cluster={"worker": ["a:1"]}, task={"type": "worker", "index": 0, "trial": "2"})
+    assert cfg.task == Task("worker", 0, trial="2") and cfg.is_chief
+
+
 def test_with_task_revalidates():
     cfg = TFConfig.from_dict(SEED)
     assert cfg.with_task("ps", 0).is_ps and cfg.with_task("ps", 0).cluster == cfg.cluster
