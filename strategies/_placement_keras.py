@@ -1,0 +1,210 @@
+"""The Keras 3 side of device maps: walk layers, place variables, pin calls.
+
+Keras 3 creates a layer's variables in ``build``, which usually runs lazily on
+the first call, far from any ``tf.device`` scope the user wrote. Three hooks
+make placement follow the map wherever building happens:
+
+* a variable creator that looks at the Keras name-scope stack (the layers
+  being built, outermost first) and creates the variable on that layer's
+  device, which also covers functional models whose layers are built while
+  the model is being constructed;
+* a per-instance wrapper of ``layer.call`` so the layer's forward ops run on
+  its device, including inside ``model.fit``'s traced function;
+* a per-instance wrapper of the optimizer's ``add_variable_from_reference`` so
+  slot variables land next to their variable. (Keras asks the strategy to
+  colocate them, which does nothing in eager mode under the default
+  strategy: they would all land on CPU:0.)
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from typing import Any, Callable, Iterator, Sequence
+
+import keras
+import tensorflow as tf
+from keras.src.backend.common import global_state
+
+from strategies._placement import variable_device
+
+__all__ = [
+    "LayerNode",
+    "OWN_PLACEMENT_ATTR",
+    "building_keys",
+    "path_keys",
+    "layer_tree",
+    "own_variables",
+    "pin_call",
+    "pin_optimizer_slots",
+    "placing_variables",
+    "slot_owner",
+]
+
+# A layer that places its own variables (e.g. a sharded embedding) sets this
+# attribute to True; device maps then leave its variables alone.
+OWN_PLACEMENT_ATTR = "places_own_variables"
+_PINNED_ATTR = "_tfdist_pinned_device"
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerNode:
+    """A layer in its model, with the names a device-map rule can match."""
+
+    layer: Any
+    name: str
+    path: str
+    ancestors: tuple["LayerNode", ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.name,) if self.path == self.name else (self.name, self.path)
+
+
+def _children(layer: Any) -> list[Any]:
+    return [
+        child
+        for child in layer._flatten_layers(include_self=False, recursive=False)
+        if not isinstance(child, keras.layers.InputLayer)
+    ]
+
+
+def layer_tree(model: Any) -> list[LayerNode]:
+    """Every layer under ``model`` (not the model itself), parents first."""
+    nodes: list[LayerNode] = []
+
+    def visit(layer: Any, ancestors: tuple[LayerNode, ...], prefix: str) -> None:
+        for child in _children(layer):
+            path = child.path or (f"{prefix}/{child.name}" if prefix else child.name)
+            node = LayerNode(child, child.name, path, ancestors)
+            nodes.append(node)
+            visit(child, ancestors + (node,), path)
+
+    visit(model, (), "")
+    return nodes
+
+
+def own_variables(layer: Any) -> list[Any]:
+    """The variables a layer created itself, without those of its sublayers."""
+    inherited = {id(v) for child in _children(layer) for v in child.weights}
+    return [v for v in layer.weights if id(v) not in inherited]
+
+
+def _chain_keys(layers: Sequence[Any]) -> list[tuple[str, ...]]:
+    return [(l.name,) if not l.path or l.path == l.name else (l.name, l.path) for l in layers]
+
+
+def path_keys(layer_path: str) -> list[tuple[str, ...]]:
+    """Rule keys (name, path) of each level of a layer path, outermost first."""
+    parts = [p for p in layer_path.split("/") if p]
+    return [
+        (part,) if i == 0 else (part, "/".join(parts[: i + 1]))
+        for i, part in enumerate(parts)
+    ]
+
+
+def _keras_variable_of(initial_value: Any) -> Any | None:
+    """The Keras variable whose initializer this is, if any.
+
+    Keras 3 creates the backing ``tf.Variable`` from a closure over the Keras
+    variable. When a layer is built symbolically (subclassed models), that
+    happens *after* the layer's name scope has closed, so the variable's own
+    ``path`` is the only reliable record of which layer it belongs to.
+    """
+    for cell in getattr(initial_value, "__closure__", None) or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(content, keras.Variable):
+            return content
+    return None
+
+
+def building_keys(initial_value: Any, *, root: Any = None) -> list[tuple[str, ...]] | None:
+    """Rule keys of the layer a variable being created belongs to.
+
+    Returns ``None`` when the variable belongs to no layer, or to a layer that
+    places its own variables.
+    """
+    owner = _keras_variable_of(initial_value)
+    if owner is not None and "/" in (owner.path or ""):
+        keys = path_keys(owner.path.rsplit("/", 1)[0])
+        if root is not None and keys and keys[0] == (root.name,):
+            keys = keys[1:]  # the model itself is not one of its layers
+        return keys or None
+    stack = global_state.get_global_attribute("name_scope_stack") or []
+    chain = [e.caller for e in stack if isinstance(e.caller, keras.layers.Layer) and e.caller is not root]
+    if not chain or getattr(chain[-1], OWN_PLACEMENT_ATTR, False):
+        return None
+    return _chain_keys(chain)
+
+
+@contextlib.contextmanager
+def placing_variables(
+    device_for: Callable[[Sequence[tuple[str, ...]]], str | None], *, root: Any = None
+) -> Iterator[None]:
+    """Creates every layer variable on ``device_for(keys of its layer chain)``.
+
+    Variables created outside any layer (seeds, metrics) and those of layers
+    that place their own variables are left to TensorFlow.
+    """
+
+    def creator(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
+        keys = building_keys(kwargs.get("initial_value"), root=root)
+        device = device_for(keys) if keys else None
+        if device is None:
+            return next_creator(**kwargs)
+        with tf.device(device):
+            return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        yield
+
+
+def pin_call(layer: Any, device: str) -> None:
+    """Makes ``layer``'s forward ops run on ``device`` (idempotent)."""
+    original = layer.call
+    pinned = getattr(original, _PINNED_ATTR, None)
+    if pinned == device:
+        return
+    if pinned is not None:  # re-pinning: wrap the layer's own call, not our wrapper
+        original = original.__wrapped__
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with tf.device(device):
+            return original(*args, **kwargs)
+
+    setattr(call, _PINNED_ATTR, device)
+    layer.call = call
+
+
+def pin_optimizer_slots(optimizer: Any) -> Any:
+    """Makes ``optimizer`` create each slot variable on its variable's device."""
+    original = optimizer.add_variable_from_reference
+    if getattr(original, _PINNED_ATTR, None):
+        return optimizer
+
+    @functools.wraps(original)
+    def add_variable_from_reference(reference_variable: Any, *args: Any, **kwargs: Any) -> Any:
+        with tf.device(variable_device(reference_variable)):
+            return original(reference_variable, *args, **kwargs)
+
+    setattr(add_variable_from_reference, _PINNED_ATTR, "slots")
+    optimizer.add_variable_from_reference = add_variable_from_reference
+    return optimizer
+
+
+def slot_owner(slot: Any, variables: Sequence[Any]) -> Any | None:
+    """The variable a Keras optimizer slot belongs to, from Keras' naming.
+
+    Keras names a slot ``<variable path with '/' -> '_'>_<slot name>``; the
+    longest matching prefix wins so ``dense_1`` is not taken for ``dense``.
+    """
+    best, best_len = None, -1
+    for variable in variables:
+        prefix = variable.path.replace("/", "_") + "_"
+        if slot.name.startswith(prefix) and len(prefix) > best_len:
+            best, best_len = variable, len(prefix)
+    return best
