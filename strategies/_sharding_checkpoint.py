@@ -1,0 +1,74 @@
+"""Checkpointing a sharded table as one logical tensor.
+
+Each shard is saved as a *slice* of one ``[rows, dim]`` tensor, the way TF
+saves its own ``ShardedVariable``. A ``div`` table therefore restores into any
+number of shards: each new shard reads its own row range. A ``mod`` table is
+saved under a key that names its shard count, so a different count finds no
+table to restore; a small "layout" entry, checked on restore, turns that into
+an error that says what to do instead of a silent, scrambled restore.
+
+This relies on TensorFlow's saveable-object protocol (the one
+``ShardedVariable`` uses), which is internal API; the pinned TF 2.21 has it.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import tensorflow as tf
+from tensorflow.python.trackable import base as trackable
+from tensorflow.python.training.saving import saveable_object, saveable_object_util
+
+from strategies._sharding_errors import ShardingError
+
+__all__ = ["table_saveables"]
+
+
+class _LayoutSaveable(saveable_object.SaveableObject):
+    """Saves the layout signature; on restore, refuses an incompatible one."""
+
+    def __init__(self, table: Any, name: str) -> None:
+        self._table = table
+        self._signature = table.layout.signature(table.dim)
+        tensor = tf.constant(self._signature)
+        super().__init__(tensor, [saveable_object.SaveSpec(tensor, "", name)], name)
+
+    def restore(self, restored_tensors: Any, restored_shapes: Any) -> Any:
+        saved = restored_tensors[0].numpy().decode()
+        if saved != self._signature:
+            raise ShardingError("checkpoint", _mismatch_message(self._table, saved, self._signature))
+        return tf.no_op()
+
+
+def _mismatch_message(table: Any, saved: str, current: str) -> str:
+    fields = dict(part.split("=", 1) for part in saved.split())
+    advice = []
+    if fields.get("partition") == "mod" and fields.get("shards") != str(table.num_shards):
+        advice.append(f"build the table with num_shards={fields.get('shards')} (mod checkpoints only "
+                      "restore into the same shard count; 'div' tables restore into any count)")
+    if fields.get("partition") != table.partition:
+        advice.append(f"build the table with partition={fields.get('partition')!r}")
+    if fields.get("rows") != str(table.rows) or fields.get("dim") != str(table.dim):
+        advice.append(f"build the table with {fields.get('rows')} rows of width {fields.get('dim')}")
+    how = "; ".join(advice) or "rebuild the table as it was when saved"
+    return (f"sharded table {table.name!r}: the checkpoint holds a table with {saved} but this "
+            f"table has {current}. To restore it, {how}.")
+
+
+def table_saveables(table: Any) -> dict[str, Callable[[str], Any]]:
+    """The ``_gather_saveables_for_checkpoint`` answer of a sharded table."""
+    key = trackable.VARIABLE_VALUE_KEY if table.partition == "div" else f"mod{table.num_shards}"
+
+    def shards(name: str) -> list[Any]:
+        out, offset = [], 0
+        for shard in table.shards:
+            info = tf.Variable.SaveSliceInfo(
+                full_name=name,
+                full_shape=[table.rows, table.dim],
+                var_offset=[offset, 0],
+                var_shape=shard.shape.as_list(),
+            )
+            out.append(saveable_object_util.ResourceVariableSaveable(shard, info.spec, name))
+            offset += int(shard.shape[0])
+        return out
+
+    return {key: shards, "layout": lambda name: _LayoutSaveable(table, name)}

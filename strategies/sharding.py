@@ -1,0 +1,355 @@
+"""Tables too large for one machine, sharded across parameter servers.
+
+With Keras 3, a partitioned ``Embedding`` under ``ParameterServerStrategy`` is
+split into shards, but then cannot train: Keras optimizers fail on
+``ShardedVariable``, their slots land on the coordinator, and the forward pass
+concatenates the whole table every step. A :class:`ShardedTable` keeps the
+shards as plain ``tf.Variable`` objects and does the sharded work itself:
+
+* creation: under ``ParameterServerStrategy`` the strategy's partitioner
+  decides the shards (one per ps for ``fixed_shards``); without a strategy,
+  shard ``i`` goes to ``devices[i]`` (local devices, or ``/job:ps/...`` tasks
+  of a cluster this process connected to);
+* lookup: ids are routed to their shard, each shard gathers only its rows on
+  its own device, and the rows are stitched back; the table is never
+  materialised;
+* slots: :meth:`ShardedTable.like` makes optimizer slot tables with the same
+  layout, each slot shard on its table shard's device;
+* checkpoints: see ``_sharding_checkpoint`` (``div`` tables restore into any
+  shard count).
+
+Example:
+    >>> table = ShardedTable.create("items", 1_000_000, 32,             # doctest: +SKIP
+    ...                             initializer=keras.initializers.RandomUniform(),
+    ...                             devices=ps_devices(cfg))
+    >>> vectors = table.lookup(item_ids)
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.trackable import base as trackable
+
+from strategies._cluster import device as task_device
+from strategies._device_map_report import render_table
+from strategies._placement import describe_bytes, resolve_device
+from strategies._sharding_checkpoint import table_saveables
+from strategies._sharding_errors import ShardingError
+from strategies._sharding_layout import PARTITIONS, ShardLayout
+
+__all__ = [
+    "PARTITIONS",
+    "ShardLayout",
+    "ShardPlacement",
+    "ShardedTable",
+    "ShardingError",
+    "colocated_with",
+    "placement_report",
+    "ps_devices",
+]
+
+logger = logging.getLogger(__name__)
+
+_BIG_TABLE_BYTES = 64 << 20  # a table this large left unsharded deserves a warning
+
+
+def ps_devices(cfg: Any) -> list[str]:
+    """The CPU device of every ps task of a ``tf_config.TFConfig``."""
+    return [task_device("ps", i) for i in range(cfg.num_ps)]
+
+
+def _ps_strategy() -> Any | None:
+    """The current ParameterServerStrategy, None for the default strategy."""
+    if not tf.distribute.has_strategy():
+        return None
+    strategy = tf.distribute.get_strategy()
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        return strategy
+    raise ShardingError("strategy", (
+        f"sharded tables work without a strategy or under ParameterServerStrategy; the current "
+        f"strategy is {type(strategy).__name__}. Build the model under "
+        "make_strategy('parameter_server', ..., partitioner=...) or outside any strategy scope."))
+
+
+def colocated_with(variable: tf.Variable) -> Any:
+    """A scope that creates variables on ``variable``'s device.
+
+    Under ParameterServerStrategy an explicit ``tf.device`` is overridden by
+    its round-robin placement; only the strategy's colocation is honoured.
+    """
+    strategy = _ps_strategy()
+    if strategy is not None:
+        return strategy.extended.colocate_vars_with(variable)
+    return tf.device(variable.device)
+
+
+def _partition_aware(initializer: Callable[..., Any]) -> Callable[..., Any]:
+    """An initializer ParameterServerStrategy can call once per shard.
+
+    Without ``partition_shape`` the strategy would build the *whole* table on
+    the coordinator and slice it, which is what sharding is meant to avoid.
+    """
+
+    def initial(shape: Any, dtype: Any, partition_shape: Any = None, partition_offset: Any = None) -> Any:
+        del partition_offset
+        return initializer(list(partition_shape if partition_shape is not None else shape), dtype=dtype)
+
+    return initial
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlacement:
+    """One shard of one table: where it is and what it holds."""
+
+    table: str
+    shard: int
+    device: str
+    rows: str
+    num_rows: int
+    bytes: int
+    slot_bytes: int = 0
+
+
+class ShardedTable(trackable.Trackable):
+    """A ``[rows, dim]`` table held as shards, with sparse lookup.
+
+    Use :meth:`create` (it picks shard devices); the constructor adopts
+    existing shards and checks they fit ``layout``.
+    """
+
+    def __init__(self, shards: Sequence[tf.Variable], *, layout: ShardLayout, name: str) -> None:
+        shards = tuple(shards)
+        sizes = tuple(int(s.shape[0]) for s in shards)
+        if sizes != layout.sizes or len({tuple(s.shape[1:]) for s in shards}) != 1:
+            raise ShardingError("shards", (
+                f"sharded table {name!r}: shard shapes {[tuple(s.shape) for s in shards]} do not fit "
+                f"a {layout.partition} layout of {layout.rows} rows in {layout.num_shards} shards "
+                f"(expected rows per shard: {list(layout.sizes)}). Create tables with ShardedTable.create."))
+        self._shards = shards
+        self.layout = layout
+        self.name = name
+
+    # ------------------------------------------------------------ creation
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        rows: int,
+        dim: int,
+        *,
+        initializer: Callable[..., Any],
+        num_shards: int | None = None,
+        devices: Sequence[str] | None = None,
+        partition: str = "div",
+        dtype: Any = tf.float32,
+    ) -> "ShardedTable":
+        """Creates the shards where they belong.
+
+        Args:
+            name: table name, also its checkpoint and slot prefix.
+            rows, dim: the logical table is ``[rows, dim]``.
+            initializer: ``initializer(shape, dtype=...)``, called once per shard.
+            num_shards: without a strategy, how many shards (default: one per
+                device, or 1). Under ParameterServerStrategy the partitioner decides.
+            devices: without a strategy, the device of each shard.
+            partition: ``"div"`` or ``"mod"``.
+            dtype: element type.
+        """
+        ShardLayout(partition, rows, 1)  # validates partition and rows early
+        strategy = _ps_strategy()
+        if strategy is not None:
+            shards = cls._create_under_ps(name, rows, dim, initializer, dtype,
+                                          num_shards=num_shards, devices=devices)
+        else:
+            shards = cls._create_on_devices(name, rows, dim, initializer, dtype,
+                                            num_shards=num_shards, devices=devices, partition=partition)
+        table = cls(shards, layout=ShardLayout(partition, rows, len(shards)), name=name)
+        logger.info("sharded table %r: %d x %d in %d shard(s) on %s", name, rows, dim,
+                    len(shards), ", ".join(table.devices))
+        return table
+
+    @staticmethod
+    def _create_under_ps(name, rows, dim, initializer, dtype, *, num_shards, devices) -> list[tf.Variable]:
+        if devices is not None:
+            raise ShardingError("devices", (
+                f"sharded table {name!r}: `devices` is {list(devices)!r}, but ParameterServerStrategy "
+                "places variables itself. Drop `devices` and pass a partitioner to the strategy, e.g. "
+                "make_strategy('parameter_server', ..., partitioner='fixed_shards', "
+                "partitioner_args={'num_shards': <number of ps>})."))
+        value = tf.Variable(
+            initial_value=functools.partial(_partition_aware(initializer), shape=[rows, dim], dtype=dtype),
+            shape=[rows, dim], dtype=dtype, name=name,
+        )
+        shards = list(getattr(value, "variables", [value]))
+        nbytes = rows * dim * tf.as_dtype(dtype).size
+        if len(shards) == 1 and nbytes >= _BIG_TABLE_BYTES:
+            logger.warning("sharded table %r (%s) is not sharded: the strategy has no variable "
+                           "partitioner. Pass partitioner='fixed_shards' to make_strategy.",
+                           name, describe_bytes(nbytes))
+        if num_shards is not None and num_shards != len(shards):
+            logger.warning("sharded table %r: num_shards=%d ignored; the strategy's partitioner "
+                           "made %d shard(s)", name, num_shards, len(shards))
+        return shards
+
+    @staticmethod
+    def _create_on_devices(name, rows, dim, initializer, dtype, *, num_shards, devices,
+                           partition) -> list[tf.Variable]:
+        if devices is not None:
+            devices = [resolve_device(d, field=f"devices[{i}]") for i, d in enumerate(devices)]
+            if num_shards is not None and num_shards != len(devices):
+                raise ShardingError("num_shards", (
+                    f"sharded table {name!r}: `num_shards` is {num_shards} but {len(devices)} devices "
+                    "were given (one shard per device). Pass matching values, or only one of them."))
+        count = len(devices) if devices is not None else (num_shards or 1)
+        layout = ShardLayout(partition, rows, count)
+        shards = []
+        for i, size in enumerate(layout.sizes):
+            with tf.device(devices[i]) if devices is not None else contextlib.nullcontext():
+                shards.append(tf.Variable(
+                    initial_value=functools.partial(initializer, [size, dim], dtype=dtype),
+                    shape=[size, dim], dtype=dtype, name=f"{name}/part_{i}",
+                ))
+        return shards
+
+    def like(self, name: str, *, fill: float = 0.0) -> "ShardedTable":
+        """A table with this layout, filled with ``fill``: an optimizer slot.
+
+        Each slot shard is created on (and updated next to) its table shard.
+        """
+        shards = []
+        for i, shard in enumerate(self._shards):
+            with colocated_with(shard):
+                shards.append(tf.Variable(
+                    initial_value=functools.partial(tf.fill, shard.shape, tf.constant(fill, shard.dtype)),
+                    shape=shard.shape, dtype=shard.dtype, trainable=False, name=f"{name}/part_{i}",
+                ))
+        return ShardedTable(shards, layout=self.layout, name=name)
+
+    # -------------------------------------------------------------- access
+    @property
+    def shards(self) -> tuple[tf.Variable, ...]:
+        return self._shards
+
+    @property
+    def num_shards(self) -> int:
+        return self.layout.num_shards
+
+    @property
+    def rows(self) -> int:
+        return self.layout.rows
+
+    @property
+    def dim(self) -> int:
+        return int(self._shards[0].shape[1])
+
+    @property
+    def dtype(self) -> tf.DType:
+        return self._shards[0].dtype
+
+    @property
+    def partition(self) -> str:
+        return self.layout.partition
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(s.device for s in self._shards)
+
+    def lookup(self, ids: Any) -> tf.Tensor:
+        """The rows of ``ids`` (any shape) as a ``ids.shape + [dim]`` tensor.
+
+        Each distinct id is fetched once, from its own shard, on that shard's
+        device; the gradient of each shard is an ``IndexedSlices`` over the
+        rows it served.
+        """
+        ids = tf.convert_to_tensor(ids)
+        flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
+        checks = [
+            tf.debugging.assert_non_negative(flat, message=self._range_message()),
+            tf.debugging.assert_less(flat, tf.constant(self.rows, tf.int64), message=self._range_message()),
+        ]
+        with tf.control_dependencies(checks):
+            unique, position = tf.unique(flat)
+        rows = self._gather_unique(unique)
+        out = tf.gather(rows, position)
+        return tf.reshape(out, tf.concat([tf.shape(ids), [self.dim]], axis=0))
+
+    def _gather_unique(self, unique: tf.Tensor) -> tf.Tensor:
+        if self.num_shards == 1:
+            with tf.device(self._shards[0].device):
+                return tf.gather(self._shards[0], unique)
+        shard, local = self.layout.route(unique)
+        locals_ = tf.dynamic_partition(local, shard, self.num_shards)
+        positions = tf.dynamic_partition(tf.range(tf.size(unique)), shard, self.num_shards)
+        parts = []
+        for variable, rows in zip(self._shards, locals_):
+            with tf.device(variable.device):
+                parts.append(tf.gather(variable, rows))
+        return tf.dynamic_stitch(positions, parts)
+
+    def _range_message(self) -> str:
+        return (f"sharded table {self.name!r}: every id must be in [0, {self.rows}) (the table's rows); "
+                "an id outside was looked up. Check the vocabulary size, or hash/clip ids into range.")
+
+    def route(self, ids: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """(shard, row inside the shard) of each id."""
+        return self.layout.route(tf.cast(tf.convert_to_tensor(ids), tf.int64))
+
+    def to_numpy(self) -> np.ndarray:
+        """The whole table in row order. Materialises it: for tests and small tables."""
+        out = np.zeros([self.rows, self.dim], self.dtype.as_numpy_dtype)
+        for i, shard in enumerate(self._shards):
+            out[self.layout.global_rows(i)] = shard.numpy()
+        return out
+
+    def placement(self, *, slots: Iterable["ShardedTable"] = ()) -> list[ShardPlacement]:
+        """One row per shard: device, rows held, bytes (and its slots' bytes)."""
+        slots = list(slots)
+        out = []
+        for i, shard in enumerate(self._shards):
+            size = int(np.prod(shard.shape)) * shard.dtype.size
+            out.append(ShardPlacement(
+                table=self.name, shard=i, device=shard.device, rows=self.layout.describe_rows(i),
+                num_rows=int(shard.shape[0]), bytes=size,
+                slot_bytes=sum(int(np.prod(s.shards[i].shape)) * s.dtype.size for s in slots),
+            ))
+        return out
+
+    def _gather_saveables_for_checkpoint(self) -> dict[str, Callable[[str], Any]]:
+        return table_saveables(self)
+
+    def __repr__(self) -> str:
+        return (f"ShardedTable(name={self.name!r}, rows={self.rows}, dim={self.dim}, "
+                f"partition={self.partition!r}, devices={list(self.devices)})")
+
+
+def placement_report(
+    tables: Iterable[ShardedTable], *, slots: Mapping[str, Iterable[ShardedTable]] | None = None
+) -> str:
+    """Which shard of which table lives where, how big, and per-device totals.
+
+    Args:
+        tables: the tables to report.
+        slots: optimizer slot tables by table name (e.g. ``optimizer.slots_by_table()``),
+            so the report counts the memory an optimizer adds next to each shard.
+    """
+    slots = dict(slots or {})
+    rows, totals = [], {}
+    for table in tables:
+        for p in table.placement(slots=slots.get(table.name, ())):
+            rows.append((p.table, p.shard, p.device, p.rows, f"{p.num_rows:,}",
+                         describe_bytes(p.bytes), describe_bytes(p.slot_bytes)))
+            entry = totals.setdefault(p.device, [0, 0, 0])
+            entry[0] += 1
+            entry[1] += p.bytes
+            entry[2] += p.slot_bytes
+    table_text = render_table(("table", "shard", "device", "rows", "count", "bytes", "slot bytes"),
+                              rows, right=(1, 4, 5, 6))
+    device_rows = [(d, n, describe_bytes(b), describe_bytes(s)) for d, (n, b, s) in sorted(totals.items())]
+    device_text = render_table(("device", "shards", "bytes", "slot bytes"), device_rows, right=(1, 2, 3))
+    return table_text + "\n\n" + device_text

@@ -1,0 +1,106 @@
+"""A Keras 3 embedding layer whose table is sharded across devices or ps tasks.
+
+Use it where ``keras.layers.Embedding`` would hold a table too big for one
+machine. Its table is a :class:`strategies.sharding.ShardedTable`, kept out of
+``model.trainable_variables`` on purpose: Keras optimizers cannot update
+sharded variables. Train it with :func:`toolkit.layers.make_train_step`,
+which hands the dense variables to the Keras optimizer and the table shards
+to a sparse optimizer. Save it with ``tf.train.Checkpoint`` (the table is a
+checkpoint dependency of the layer; Keras ``.weights.h5`` files do not hold it).
+
+Example:
+    >>> ids = keras.Input((), dtype="int64")                       # doctest: +SKIP
+    >>> vectors = ShardedEmbedding(1_000_000, 32, name="items")(ids)
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import keras
+
+from strategies.sharding import PARTITIONS, ShardedTable, ShardingError
+
+__all__ = ["ShardedEmbedding"]
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ShardingError(name, f"ShardedEmbedding `{name}` is {value!r}; expected a positive integer.")
+    return value
+
+
+class ShardedEmbedding(keras.layers.Layer):
+    """Maps integer ids in ``[0, input_dim)`` to ``output_dim`` vectors.
+
+    Args:
+        input_dim: size of the id space (rows of the table).
+        output_dim: width of each vector.
+        num_shards: without a strategy, number of shards (default: one per
+            device, else 1). Under ParameterServerStrategy its partitioner decides.
+        devices: without a strategy, the device of each shard, e.g.
+            ``["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]``.
+        partition: ``"div"`` (contiguous ranges; checkpoints restore into any
+            shard count) or ``"mod"`` (id ``i`` in shard ``i % num_shards``).
+        embeddings_initializer: a Keras initializer or its name.
+    """
+
+    # device maps leave this layer's variables where it put them
+    places_own_variables = True
+
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        *,
+        num_shards: int | None = None,
+        devices: Sequence[str] | None = None,
+        partition: str = "div",
+        embeddings_initializer: Any = "uniform",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.input_dim = _positive_int("input_dim", input_dim)
+        self.output_dim = _positive_int("output_dim", output_dim)
+        self.num_shards = None if num_shards is None else _positive_int("num_shards", num_shards)
+        self.devices = None if devices is None else tuple(devices)
+        if partition not in PARTITIONS:
+            raise ShardingError("partition", (
+                f"ShardedEmbedding `partition` is {partition!r}; expected one of {sorted(PARTITIONS)}."))
+        self.partition = partition
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.table: ShardedTable | None = None
+
+    def build(self, input_shape: Any = None) -> None:
+        self.table = ShardedTable.create(
+            self.name,
+            self.input_dim,
+            self.output_dim,
+            initializer=self.embeddings_initializer,
+            num_shards=self.num_shards,
+            devices=self.devices,
+            partition=self.partition,
+            dtype=self.variable_dtype,
+        )
+
+    def call(self, inputs: Any) -> Any:
+        return self.table.lookup(inputs)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        return tuple(input_shape) + (self.output_dim,)
+
+    @property
+    def placed_variables(self) -> tuple:
+        """The table shards (Keras does not list them among the layer's weights)."""
+        return () if self.table is None else self.table.shards
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            input_dim=self.input_dim,
+            output_dim=self.output_dim,
+            num_shards=self.num_shards,
+            devices=None if self.devices is None else list(self.devices),
+            partition=self.partition,
+            embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+        )
+        return config

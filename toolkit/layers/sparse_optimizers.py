@@ -1,0 +1,186 @@
+"""Optimizers for sharded tables: row-sparse SGD, Adagrad and Adam.
+
+Keras 3 optimizers cannot update a ``ShardedVariable`` and, on a plain
+embedding, Adam turns the sparse gradient dense and rewrites every row of the
+table and of both slots each step. These optimizers take the per-shard
+``IndexedSlices`` a :class:`~strategies.sharding.ShardedTable` lookup yields
+and touch only the rows that were looked up:
+
+* the slot tables (Adagrad accumulator, Adam moments) have the table's layout,
+  each slot shard on its table shard's device (never on the coordinator);
+* the arithmetic runs on the shard's device, so only the looked-up rows travel;
+* the step counter is a plain ``tf.Variable`` on a ps with ``assign_add``
+  (Keras' counter loses increments under asynchronous ps training).
+
+On rows that are looked up every step the updates equal Keras' (same formulas
+and defaults); rows not looked up keep their slots unchanged ("lazy" Adam).
+
+Example:
+    >>> opt = make_sparse_optimizer("adam", learning_rate=0.01)   # doctest: +SKIP
+    >>> opt.build(tables)
+    >>> opt.apply([(table, shard_gradients)])
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import tensorflow as tf
+
+from strategies.sharding import ShardedTable, ShardingError, colocated_with
+
+__all__ = ["SPARSE_OPTIMIZERS", "SparseAdagrad", "SparseAdam", "SparseOptimizer", "SparseSGD",
+           "make_sparse_optimizer"]
+
+
+def _positive(name: str, value: Any, owner: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ShardingError(name, f"{owner} `{name}` is {value!r}; expected a positive number, e.g. {name}=0.01.")
+    return float(value)
+
+
+def _dedupe(gradient: tf.IndexedSlices) -> tuple[tf.Tensor, tf.Tensor]:
+    """(unique rows, summed gradient per row): an id seen twice updates once."""
+    rows, position = tf.unique(tf.cast(gradient.indices, tf.int64))
+    values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(rows)[0])
+    return rows, values
+
+
+class SparseOptimizer(tf.Module):
+    """Base class: slots per table, one update per looked-up row.
+
+    Subclasses name their slots (and initial values) in :meth:`_slot_fills`
+    and implement :meth:`_update_rows`.
+
+    Attributes:
+        learning_rate: step size.
+        iterations: steps applied (a ``tf.Variable`` on the first shard's device).
+        slots: ``{table name: {slot name: ShardedTable}}``, checkpointed with
+            the optimizer.
+    """
+
+    def __init__(self, learning_rate: float, *, name: str) -> None:
+        super().__init__(name=name)
+        self.learning_rate = _positive("learning_rate", learning_rate, type(self).__name__)
+        self.iterations: tf.Variable | None = None
+        self.slots: dict[str, dict[str, ShardedTable]] = {}
+
+    def build(self, tables: Iterable[ShardedTable]) -> "SparseOptimizer":
+        """Creates slot tables next to each table's shards (call under the strategy scope)."""
+        tables = list(tables)
+        for table in tables:
+            if table.name not in self.slots:
+                self.slots[table.name] = {
+                    slot: table.like(f"{self.name}/{table.name}/{slot}", fill=fill)
+                    for slot, fill in self._slot_fills().items()
+                }
+        if self.iterations is None and tables:
+            with colocated_with(tables[0].shards[0]):
+                self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name=f"{self.name}/iterations")
+        return self
+
+    def slots_by_table(self) -> dict[str, list[ShardedTable]]:
+        """Slot tables by table name, as :func:`strategies.sharding.placement_report` wants."""
+        return {name: list(slots.values()) for name, slots in self.slots.items()}
+
+    def apply(self, tables_and_gradients: Iterable[tuple[ShardedTable, Sequence[Any]]]) -> None:
+        """Applies one step: ``[(table, [gradient of each shard or None]), ...]``."""
+        if self.iterations is None:
+            raise ShardingError("build", f"{type(self).__name__}.apply called before build(tables). "
+                                "Call build(tables) once, under the strategy scope, before training.")
+        step = tf.cast(self.iterations + 1, tf.float32)
+        for table, gradients in tables_and_gradients:
+            slots = self.slots.get(table.name)
+            if slots is None:
+                raise ShardingError("build", f"{type(self).__name__} has no slots for table {table.name!r}. "
+                                    "Pass every table to build(tables) before training.")
+            for i, (shard, gradient) in enumerate(zip(table.shards, gradients)):
+                if gradient is None:
+                    continue
+                with tf.device(shard.device):
+                    rows, values = _dedupe(gradient)
+                    shard_slots = {name: slot.shards[i] for name, slot in slots.items()}
+                    self._update_rows(shard, rows, tf.cast(values, shard.dtype), shard_slots, step)
+        self.iterations.assign_add(1)
+
+    def _slot_fills(self) -> Mapping[str, float]:
+        """Slot name -> initial value of every row."""
+        return {}
+
+    def _update_rows(self, shard: tf.Variable, rows: tf.Tensor, grad: tf.Tensor,
+                     slots: Mapping[str, tf.Variable], step: tf.Tensor) -> None:
+        raise NotImplementedError
+
+
+class SparseSGD(SparseOptimizer):
+    """Plain SGD on the looked-up rows."""
+
+    def __init__(self, learning_rate: float = 0.01, *, name: str = "sparse_sgd") -> None:
+        super().__init__(learning_rate, name=name)
+
+    def _update_rows(self, shard, rows, grad, slots, step) -> None:
+        shard.scatter_sub(tf.IndexedSlices(self.learning_rate * grad, rows))
+
+
+class SparseAdagrad(SparseOptimizer):
+    """Adagrad with Keras' defaults (accumulator starts at 0.1, epsilon 1e-7)."""
+
+    def __init__(self, learning_rate: float = 0.001, *, initial_accumulator_value: float = 0.1,
+                 epsilon: float = 1e-7, name: str = "sparse_adagrad") -> None:
+        super().__init__(learning_rate, name=name)
+        self.initial_accumulator_value = _positive(
+            "initial_accumulator_value", initial_accumulator_value, "SparseAdagrad")
+        self.epsilon = _positive("epsilon", epsilon, "SparseAdagrad")
+
+    def _slot_fills(self) -> Mapping[str, float]:
+        return {"accumulator": self.initial_accumulator_value}
+
+    def _update_rows(self, shard, rows, grad, slots, step) -> None:
+        accumulator = slots["accumulator"]
+        accumulator.scatter_add(tf.IndexedSlices(tf.square(grad), rows))
+        total = tf.gather(accumulator, rows)
+        shard.scatter_sub(tf.IndexedSlices(self.learning_rate * grad / tf.sqrt(total + self.epsilon), rows))
+
+
+class SparseAdam(SparseOptimizer):
+    """Adam with Keras' formulas and defaults, lazily on the looked-up rows."""
+
+    def __init__(self, learning_rate: float = 0.001, *, beta_1: float = 0.9, beta_2: float = 0.999,
+                 epsilon: float = 1e-7, name: str = "sparse_adam") -> None:
+        super().__init__(learning_rate, name=name)
+        for key, value in (("beta_1", beta_1), ("beta_2", beta_2)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ShardingError(key, f"SparseAdam `{key}` is {value!r}; expected a number in [0, 1), e.g. 0.9.")
+        self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
+        self.epsilon = _positive("epsilon", epsilon, "SparseAdam")
+
+    def _slot_fills(self) -> Mapping[str, float]:
+        return {"m": 0.0, "v": 0.0}
+
+    def _update_rows(self, shard, rows, grad, slots, step) -> None:
+        m, v = slots["m"], slots["v"]
+        m_rows = tf.gather(m, rows)
+        v_rows = tf.gather(v, rows)
+        m_new = m_rows + (grad - m_rows) * (1 - self.beta_1)
+        v_new = v_rows + (tf.square(grad) - v_rows) * (1 - self.beta_2)
+        m.scatter_update(tf.IndexedSlices(m_new, rows))
+        v.scatter_update(tf.IndexedSlices(v_new, rows))
+        alpha = self.learning_rate * tf.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
+        shard.scatter_sub(tf.IndexedSlices(m_new * tf.cast(alpha, shard.dtype) / (tf.sqrt(v_new) + self.epsilon), rows))
+
+
+# optimizer name -> class
+SPARSE_OPTIMIZERS: dict[str, Callable[..., SparseOptimizer]] = {
+    "adagrad": SparseAdagrad,
+    "adam": SparseAdam,
+    "sgd": SparseSGD,
+}
+
+
+def make_sparse_optimizer(name: str, **kwargs: Any) -> SparseOptimizer:
+    """``make_sparse_optimizer("adam", learning_rate=0.01)``; unknown names list the valid ones."""
+    builder = SPARSE_OPTIMIZERS.get(name)
+    if builder is None:
+        raise ShardingError("name", (
+            f"sparse optimizer `name` is {name!r}; expected one of {sorted(SPARSE_OPTIMIZERS)}. "
+            "Pick one of those names."))
+    return builder(**kwargs)
