@@ -1,0 +1,222 @@
+"""`tfdist jobs ...`: CMLE-style job submission (gcloud ai-platform jobs' shape).
+
+    tfdist jobs submit training JOB --config job.yaml [--module-name pkg.mod] [--package-path DIR]
+        [--job-dir DIR] [--scale-tier TIER] [--backend local|kubernetes] [--stream-logs] -- USER_ARGS
+    tfdist jobs list | describe JOB | stream-logs JOB [--task worker-1] | cancel JOB
+
+TensorFlow is never imported here: every task is a separate process.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CANCELLED = 0, 1, 2, 3, 4
+EXIT_CODES = """\
+Exit codes:
+  0  success (for --stream-logs and stream-logs: the job SUCCEEDED)
+  1  the job FAILED, the job config is invalid, or the backend failed (e.g. no kubectl)
+  2  usage error (bad flags, invalid job name)
+  3  no such job
+  4  the job was CANCELLED (when following it)
+  130 interrupted (Ctrl-C); a submitted job keeps running, cancel it with `tfdist jobs cancel JOB`
+"""
+_FOLLOW_UP = """\
+Job [{job}] submitted successfully.
+Your job is still active. You may view the status of your job with the command
+
+  $ tfdist jobs describe {job}
+
+or continue streaming the logs with the command
+
+  $ tfdist jobs stream-logs {job}
+
+and stop it with
+
+  $ tfdist jobs cancel {job}"""
+_BACKENDS = ("local", "kubernetes")
+
+
+class UserArgsParser(argparse.ArgumentParser):
+    """Everything after the first ``--`` belongs to the trainer, verbatim (as with gcloud)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102 - argparse API
+        args = list(sys.argv[1:] if args is None else args)
+        head, tail = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, [])
+        namespace, extras = super().parse_known_args(head, namespace)
+        namespace.user_args = tail
+        return namespace, extras
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    jobs = subparsers.add_parser("jobs", help="submit and manage training jobs (local or Kubernetes)",
+                                 description=__doc__, epilog=EXIT_CODES, formatter_class=fmt)
+    verbs = jobs.add_subparsers(dest="jobs_verb", metavar="COMMAND")
+    verbs.required = True
+    submit = verbs.add_parser("submit", help="submit a job", epilog=EXIT_CODES, formatter_class=fmt)
+    kinds = submit.add_subparsers(dest="job_kind", metavar="KIND", parser_class=UserArgsParser)
+    kinds.required = True
+    _add_training(kinds.add_parser("training", help="submit a training job", epilog=EXIT_CODES,
+                                   formatter_class=fmt, description=_TRAINING_HELP))
+    listing = verbs.add_parser("list", help="list jobs, newest first", epilog=EXIT_CODES, formatter_class=fmt)
+    _add_backend(listing, default=None)
+    listing.add_argument("--format", choices=("table", "json"), default="table")
+    listing.set_defaults(handler=_guard(_list))
+    describe = verbs.add_parser("describe", help="show a job's state, tasks and history",
+                                epilog=EXIT_CODES, formatter_class=fmt)
+    describe.add_argument("job")
+    _add_backend(describe, default=None)
+    describe.add_argument("--format", choices=("text", "json"), default="text")
+    describe.set_defaults(handler=_guard(_describe))
+    logs = verbs.add_parser("stream-logs", help="follow a job's logs until it ends",
+                            epilog=EXIT_CODES, formatter_class=fmt)
+    logs.add_argument("job")
+    logs.add_argument("--task", help="only this task, e.g. worker-1 or master-0")
+    logs.add_argument("--no-follow", dest="follow", action="store_false", help="print what exists and stop")
+    _add_backend(logs, default=None)
+    logs.set_defaults(handler=_guard(_stream_logs))
+    cancel = verbs.add_parser("cancel", help="stop every process of a job", epilog=EXIT_CODES, formatter_class=fmt)
+    cancel.add_argument("job")
+    cancel.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the job to stop")
+    _add_backend(cancel, default=None)
+    cancel.set_defaults(handler=_guard(_cancel))
+
+
+_TRAINING_HELP = """\
+Runs `python -m MODULE USER_ARGS --job-dir DIR` in every task, with TF_CONFIG set per task
+(`master` names the primary task, as on CMLE; `chief` with useChiefInTfConfig). Flags override
+the same fields of --config. The local backend puts the parent of --package-path on PYTHONPATH
+(gcloud builds a package from that parent), so --module-name must start with the package's name."""
+
+
+def _add_backend(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+    parser.add_argument("--backend", choices=_BACKENDS, default=default,
+                        help="where the job runs (default: local; for existing jobs: where it was submitted)")
+    parser.add_argument("--namespace", default=None, help="Kubernetes namespace (default: default)")
+
+
+def _add_training(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="job name: a DNS-1035 label such as mnist-run-1")
+    parser.add_argument("--config", help="CMLE job config (trainingInput:) or Vertex workerPoolSpecs, YAML or JSON")
+    parser.add_argument("--module-name", help="trainer module, e.g. trainer.task")
+    parser.add_argument("--package-path", help="local directory of the trainer package")
+    parser.add_argument("--packages", help="comma-separated package URIs (recorded; see docs)")
+    parser.add_argument("--job-dir", help="output directory passed to the trainer as --job-dir")
+    parser.add_argument("--scale-tier", type=str.upper, help="BASIC, BASIC_GPU, STANDARD_1, PREMIUM_1 or CUSTOM")
+    parser.add_argument("--region", help="recorded with the job (has no local meaning)")
+    parser.add_argument("--runtime-version", help="TensorFlow MAJOR.MINOR (picks the Kubernetes image)")
+    parser.add_argument("--use-chief-in-tf-config", action="store_true", default=None,
+                        help="name the primary task `chief` in TF_CONFIG instead of `master`")
+    _add_backend(parser, default="local")
+    parser.add_argument("--image", help="kubernetes: container image holding the trainer package")
+    parser.add_argument("--dry-run", action="store_true", help="kubernetes: print the TFJob YAML, submit nothing")
+    parser.add_argument("--stream-logs", action="store_true", help="follow the logs until the job ends")
+    parser.set_defaults(handler=_guard(_submit))
+
+
+def _guard(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Maps the jobs error family onto the documented exit codes, printing one clear message."""
+    def run(args: argparse.Namespace) -> int:
+        from toolkit.jobs.errors import (BackendError, JobError, JobExistsError, JobNameError,
+                                         JobNotFoundError, JobSpecError, JobStateError)
+        codes = ((JobNameError, EXIT_USAGE), (JobNotFoundError, EXIT_NOT_FOUND), (JobSpecError, EXIT_FAILED),
+                 (JobExistsError, EXIT_FAILED), (JobStateError, EXIT_FAILED), (BackendError, EXIT_FAILED))
+        try:
+            return handler(args)
+        except JobError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return next(code for kind, code in codes + ((JobError, EXIT_FAILED),) if isinstance(exc, kind))
+    return run
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """Backend constructor options from the flags that were given."""
+    options = {}
+    if getattr(args, "namespace", None):
+        options["namespace"] = args.namespace
+    if getattr(args, "image", None):
+        options["image"] = args.image
+    return options
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    flags = {"pythonModule": args.module_name, "packagePath": args.package_path, "jobDir": args.job_dir,
+             "scaleTier": args.scale_tier, "region": args.region, "runtimeVersion": args.runtime_version,
+             "useChiefInTfConfig": args.use_chief_in_tf_config,
+             "packageUris": args.packages.split(",") if args.packages else None,
+             "args": list(args.user_args) or None}
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from toolkit.jobs import JobSpec, api, names
+    names.validate_job_name(args.job)
+    overrides = _overrides(args)
+    if args.config:
+        spec = JobSpec.from_file(args.config, job_id=args.job, overrides=overrides)
+    else:
+        spec = JobSpec.from_dict({}, job_id=args.job, overrides=overrides)
+    for problem in spec.warnings:
+        print(f"WARNING: {problem.field}: {problem.message}", file=sys.stderr)
+    if args.dry_run:
+        if args.backend != "kubernetes":
+            print("ERROR: --dry-run renders a TFJob; use it with --backend kubernetes.", file=sys.stderr)
+            return EXIT_USAGE
+        text, warnings = api.get_backend("kubernetes", **_options(args)).render(spec)
+        for warning in warnings:
+            print(f"WARNING: {warning}", file=sys.stderr)
+        print(text, end="")
+        return EXIT_OK
+    record = api.submit(spec, backend=args.backend, **_options(args))
+    for warning in record.warnings[len(spec.warnings):]:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    if not args.stream_logs:
+        print(_FOLLOW_UP.format(job=args.job))
+        return EXIT_OK
+    print(f"Job [{args.job}] submitted successfully.", file=sys.stderr)
+    return _follow(args.job, None, args.backend, True, _options(args))
+
+
+def _follow(job: str, task: str | None, backend: str | None, follow: bool, options: dict[str, Any]) -> int:
+    from toolkit.jobs import api
+    record = api.stream_logs(job, task=task, follow=follow, backend=backend,
+                             sink=lambda line: print(line, flush=True), **options)
+    if not record.is_final:
+        return EXIT_OK
+    print(f"Job [{job}] ended {record.state}" + (f": {record.error}" if record.error else "."), file=sys.stderr)
+    return {"SUCCEEDED": EXIT_OK, "CANCELLED": EXIT_CANCELLED}.get(str(record.state), EXIT_FAILED)
+
+
+def _stream_logs(args: argparse.Namespace) -> int:
+    return _follow(args.job, args.task, args.backend, args.follow, _options(args))
+
+
+def _list(args: argparse.Namespace) -> int:
+    from toolkit.jobs import api
+    from toolkit.jobs.views import format_list
+    records = api.list_jobs(backend=args.backend, **_options(args))
+    if args.format == "json":
+        print(json.dumps([r.to_dict() for r in records], indent=2))
+    elif records:
+        print(format_list(records))
+    else:
+        print("Listed 0 items.", file=sys.stderr)
+    return EXIT_OK
+
+
+def _describe(args: argparse.Namespace) -> int:
+    from toolkit.jobs import api
+    from toolkit.jobs.views import format_record
+    record = api.describe(args.job, backend=args.backend, **_options(args))
+    print(json.dumps(record.to_dict(), indent=2) if args.format == "json" else format_record(record))
+    return EXIT_OK
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from toolkit.jobs import api
+    record = api.cancel(args.job, backend=args.backend, timeout=args.timeout, **_options(args))
+    print(f"Job [{args.job}] is {record.state}.")
+    return EXIT_OK if record.is_final else EXIT_FAILED

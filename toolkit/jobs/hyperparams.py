@@ -1,0 +1,193 @@
+"""The ``trainingInput.hyperparameters`` block: a tuning study, parsed and checked.
+
+Tuning itself (Optuna trials, each trial a job) comes later; parsing now means a
+spec that will need tuning is rejected today with a precise message instead of
+being run once with its defaults, and the shape is fixed for the tuner.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from toolkit.jobs._fields import FieldReader
+
+__all__ = ["HyperparameterSpec", "ParameterSpec", "read_hyperparameters"]
+
+GOALS = ("MAXIMIZE", "MINIMIZE")
+ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")
+PARAM_TYPES = ("DOUBLE", "INTEGER", "CATEGORICAL", "DISCRETE")
+SCALE_TYPES = ("NONE", "UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
+DEFAULT_METRIC_TAG = "training/hptuning/metric"
+_STUDY_KEYS = ("goal", "hyperparameterMetricTag", "maxTrials", "maxParallelTrials",
+               "maxFailedTrials", "algorithm", "params", "enableTrialEarlyStopping",
+               "resumePreviousJobId")
+_PARAM_KEYS = ("parameterName", "type", "minValue", "maxValue", "categoricalValues",
+               "discreteValues", "scaleType")
+_PARAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class ParameterSpec:
+    """One tuned parameter; passed to the trainer as ``--<parameter_name>=<value>``."""
+
+    parameter_name: str
+    type: str
+    min_value: float | None = None
+    max_value: float | None = None
+    categorical_values: tuple[str, ...] = ()
+    discrete_values: tuple[float, ...] = ()
+    scale_type: str = "NONE"
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"parameterName": self.parameter_name, "type": self.type}
+        if self.min_value is not None:
+            doc["minValue"], doc["maxValue"] = self.min_value, self.max_value
+        if self.categorical_values:
+            doc["categoricalValues"] = list(self.categorical_values)
+        if self.discrete_values:
+            doc["discreteValues"] = list(self.discrete_values)
+        if self.scale_type != "NONE":
+            doc["scaleType"] = self.scale_type
+        return doc
+
+
+@dataclass(frozen=True)
+class HyperparameterSpec:
+    """A tuning study: what to optimise, how many trials, and the search space."""
+
+    goal: str
+    params: tuple[ParameterSpec, ...]
+    hyperparameter_metric_tag: str = DEFAULT_METRIC_TAG
+    max_trials: int = 1
+    max_parallel_trials: int = 1
+    max_failed_trials: int = 0
+    algorithm: str = "ALGORITHM_UNSPECIFIED"
+    enable_trial_early_stopping: bool = False
+    resume_previous_job_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "goal": self.goal, "hyperparameterMetricTag": self.hyperparameter_metric_tag,
+            "maxTrials": self.max_trials, "maxParallelTrials": self.max_parallel_trials,
+            "maxFailedTrials": self.max_failed_trials, "algorithm": self.algorithm,
+            "params": [p.to_dict() for p in self.params],
+        }
+        if self.enable_trial_early_stopping:
+            doc["enableTrialEarlyStopping"] = True
+        if self.resume_previous_job_id:
+            doc["resumePreviousJobId"] = self.resume_previous_job_id
+        return doc
+
+
+def read_hyperparameters(reader: FieldReader, value: object, path: str) -> HyperparameterSpec | None:
+    """Parses the block at ``path``; problems go to ``reader``; None if absent or invalid."""
+    if value is None:
+        return None
+    doc = reader.mapping(value, path)
+    reader.check_keys(doc, path, _STUDY_KEYS)
+    goal = reader.choice(doc, "goal", path, GOALS, default=None)
+    if "goal" not in doc:
+        reader.missing(f"{path}.goal", f"one of {', '.join(GOALS)}",
+                     "Say whether the metric should go up (MAXIMIZE) or down (MINIMIZE).")
+    max_trials = reader.integer(doc, "maxTrials", path, default=1, minimum=1)
+    max_parallel = reader.integer(doc, "maxParallelTrials", path, default=1, minimum=1)
+    if max_parallel and max_trials and max_parallel > max_trials:
+        reader.warn(f"{path}.maxParallelTrials",
+                    f"is {max_parallel} but maxTrials is {max_trials}; at most {max_trials} run at once.")
+    study = dict(
+        hyperparameter_metric_tag=reader.string(doc, "hyperparameterMetricTag", path) or DEFAULT_METRIC_TAG,
+        max_trials=max_trials, max_parallel_trials=max_parallel,
+        max_failed_trials=reader.integer(doc, "maxFailedTrials", path, default=0, minimum=0),
+        algorithm=reader.choice(doc, "algorithm", path, ALGORITHMS, default="ALGORITHM_UNSPECIFIED"),
+        enable_trial_early_stopping=reader.boolean(doc, "enableTrialEarlyStopping", path, default=False),
+        resume_previous_job_id=reader.string(doc, "resumePreviousJobId", path),
+    )
+    params = _read_params(reader, doc.get("params"), f"{path}.params")
+    if study["algorithm"] == "GRID_SEARCH":
+        for i, param in enumerate(params):
+            if param.type == "DOUBLE":
+                reader.fail(f"{path}.params[{i}].type",
+                            f"is DOUBLE, which GRID_SEARCH cannot enumerate. Use INTEGER, DISCRETE or "
+                            f"CATEGORICAL for {param.parameter_name!r}, or algorithm RANDOM_SEARCH.")
+    if goal is None or not params:
+        return None
+    return HyperparameterSpec(goal=goal, params=params, **study)
+
+
+def _read_params(reader: FieldReader, value: object, path: str) -> tuple[ParameterSpec, ...]:
+    if not isinstance(value, list) or not value:
+        reader.error(path, value, "a non-empty list of parameters",
+                     "Add at least one item with parameterName and type.")
+        return ()
+    params, seen = [], set()
+    for i, item in enumerate(value):
+        param = _read_param(reader, reader.mapping(item, f"{path}[{i}]"), f"{path}[{i}]")
+        if param is None:
+            continue
+        if param.parameter_name in seen:
+            reader.fail(f"{path}[{i}].parameterName",
+                        f"{param.parameter_name!r} is listed twice; each parameter needs a unique name.")
+        seen.add(param.parameter_name)
+        params.append(param)
+    return tuple(params)
+
+
+def _read_param(reader: FieldReader, doc: Mapping[str, Any], path: str) -> ParameterSpec | None:
+    reader.check_keys(doc, path, _PARAM_KEYS)
+    before = len(reader.problems)
+    name = reader.string(doc, "parameterName", path, pattern=_PARAM_NAME,
+                         expected="a name of letters, digits and '_' starting with a letter",
+                         fix="It becomes the trainer flag --<parameterName>.")
+    if "parameterName" not in doc:
+        reader.missing(f"{path}.parameterName", "a parameter name", "Add `parameterName: learning_rate`.")
+    kind = reader.choice(doc, "type", path, PARAM_TYPES, default=None)
+    if "type" not in doc:
+        reader.missing(f"{path}.type", f"one of {', '.join(PARAM_TYPES)}", "Add the parameter's type.")
+    scale = reader.choice(doc, "scaleType", path, SCALE_TYPES, default="NONE")
+    fields: dict[str, Any] = {}
+    if kind in ("DOUBLE", "INTEGER"):
+        fields = _read_range(reader, doc, path, kind, scale)
+    elif kind == "CATEGORICAL":
+        values = reader.string_list(doc, "categoricalValues", path)
+        if not values or len(set(values)) != len(values):
+            reader.error(f"{path}.categoricalValues", doc.get("categoricalValues"),
+                         "a non-empty list of distinct strings", "List each choice once.")
+        fields = {"categorical_values": values}
+    elif kind == "DISCRETE":
+        fields = {"discrete_values": _read_discrete(reader, doc.get("discreteValues"), path)}
+    if kind in ("CATEGORICAL", "DISCRETE") and scale != "NONE":
+        reader.fail(f"{path}.scaleType", f"is {scale}, but scaleType applies only to DOUBLE and "
+                                         "INTEGER parameters. Remove it.")
+    if len(reader.problems) != before or name is None or kind is None:
+        return None
+    return ParameterSpec(parameter_name=name, type=kind, scale_type=scale or "NONE", **fields)
+
+
+def _read_range(reader: FieldReader, doc: Mapping[str, Any], path: str, kind: str,
+                scale: str | None) -> dict[str, Any]:
+    low, high = reader.number(doc, "minValue", path), reader.number(doc, "maxValue", path)
+    for key, number in (("minValue", low), ("maxValue", high)):
+        if key not in doc:
+            reader.missing(f"{path}.{key}", f"a number ({kind} parameters need a range)",
+                         f"Add `{key}`.")
+        elif kind == "INTEGER" and number is not None and not float(number).is_integer():
+            reader.error(f"{path}.{key}", doc[key], "a whole number for an INTEGER parameter",
+                         "Use a whole number, or make the parameter DOUBLE.")
+    if low is not None and high is not None and low >= high:
+        reader.fail(f"{path}.minValue", f"is {low:g} but maxValue is {high:g}; minValue must be "
+                                        "smaller. Swap them or widen the range.")
+    if scale in ("UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE") and low is not None and low <= 0:
+        reader.fail(f"{path}.minValue", f"is {low:g}, but {scale} needs a range above 0. "
+                                        "Raise minValue or use UNIT_LINEAR_SCALE.")
+    return {"min_value": low, "max_value": high}
+
+
+def _read_discrete(reader: FieldReader, value: object, path: str) -> tuple[float, ...]:
+    ok = isinstance(value, list) and value and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    if not ok or sorted(set(value)) != list(value):
+        reader.error(f"{path}.discreteValues", value, "a non-empty list of numbers in increasing order",
+                     "List each value once, smallest first.")
+        return ()
+    return tuple(float(v) for v in value)

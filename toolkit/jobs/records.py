@@ -1,0 +1,90 @@
+"""What ``describe`` and ``list`` return: immutable snapshots of a job.
+
+The same record type serves both backends, so the CLI prints a local job and a
+TFJob the same way; backend-specific facts (a manifest path, a namespace) go in
+``details``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import types
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from toolkit.jobs.states import JobState
+
+__all__ = ["JobRecord", "TaskRecord", "StateChange", "iso_time"]
+
+
+def iso_time(ts: float | None) -> str | None:
+    """A UNIX timestamp as ISO 8601 UTC (``2026-11-21T10:00:00Z``), or None."""
+    if ts is None:
+        return None
+    return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One task of a job (``worker-1``): its process, restarts and how it ended."""
+
+    name: str
+    state: str
+    pid: int | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    log_path: str | None = None
+    updated_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "state": self.state, "pid": self.pid, "restarts": self.restarts,
+                "exitCode": self.exit_code, "logPath": self.log_path,
+                "updateTime": iso_time(self.updated_at)}
+
+
+@dataclass(frozen=True)
+class StateChange:
+    state: JobState
+    at: float
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": str(self.state), "time": iso_time(self.at), "message": self.message}
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as last seen by its backend."""
+
+    name: str
+    backend: str
+    state: JobState
+    spec: Mapping[str, Any]
+    created_at: float
+    job_dir: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    warnings: tuple[str, ...] = ()
+    tasks: tuple[TaskRecord, ...] = ()
+    history: tuple[StateChange, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=lambda: types.MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", JobState(self.state))
+        object.__setattr__(self, "details", types.MappingProxyType(dict(self.details)))
+
+    @property
+    def is_final(self) -> bool:
+        return self.state.is_final
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view shaped like CMLE's Job resource (``jobId``, ``state``, times)."""
+        return {
+            "jobId": self.name, "backend": self.backend, "state": str(self.state),
+            "createTime": iso_time(self.created_at), "startTime": iso_time(self.started_at),
+            "endTime": iso_time(self.ended_at), "errorMessage": self.error, "exitCode": self.exit_code,
+            "jobDir": self.job_dir, "warnings": list(self.warnings),
+            "tasks": [t.to_dict() for t in self.tasks], "history": [h.to_dict() for h in self.history],
+            "details": dict(self.details), **dict(self.spec),
+        }

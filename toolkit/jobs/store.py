@@ -1,0 +1,229 @@
+"""Job records in SQLite under ``$TFDIST_HOME`` (default ``~/.tfdist``).
+
+SQLite because several processes write at once: the CLI submitting, a detached
+supervisor per job moving it through its states, ``cancel`` from another
+terminal. WAL mode lets readers proceed while one writer commits; every state
+change runs in ``BEGIN IMMEDIATE`` so the read-check-write of a transition is
+atomic across processes. Each call opens its own connection, which keeps the
+store safe to use from the launcher's reader threads.
+
+Layout::
+
+    $TFDIST_HOME/jobs.db              jobs, tasks, state history, tuning trials
+    $TFDIST_HOME/jobs/<name>/         one directory per job (logs, outputs)
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from toolkit.jobs.errors import JobExistsError, JobNotFoundError
+from toolkit.jobs.names import validate_job_name
+from toolkit.jobs.records import JobRecord, StateChange, TaskRecord
+from toolkit.jobs.states import JobState, check_transition
+
+__all__ = ["JobStore", "SupervisorInfo", "default_home"]
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY, backend TEXT NOT NULL, state TEXT NOT NULL, spec TEXT NOT NULL,
+    job_dir TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, started_at REAL, ended_at REAL,
+    error TEXT, exit_code INTEGER, warnings TEXT NOT NULL DEFAULT '[]', details TEXT NOT NULL DEFAULT '{}',
+    supervisor_pid INTEGER, supervisor_start INTEGER, supervisor_host TEXT, heartbeat_at REAL,
+    parent_job TEXT REFERENCES jobs(name));
+CREATE TABLE IF NOT EXISTS tasks (
+    job TEXT NOT NULL REFERENCES jobs(name), name TEXT NOT NULL, state TEXT NOT NULL,
+    pid INTEGER, pid_start INTEGER, restarts INTEGER NOT NULL DEFAULT 0, exit_code INTEGER,
+    log_path TEXT, updated_at REAL NOT NULL, PRIMARY KEY (job, name));
+CREATE TABLE IF NOT EXISTS history (
+    job TEXT NOT NULL REFERENCES jobs(name), state TEXT NOT NULL, at REAL NOT NULL, message TEXT);
+CREATE TABLE IF NOT EXISTS trials (
+    job TEXT NOT NULL REFERENCES jobs(name), trial_id INTEGER NOT NULL, state TEXT NOT NULL,
+    params TEXT NOT NULL, objective REAL, trial_job TEXT REFERENCES jobs(name),
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (job, trial_id));
+CREATE INDEX IF NOT EXISTS history_job ON history (job, at);
+"""
+
+
+def default_home(environ: Mapping[str, str] | None = None) -> Path:
+    """``$TFDIST_HOME``, or ``~/.tfdist``: the one place the store's location is read."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get("TFDIST_HOME") or "~/.tfdist").expanduser()
+
+
+@dataclass(frozen=True)
+class SupervisorInfo:
+    """Who runs a local job, so a later reader can tell whether it is still alive."""
+
+    pid: int | None
+    start_ticks: int | None
+    host: str | None
+    heartbeat_at: float | None
+
+
+class JobStore:
+    """The job database of one tfdist home."""
+
+    def __init__(self, home: str | Path | None = None, *, timeout: float = 30.0) -> None:
+        self.home = Path(home) if home is not None else default_home()
+        self.path = self.home / "jobs.db"
+        self._timeout = timeout
+        self.home.mkdir(parents=True, exist_ok=True)
+        with contextlib.closing(self._open()) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def job_dir(self, name: str) -> Path:
+        """The job's directory; the name is validated because it becomes a path."""
+        return self.home / "jobs" / validate_job_name(name)
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with contextlib.closing(self._open()) as conn, _immediate(conn):
+            yield conn
+
+    def create(self, name: str, *, backend: str, spec: Mapping[str, Any], warnings: tuple[str, ...] = (),
+               details: Mapping[str, Any] | None = None, parent_job: str | None = None) -> JobRecord:
+        """Inserts a QUEUED job; raises JobExistsError if the name is taken."""
+        job_dir = self.job_dir(name)
+        now = time.time()
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    "INSERT INTO jobs (name, backend, state, spec, job_dir, created_at, updated_at, "
+                    "warnings, details, parent_job) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (name, backend, JobState.QUEUED.value, json.dumps(dict(spec)), str(job_dir), now, now,
+                     json.dumps(list(warnings)), json.dumps(dict(details or {})), parent_job))
+                conn.execute("INSERT INTO history (job, state, at, message) VALUES (?, ?, ?, ?)",
+                             (name, JobState.QUEUED.value, now, "submitted"))
+        except sqlite3.IntegrityError as exc:
+            raise JobExistsError(f"a job named {name!r} already exists (state {self.get(name).state}); "
+                                 "job names are unique. Pick another name.") from exc
+        return self.get(name)
+
+    def get(self, name: str) -> JobRecord:
+        with contextlib.closing(self._open()) as conn:
+            row = conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise JobNotFoundError(f"no job named {name!r} in {self.path}. "
+                                       "Run `tfdist jobs list` to see the jobs.")
+            tasks = conn.execute("SELECT * FROM tasks WHERE job = ? ORDER BY name", (name,)).fetchall()
+            history = conn.execute("SELECT * FROM history WHERE job = ? ORDER BY at, rowid", (name,)).fetchall()
+        return _record(row, tasks, history)
+
+    def names(self, *, backend: str | None = None) -> list[str]:
+        """Job names, newest first."""
+        query, args = "SELECT name FROM jobs", ()
+        if backend is not None:
+            query, args = query + " WHERE backend = ?", (backend,)
+        with contextlib.closing(self._open()) as conn:
+            rows = conn.execute(query + " ORDER BY created_at DESC", args).fetchall()
+        return [r["name"] for r in rows]
+
+    def transition(self, name: str, new: JobState | str, *, message: str | None = None,
+                   error: str | None = None, exit_code: int | None = None) -> JobRecord:
+        """Moves the job to ``new`` atomically; raises JobStateError if that is not allowed now."""
+        now = time.time()
+        with self._write() as conn:
+            row = conn.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise JobNotFoundError(f"no job named {name!r} in {self.path}.")
+            new = check_transition(name, row["state"], new)
+            sets = {"state": new.value, "updated_at": now}
+            if new is JobState.RUNNING:
+                sets["started_at"] = now
+            if new.is_final:
+                sets["ended_at"] = now
+            if error is not None:
+                sets["error"] = error
+            if exit_code is not None:
+                sets["exit_code"] = exit_code
+            conn.execute(f"UPDATE jobs SET {', '.join(f'{k} = ?' for k in sets)} WHERE name = ?",
+                         (*sets.values(), name))
+            conn.execute("INSERT INTO history (job, state, at, message) VALUES (?, ?, ?, ?)",
+                         (name, new.value, now, message or error))
+        return self.get(name)
+
+    def update_details(self, name: str, **details: Any) -> None:
+        """Merges backend-specific facts (namespace, manifest path, ...) into the record."""
+        with self._write() as conn:
+            row = conn.execute("SELECT details FROM jobs WHERE name = ?", (name,)).fetchone()
+            merged = {**json.loads(row["details"]), **details}
+            conn.execute("UPDATE jobs SET details = ?, updated_at = ? WHERE name = ?",
+                         (json.dumps(merged), time.time(), name))
+
+    def set_supervisor(self, name: str, *, pid: int, start_ticks: int | None, host: str) -> None:
+        with self._write() as conn:
+            conn.execute("UPDATE jobs SET supervisor_pid = ?, supervisor_start = ?, supervisor_host = ?, "
+                         "heartbeat_at = ? WHERE name = ?", (pid, start_ticks, host, time.time(), name))
+
+    def heartbeat(self, name: str) -> None:
+        with self._write() as conn:
+            conn.execute("UPDATE jobs SET heartbeat_at = ? WHERE name = ?", (time.time(), name))
+
+    def supervisor(self, name: str) -> SupervisorInfo:
+        with contextlib.closing(self._open()) as conn:
+            row = conn.execute("SELECT supervisor_pid, supervisor_start, supervisor_host, heartbeat_at "
+                               "FROM jobs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise JobNotFoundError(f"no job named {name!r} in {self.path}.")
+        return SupervisorInfo(*row)
+
+    def update_task(self, job: str, task: str, *, state: str, **fields: Any) -> None:
+        """Creates or updates one task row; ``fields`` are pid, pid_start, restarts, exit_code, log_path."""
+        allowed = {"pid", "pid_start", "restarts", "exit_code", "log_path"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise TypeError(f"update_task got unknown fields {sorted(unknown)}; valid: {sorted(allowed)}")
+        values = {"state": state, "updated_at": time.time(), **fields}
+        with self._write() as conn:
+            conn.execute("INSERT OR IGNORE INTO tasks (job, name, state, updated_at) VALUES (?, ?, ?, ?)",
+                         (job, task, state, values["updated_at"]))
+            conn.execute(f"UPDATE tasks SET {', '.join(f'{k} = ?' for k in values)} WHERE job = ? AND name = ?",
+                         (*values.values(), job, task))
+
+    def task_processes(self, job: str) -> list[tuple[str, int, int | None]]:
+        """``(task, pid, start_ticks)`` of every task that ever had a process."""
+        with contextlib.closing(self._open()) as conn:
+            rows = conn.execute("SELECT name, pid, pid_start FROM tasks WHERE job = ? AND pid IS NOT NULL",
+                                (job,)).fetchall()
+        return [(r["name"], r["pid"], r["pid_start"]) for r in rows]
+
+
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction that takes the lock up front, so read-check-write is atomic."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _record(row: sqlite3.Row, tasks: list[sqlite3.Row], history: list[sqlite3.Row]) -> JobRecord:
+    return JobRecord(
+        name=row["name"], backend=row["backend"], state=JobState(row["state"]), spec=json.loads(row["spec"]),
+        created_at=row["created_at"], job_dir=row["job_dir"], started_at=row["started_at"],
+        ended_at=row["ended_at"], error=row["error"], exit_code=row["exit_code"],
+        warnings=tuple(json.loads(row["warnings"])), details=json.loads(row["details"]),
+        tasks=tuple(TaskRecord(name=t["name"], state=t["state"], pid=t["pid"], restarts=t["restarts"],
+                               exit_code=t["exit_code"], log_path=t["log_path"], updated_at=t["updated_at"])
+                    for t in tasks),
+        history=tuple(StateChange(JobState(h["state"]), h["at"], h["message"]) for h in history),
+    )
