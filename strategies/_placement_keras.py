@@ -9,7 +9,8 @@ make placement follow the map wherever building happens:
   device, which also covers functional models whose layers are built while
   the model is being constructed;
 * a per-instance wrapper of ``layer.call`` so the layer's forward ops run on
-  its device, including inside ``model.fit``'s traced function;
+  its device, including inside ``model.fit``'s traced function, and so do its
+  backward ops (a custom gradient differentiates the call on that device);
 * a per-instance wrapper of the optimizer's ``add_variable_from_reference`` so
   slot variables land next to their variable. (Keras asks the strategy to
   colocate them, which does nothing in eager mode under the default
@@ -25,6 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 import keras
 import tensorflow as tf
 from keras.src.backend.common import global_state
+from tensorflow.python.eager import record
 
 from strategies._placement import variable_device
 
@@ -162,11 +164,51 @@ def placing_variables(
         yield
 
 
-def pin_call(layer: Any, device: str) -> None:
-    """Makes ``layer``'s forward ops run on ``device`` (idempotent)."""
+def _call_with_gradients_on(device: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Calls ``original`` so that its *backward* ops also run on ``device``.
+
+    TensorFlow places gradient ops wherever the ``tape.gradient`` call is
+    (CPU:0), whatever device the forward op had. Wrapping the call in a
+    custom gradient that differentiates it under ``tf.device(device)`` keeps
+    each stage's backward pass, and its activations, on the stage's device.
+    Only floating tensors are differentiated; other arguments are closed over.
+    """
+    flat = tf.nest.flatten((args, kwargs))
+    slots = [i for i, x in enumerate(flat) if tf.is_tensor(x) and not isinstance(x, keras.KerasTensor)
+             and x.dtype.is_floating]
+    if not slots or not record.could_possibly_record():
+        return original(*args, **kwargs)
+
+    @tf.custom_gradient
+    def staged(*tensors: tf.Tensor) -> Any:
+        full = list(flat)
+        for i, tensor in zip(slots, tensors):
+            full[i] = tensor
+        call_args, call_kwargs = tf.nest.pack_sequence_as((args, kwargs), full)
+        with tf.GradientTape() as tape:
+            tape.watch(tensors)
+            outputs = original(*call_args, **call_kwargs)
+        flat_outputs = tf.nest.flatten(outputs)
+
+        def grad(*upstream: tf.Tensor, variables: Sequence[tf.Variable] | None = None) -> Any:
+            variables = list(variables or ())
+            with tf.device(device):
+                grads = tape.gradient(flat_outputs, list(tensors) + variables, output_gradients=list(upstream))
+            return grads[: len(tensors)], grads[len(tensors):]
+
+        return outputs, grad
+
+    return staged(*[flat[i] for i in slots])
+
+
+def pin_call(layer: Any, device: str, *, gradients: bool = True) -> None:
+    """Makes ``layer``'s forward (and, with ``gradients``, backward) ops run on ``device``.
+
+    Idempotent: pinning again to the same device does nothing.
+    """
     original = layer.call
     pinned = getattr(original, _PINNED_ATTR, None)
-    if pinned == device:
+    if pinned == (device, gradients):
         return
     if pinned is not None:  # re-pinning: wrap the layer's own call, not our wrapper
         original = original.__wrapped__
@@ -174,9 +216,11 @@ def pin_call(layer: Any, device: str) -> None:
     @functools.wraps(original)
     def call(*args: Any, **kwargs: Any) -> Any:
         with tf.device(device):
+            if gradients:
+                return _call_with_gradients_on(device, original, args, kwargs)
             return original(*args, **kwargs)
 
-    setattr(call, _PINNED_ATTR, device)
+    setattr(call, _PINNED_ATTR, (device, gradients))
     layer.call = call
 
 

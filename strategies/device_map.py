@@ -108,11 +108,14 @@ class DeviceMap:
         rules: ``{pattern: device}`` in priority order (stored as pairs).
         default: device of unmapped layers; ``None`` leaves them to TensorFlow.
         syntax: ``"auto"`` (glob or regex), ``"glob"`` or ``"regex"``.
+        place_gradients: also run each layer's backward ops on its device
+            (TensorFlow would put them all where ``tape.gradient`` runs).
     """
 
     rules: tuple[tuple[str, str], ...]
     default: str | None = dataclasses.field(default=None, kw_only=True)
     syntax: str = dataclasses.field(default="auto", kw_only=True)
+    place_gradients: bool = dataclasses.field(default=True, kw_only=True)
     _matchers: tuple[Callable[[str], bool], ...] = dataclasses.field(
         init=False, repr=False, compare=False
     )
@@ -271,12 +274,12 @@ class DeviceMap:
 
     def _pin_calls(self, model: Any) -> None:
         if self.default is not None:
-            pk.pin_call(model, resolve_device(self.default, field="default"))
+            pk.pin_call(model, resolve_device(self.default, field="default"), gradients=self.place_gradients)
         for node in pk.layer_tree(model):
             device, _ = self.device_for(node)
             parent = self.device_for(node.ancestors[-1])[0] if node.ancestors else self.default
             if device is not None and device != parent:
-                pk.pin_call(node.layer, resolve_device(device, field=node.path))
+                pk.pin_call(node.layer, resolve_device(device, field=node.path), gradients=self.place_gradients)
 
     # ------------------------------------------------------------ verification
     def verify(self, model: Any, *, optimizer: Any = None) -> None:

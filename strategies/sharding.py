@@ -36,7 +36,6 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.trackable import base as trackable
 
-from strategies._cluster import device as task_device
 from strategies._device_map_report import render_table
 from strategies._placement import describe_bytes, resolve_device
 from strategies._sharding_checkpoint import table_saveables
@@ -61,7 +60,7 @@ _BIG_TABLE_BYTES = 64 << 20  # a table this large left unsharded deserves a warn
 
 def ps_devices(cfg: Any) -> list[str]:
     """The CPU device of every ps task of a ``tf_config.TFConfig``."""
-    return [task_device("ps", i) for i in range(cfg.num_ps)]
+    return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(cfg.num_ps)]
 
 
 def _ps_strategy() -> Any | None:
@@ -69,7 +68,7 @@ def _ps_strategy() -> Any | None:
     if not tf.distribute.has_strategy():
         return None
     strategy = tf.distribute.get_strategy()
-    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+    if isinstance(strategy, tf.distribute.ParameterServerStrategy):
         return strategy
     raise ShardingError("strategy", (
         f"sharded tables work without a strategy or under ParameterServerStrategy; the current "
