@@ -41,7 +41,10 @@ class Backend(Protocol):
 
 def _local(store: JobStore, **options: Any) -> Backend:
     from toolkit.jobs.local import LocalBackend
-    return LocalBackend(store, **options)
+    if options:
+        raise JobSpecError([Problem("error", f"--{sorted(options)[0]}", "applies to the kubernetes backend only; "
+                                    "remove it or pass --backend kubernetes.")])
+    return LocalBackend(store)
 
 
 def _kubernetes(store: JobStore, **options: Any) -> Backend:

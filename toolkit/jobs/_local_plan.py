@@ -1,0 +1,176 @@
+"""Turns a JobSpec into what the local backend runs: argv, counts, paths, warnings.
+
+Everything that can be wrong about running a spec *here* (a gs:// package, a
+missing --package-path, more tasks than this machine holds) is found at
+``submit`` time, before a supervisor starts, so the user sees it at once.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from toolkit.jobs.errors import JobSpecError, Problem
+from toolkit.jobs.spec import JobSpec
+
+_URI = re.compile(r"[a-z][a-z0-9+.-]*://")
+MIB_PER_TASK = 650  # an MWMS worker's RSS after importing TensorFlow (see the platform notes)
+TASKS_PER_CPU = 4
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    """Everything the supervisor needs, stored with the job so it never re-reads the spec."""
+
+    module: str
+    args: tuple[str, ...]
+    counts: dict[str, int]
+    primary: str
+    pythonpath: tuple[str, ...]
+    cwd: str
+    python: str
+    timeout: int | None
+    training_input: dict[str, Any]
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.python, "-m", self.module, *self.args]
+
+    @property
+    def task_names(self) -> list[str]:
+        return [f"{kind}-{i}" for kind, n in self.counts.items() for i in range(n)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "LocalPlan":
+        return cls(**{**doc, "args": tuple(doc["args"]), "pythonpath": tuple(doc["pythonpath"])})
+
+
+def local_capacity() -> tuple[int, str]:
+    """How many TensorFlow tasks this machine holds, and why (for the scale-down warning)."""
+    cpus = os.cpu_count() or 1
+    try:
+        mem_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+    except (ValueError, OSError, AttributeError):
+        mem_mib = cpus * TASKS_PER_CPU * MIB_PER_TASK
+    capacity = max(2, min(cpus * TASKS_PER_CPU, mem_mib // MIB_PER_TASK))
+    return capacity, (f"{cpus} CPUs and {mem_mib // 1024} GiB hold {capacity} tasks "
+                      f"({TASKS_PER_CPU} per CPU, {MIB_PER_TASK} MiB each)")
+
+
+def _scaled(counts: dict[str, int], capacity: int) -> dict[str, int]:
+    """Shrinks workers and ps in proportion, keeping the primary and at least one of each."""
+    primary = next(iter(counts))
+    workers, ps = counts.get("worker", 0), counts.get("ps", 0)
+    room = capacity - 1 - counts.get("evaluator", 0)
+    new_ps = max(1, round(room * ps / (workers + ps))) if ps else 0
+    new_workers = max(1, room - new_ps) if workers else 0
+    scaled = {primary: 1, "worker": new_workers, "ps": new_ps, "evaluator": counts.get("evaluator", 0)}
+    return {k: v for k, v in scaled.items() if v}
+
+
+def _describe_counts(counts: dict[str, int]) -> str:
+    return " + ".join(f"{n} {k}" for k, n in counts.items())
+
+
+def plan_local(spec: JobSpec, *, cwd: Path, python: str = sys.executable) -> tuple[LocalPlan, list[str]]:
+    """The local run of ``spec``; raises JobSpecError for what cannot run here."""
+    ti = spec.training_input
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    if ti.python_module is None:
+        problems.append(Problem("error", "trainingInput.pythonModule", "is missing; the local backend runs "
+                                "`python -m MODULE` and cannot run a container image. Pass --module-name, or "
+                                "use --backend kubernetes."))
+    pythonpath, run_dir = _package_paths(ti, cwd, problems)
+    args = list(ti.args)
+    if ti.job_dir:
+        if _URI.match(ti.job_dir):
+            problems.append(Problem("error", "trainingInput.jobDir", f"received {ti.job_dir!r}; the local "
+                                    "backend writes to this machine's disk. Pass --job-dir with a local path."))
+        args += ["--job-dir", str((cwd / ti.job_dir).resolve())]
+    if problems:
+        raise JobSpecError(problems)
+    counts = ti.task_counts
+    capacity, why = local_capacity()
+    if sum(counts.values()) > capacity:
+        if ti.scale_tier == "CUSTOM":
+            warnings.append(f"{_describe_counts(counts)} is more than this machine holds ({why}); "
+                            "expect it to be slow or to run out of memory.")
+        else:
+            scaled = _scaled(counts, capacity)
+            warnings.append(f"scaleTier {ti.scale_tier} means {_describe_counts(counts)}; {why}, so the local "
+                            f"backend runs {_describe_counts(scaled)}. Use scaleTier CUSTOM to choose counts.")
+            counts = scaled
+    warnings += _ignored_fields(spec)
+    plan = LocalPlan(module=ti.python_module, args=tuple(args), counts=counts, primary=ti.primary_task_type,
+                     pythonpath=tuple(pythonpath), cwd=str(run_dir), python=python,
+                     timeout=ti.max_running_seconds, training_input=ti.to_dict())
+    return plan, warnings
+
+
+def _package_paths(ti, cwd: Path, problems: list[Problem]) -> tuple[list[str], Path]:
+    """PYTHONPATH entries and the working directory (gcloud runs in the package's parent)."""
+    paths: list[str] = []
+    run_dir = cwd
+    if ti.package_path:
+        package = (cwd / ti.package_path).resolve()
+        if not package.is_dir():
+            problems.append(Problem("error", "--package-path", f"received {ti.package_path!r}, which is not a "
+                                    f"directory (resolved to {package}). Point it at the trainer package."))
+        elif ti.python_module and ti.python_module.split(".")[0] != package.name:
+            problems.append(Problem("error", "--module-name", f"received {ti.python_module!r}, but "
+                                    f"--package-path is the package {package.name!r}; the module must be inside "
+                                    f"it. Use --module-name {package.name}.<module>."))
+        paths.append(str(package.parent))
+        run_dir = package.parent
+    for i, uri in enumerate(ti.package_uris):
+        where = f"trainingInput.packageUris[{i}]"
+        path = (cwd / uri).resolve()
+        if _URI.match(uri):
+            problems.append(Problem("error", where, f"received {uri!r}; the local backend has no network access "
+                                    "to fetch packages. Pass --package-path DIR or a local .whl, .zip or directory."))
+        elif not path.exists():
+            problems.append(Problem("error", where, f"received {uri!r}, which does not exist (resolved to {path})."))
+        elif path.is_dir() or path.suffix in (".whl", ".zip"):
+            paths.append(str(path))  # pure-Python wheels and zips import straight from the archive
+        else:
+            problems.append(Problem("error", where, f"received {uri!r}; a source archive must be installed "
+                                    "first (pip install it) or passed as --package-path DIR."))
+    return paths, run_dir
+
+
+def _ignored_fields(spec: JobSpec) -> list[str]:
+    ti = spec.training_input
+    notes = []
+    if ti.region:
+        notes.append(f"region {ti.region!r} is recorded; the local backend runs on this machine.")
+    machines = sorted({r.machine_type for r in ti.replicas().values() if r.machine_type})
+    if machines and ti.scale_tier == "CUSTOM":
+        notes.append(f"machine types ({', '.join(machines)}) are recorded; locally every task is a process "
+                     "sharing this machine.")
+    if any(r.accelerator_count for r in ti.replicas().values()) or ti.scale_tier == "BASIC_GPU" or any(
+            (r.machine_type or "").endswith(("gpu", "p100", "v100")) for r in ti.replicas().values()):
+        notes.append("GPUs are requested; the local backend uses whatever devices TensorFlow finds here.")
+    if any(r.image_uri for r in ti.replicas().values()):
+        notes.append("imageUri is recorded; the local backend runs this machine's Python environment.")
+    installed = _installed_tf()
+    if ti.runtime_version and installed and not installed.startswith(f"{ti.runtime_version}."):
+        notes.append(f"runtimeVersion {ti.runtime_version} is requested; this environment has TensorFlow {installed}.")
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if ti.python_version and ti.python_version != here:
+        notes.append(f"pythonVersion {ti.python_version} is requested; the local backend runs Python {here}.")
+    return notes
+
+
+def _installed_tf() -> str | None:
+    try:
+        return version("tensorflow")
+    except PackageNotFoundError:
+        return None

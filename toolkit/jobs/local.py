@@ -1,0 +1,156 @@
+"""The local backend: each job runs as processes on this machine, under a detached supervisor.
+
+``submit`` records the job (QUEUED) and starts ``python -m toolkit.jobs.supervisor
+<job>`` in its own session, with its output in ``supervisor.log``, then returns.
+The supervisor runs the tasks through the launcher and keeps the record
+current. Anyone can look at the job later: ``describe`` notices a supervisor
+that died (its pid is gone and its heartbeat stale), stops the tasks it left
+behind and marks the job FAILED, so no job stays RUNNING forever.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import toolkit
+from toolkit.jobs import logs
+from toolkit.jobs._local_plan import LocalPlan, plan_local
+from toolkit.jobs._procs import is_alive, signal_group, start_ticks, stop_groups
+from toolkit.jobs.errors import BackendError, JobSpecError, JobStateError, Problem
+from toolkit.jobs.records import JobRecord
+from toolkit.jobs.spec import JobSpec
+from toolkit.jobs.states import JobState
+from toolkit.jobs.store import JobStore
+
+__all__ = ["LocalBackend", "HEARTBEAT_INTERVAL"]
+
+_log = logging.getLogger(__name__)
+HEARTBEAT_INTERVAL = 2.0  # seconds between supervisor heartbeats
+_STALE_BEATS = 3          # heartbeats missed before a supervisor with a dead pid counts as dead
+_REMOTE_STALE = 60.0      # a supervisor on another host is dead only after this long without a beat
+
+
+def refuse_tuning(spec: JobSpec) -> None:
+    if spec.training_input.hyperparameters is not None:
+        raise JobSpecError([Problem("error", "trainingInput.hyperparameters",
+                                    "hyperparameter tuning is not supported yet. Remove the block to run one "
+                                    "training job.")])
+
+
+class LocalBackend:
+    """Runs jobs on this machine; records live in ``store``."""
+
+    name = "local"
+
+    def __init__(self, store: JobStore, *, python: str = sys.executable) -> None:
+        self.store = store
+        self.python = python
+
+    def submit(self, spec: JobSpec) -> JobRecord:
+        refuse_tuning(spec)
+        plan, warnings = plan_local(spec, cwd=Path.cwd(), python=self.python)
+        for warning in warnings:
+            _log.warning("%s: %s", spec.job_id, warning)
+        self.store.create(spec.job_id, backend=self.name, spec=spec.to_dict(),
+                          warnings=tuple(f"{w.field}: {w.message}" for w in spec.warnings) + tuple(warnings),
+                          details={"plan": plan.to_dict(), "tasks": plan.task_names})
+        job_dir = self.store.job_dir(spec.job_id)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._spawn(spec.job_id, job_dir)
+        except OSError as exc:
+            self.store.transition(spec.job_id, JobState.FAILED, error=f"cannot start the supervisor: {exc}")
+            raise BackendError(f"cannot start the supervisor for job {spec.job_id!r}: {exc}") from exc
+        return self.store.get(spec.job_id)
+
+    def _spawn(self, name: str, job_dir: Path) -> None:
+        """Starts the supervisor detached: own session, no terminal, output to a file."""
+        env = dict(os.environ)
+        root = str(Path(toolkit.__file__).resolve().parents[1])  # keep tfdist importable from any cwd
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        with open(job_dir / "supervisor.log", "ab") as out:
+            proc = subprocess.Popen(
+                [self.python, "-m", "toolkit.jobs.supervisor", name, "--home", str(self.store.home)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=job_dir, env=env,
+                start_new_session=True, close_fds=True)
+        self.store.set_supervisor(name, pid=proc.pid, start_ticks=start_ticks(proc.pid), host=socket.gethostname())
+
+    def _supervisor_dead(self, record: JobRecord) -> bool:
+        info = self.store.supervisor(record.name)
+        age = time.time() - (info.heartbeat_at or record.created_at)
+        if info.pid is None or info.host != socket.gethostname():
+            return age > _REMOTE_STALE
+        return not is_alive(info.pid, info.start_ticks) and age > HEARTBEAT_INTERVAL * _STALE_BEATS
+
+    def describe(self, name: str) -> JobRecord:
+        record = self.store.get(name)
+        if record.is_final or not self._supervisor_dead(record):
+            return record
+        info = self.store.supervisor(name)
+        self._stop_tasks(name)
+        target = JobState.CANCELLED if record.state is JobState.CANCELLING else JobState.FAILED
+        try:
+            return self.store.transition(name, target, error=f"supervisor died (pid {info.pid}); its tasks were "
+                                                             "stopped. Submit the job again under a new name.")
+        except JobStateError:  # it finished while we looked
+            return self.store.get(name)
+
+    def _stop_tasks(self, name: str) -> None:
+        stop_groups([(pid, ticks) for _, pid, ticks in self.store.task_processes(name)])
+
+    def list(self) -> list[JobRecord]:
+        return [self.describe(name) for name in self.store.names(backend=self.name)]
+
+    def cancel(self, name: str, *, timeout: float = 30.0) -> JobRecord:
+        """Asks the supervisor to stop (SIGTERM to its group); forces it after ``timeout`` seconds."""
+        record = self.describe(name)
+        if record.is_final:
+            raise JobStateError(f"job {name!r} already ended {record.state}; there is nothing to cancel.")
+        if record.state is not JobState.CANCELLING:
+            try:
+                self.store.transition(name, JobState.CANCELLING, message="cancel requested")
+            except JobStateError:
+                return self._already_over(name)
+        info = self.store.supervisor(name)
+        signal_group(info.pid, info.start_ticks, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            record = self.describe(name)
+            if record.is_final:
+                return record
+            time.sleep(0.2)
+        _log.warning("job %s: the supervisor did not stop within %.0f s; killing its processes", name, timeout)
+        signal_group(info.pid, info.start_ticks, signal.SIGKILL)
+        self._stop_tasks(name)
+        try:
+            return self.store.transition(name, JobState.CANCELLED,
+                                         message=f"forced: the supervisor did not stop within {timeout:g} s")
+        except JobStateError:
+            return self.store.get(name)
+
+    def _already_over(self, name: str) -> JobRecord:
+        record = self.store.get(name)
+        if record.is_final:
+            raise JobStateError(f"job {name!r} already ended {record.state}; there is nothing to cancel.")
+        return record
+
+    def stream_logs(self, name: str, *, task: str | None = None, sink: Callable[[str], None],
+                    follow: bool = True, poll_interval: float = 0.5) -> JobRecord:
+        record = self.store.get(name)
+        tasks = list(record.details.get("tasks", []))
+        if task is not None and task not in tasks:
+            raise JobSpecError([Problem("error", "--task", f"received {task!r}; job {name!r} has tasks "
+                                        f"{', '.join(tasks)}. Pick one of them.")])
+        return logs.follow(lambda: self.describe(name), Path(record.job_dir) / "logs",
+                           tasks=[task] if task else None, sink=sink, follow=follow, poll_interval=poll_interval)
+
+    @staticmethod
+    def plan_of(record: JobRecord) -> LocalPlan:
+        return LocalPlan.from_dict(dict(record.details["plan"]))

@@ -1,0 +1,63 @@
+"""``tfdist local train``: a trainer in the foreground, no job store (gcloud's local train).
+
+The module runs exactly as a submitted job's tasks do (same PYTHONPATH, working
+directory, ``--job-dir`` and TF_CONFIG dialect), so a trainer that works here
+works when submitted.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence, TextIO
+
+from toolkit.jobs._local_plan import plan_local
+from toolkit.jobs.errors import JobSpecError
+from toolkit.jobs.spec import JobSpec
+
+__all__ = ["local_train"]
+
+_FLAGS = {"trainingInput.workerCount": "--worker-count", "trainingInput.parameterServerCount":
+          "--parameter-server-count", "trainingInput.evaluatorCount": "--evaluator-count",
+          "trainingInput.pythonModule": "--module-name", "trainingInput.jobDir": "--job-dir"}
+
+
+def _spec(module: str, args: Sequence[str], package_path: str | None, job_dir: str | None, distributed: bool,
+          counts: dict[str, int], use_chief: bool) -> JobSpec:
+    fields = {"pythonModule": module, "args": list(args), "useChiefInTfConfig": use_chief,
+              "packagePath": package_path, "jobDir": job_dir, "scaleTier": "BASIC"}
+    if distributed:
+        fields.update(scaleTier="CUSTOM", masterType="standard", **counts)
+        fields.update({f"{key[:-5]}Type": "standard" for key, n in counts.items() if n})
+    try:
+        return JobSpec.from_dict({}, overrides={k: v for k, v in fields.items() if v is not None})
+    except JobSpecError as exc:
+        from tf_config import Problem
+        raise JobSpecError([Problem(p.severity, _FLAGS.get(p.field, p.field), p.message)
+                            for p in exc.problems]) from None
+
+
+def local_train(module: str, *, args: Sequence[str] = (), package_path: str | None = None,
+                job_dir: str | None = None, distributed: bool = False, workers: int = 2, ps: int = 2,
+                evaluators: int = 0, use_chief: bool = False, timeout: float | None = None,
+                stream: TextIO = sys.stdout) -> int:
+    """Runs ``python -m module args`` here and returns its exit code (the chief's when distributed).
+
+    Raises:
+        JobSpecError: a flag is invalid (named as the flag, e.g. ``--worker-count``).
+    """
+    counts = {"workerCount": workers, "parameterServerCount": ps, "evaluatorCount": evaluators}
+    spec = _spec(module, args, package_path, job_dir, distributed, counts, use_chief)
+    plan, _ = plan_local(spec, cwd=Path.cwd())
+    if distributed:
+        from toolkit.jobs._run import run_tasks
+        return run_tasks(plan, None, timeout=timeout, stream=stream).exit_code
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CONFIG=json.dumps(
+        {"cluster": {}, "environment": "cloud", "job": plan.training_input}))
+    env["PYTHONPATH"] = os.pathsep.join([*plan.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+    try:
+        return subprocess.run(plan.argv, env=env, cwd=plan.cwd, timeout=timeout, check=False).returncode
+    except subprocess.TimeoutExpired:
+        return 124

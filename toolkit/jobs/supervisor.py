@@ -1,0 +1,132 @@
+"""``python -m toolkit.jobs.supervisor JOB --home HOME``: runs one local job to its end.
+
+Started detached by ``LocalBackend.submit`` (own session, output in
+``<job dir>/supervisor.log``). It moves the job PREPARING -> RUNNING, runs every
+task through the launcher with TF_CONFIG per task, records each task's pid,
+restarts and exit code, and ends the job SUCCEEDED, FAILED or CANCELLED.
+A heartbeat thread updates the record every ``HEARTBEAT_INTERVAL`` seconds so
+readers can tell a live supervisor from a dead one.
+
+SIGTERM (sent to its process group by ``cancel``) stops the launcher, which
+stops every task, and the job ends CANCELLED.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from toolkit.jobs._procs import start_ticks
+from toolkit.jobs.errors import JobStateError
+from toolkit.jobs.local import HEARTBEAT_INTERVAL, LocalBackend
+from toolkit.jobs.states import JobState
+from toolkit.jobs.store import JobStore
+
+_log = logging.getLogger("toolkit.jobs.supervisor")
+MAX_RESTARTS = 3  # per task, like the kubernetes backend's backoffLimit
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self, store: JobStore, name: str) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self.store, self.job, self.stopped = store, name, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(HEARTBEAT_INTERVAL):
+            try:
+                self.store.heartbeat(self.job)
+            except sqlite3.Error:  # a missed beat must not end the job; log it and beat again
+                _log.exception("heartbeat failed; retrying in %.0f s", HEARTBEAT_INTERVAL)
+
+
+class Supervisor:
+    """Drives one job through its states around a launcher run."""
+
+    def __init__(self, store: JobStore, name: str) -> None:
+        self.store, self.name = store, name
+        self.cancelled = threading.Event()
+        self.job_dir = store.job_dir(name)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        _log.info("signal %d: cancelling job %s", signum, self.name)
+        self.cancelled.set()
+        raise _Cancelled()
+
+    def _step(self, state: JobState, message: str | None = None) -> bool:
+        """Moves the job on; False if a cancel got there first."""
+        try:
+            self.store.transition(self.name, state, message=message)
+            return True
+        except JobStateError:
+            if self.store.get(self.name).state is JobState.CANCELLING:
+                return False
+            raise
+
+    def run(self) -> int:
+        self.store.set_supervisor(self.name, pid=os.getpid(), start_ticks=start_ticks(os.getpid()),
+                                  host=socket.gethostname())
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        heartbeat = _Heartbeat(self.store, self.name)
+        heartbeat.start()
+        try:
+            return self._run()
+        except _Cancelled:
+            return self._end_cancelled()
+        except Exception as exc:
+            self._end(JobState.FAILED, error=f"the supervisor failed: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            heartbeat.stopped.set()
+
+    def _run(self) -> int:
+        plan = LocalBackend.plan_of(self.store.get(self.name))
+        if not self._step(JobState.PREPARING, "starting tasks"):
+            return self._end_cancelled()
+        (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        if not self._step(JobState.RUNNING, f"{len(plan.task_names)} tasks: {', '.join(plan.task_names)}"):
+            return self._end_cancelled()
+        from toolkit.jobs._run import run_tasks
+        result = run_tasks(plan, self.job_dir, store=self.store, job=self.name, max_restarts=MAX_RESTARTS)
+        if self.cancelled.is_set() or self.store.get(self.name).state is JobState.CANCELLING:
+            return self._end_cancelled()
+        if result.exit_code == 0:
+            return self._end(JobState.SUCCEEDED, exit_code=0, message="every task finished")
+        return self._end(JobState.FAILED, exit_code=result.exit_code, error=result.error)
+
+    def _end_cancelled(self) -> int:
+        state = self.store.get(self.name).state
+        if state is not JobState.CANCELLING and not state.is_final:
+            self.store.transition(self.name, JobState.CANCELLING, message="the supervisor was signalled")
+        return self._end(JobState.CANCELLED, message="every task stopped")
+
+    def _end(self, state: JobState, **fields: Any) -> int:
+        try:
+            self.store.transition(self.name, state, **fields)
+        except JobStateError as exc:
+            _log.warning("could not record %s: %s", state, exc)
+        _log.info("job %s ended %s", self.name, state)
+        return 0 if state is JobState.SUCCEEDED else 1
+
+
+class _Cancelled(BaseException):
+    """Raised in the main thread by SIGTERM, so the launcher's cleanup stops every task."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m toolkit.jobs.supervisor", description=__doc__.splitlines()[0])
+    parser.add_argument("job")
+    parser.add_argument("--home", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return Supervisor(JobStore(args.home), args.job).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
