@@ -55,6 +55,17 @@ def model_placement_report(model: Any, *, sparse_optimizer: SparseOptimizer | No
     return placement_report(sharded_tables(model), slots=slots)
 
 
+def _check_dense_unsharded(variables: list[Any]) -> None:
+    """Keras optimizers fail on sharded variables: say which one and what to do."""
+    for variable in variables:
+        if hasattr(getattr(variable, "value", None), "variables"):  # a ShardedVariable inside
+            raise ShardingError("partitioner", (
+                f"dense variable {variable.path!r} {tuple(variable.shape)} was sharded by the strategy's "
+                "variable partitioner, and Keras optimizers cannot update sharded variables. Shard only "
+                "the embedding tables: use partitioner='min_size' with partitioner_args="
+                "{'min_shard_bytes': <more than your largest dense variable>, 'max_shards': <number of ps>}."))
+
+
 def make_train_step(
     model: Any,
     *,
@@ -76,6 +87,7 @@ def make_train_step(
     tables = sharded_tables(model)
     sparse_optimizer.build(tables)
     dense = list(model.trainable_variables)
+    _check_dense_unsharded(dense)
     optimizer.build(dense)
     shards = [shard for table in tables for shard in table.shards]
 
