@@ -2,10 +2,11 @@
 
 Each shard is saved as a *slice* of one ``[rows, dim]`` tensor, the way TF
 saves its own ``ShardedVariable``. A ``div`` table therefore restores into any
-number of shards: each new shard reads its own row range. A ``mod`` table is
-saved under a key that names its shard count, so a different count finds no
-table to restore; a small "layout" entry, checked on restore, turns that into
-an error that says what to do instead of a silent, scrambled restore.
+number of shards: each new shard reads its own row range. The entry's key
+names the partition, the shape and (for ``mod`` tables, which only restore
+into the same shard count) the shard count, so an incompatible table finds no
+entry to read; a small "layout" entry, checked on restore, turns that into an
+error that says what to do, instead of a shape error or a scrambled restore.
 
 This relies on TensorFlow's saveable-object protocol (the one
 ``ShardedVariable`` uses), which is internal API; the pinned TF 2.21 has it.
@@ -15,7 +16,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import tensorflow as tf
-from tensorflow.python.trackable import base as trackable
 from tensorflow.python.training.saving import saveable_object, saveable_object_util
 
 from strategies._sharding_errors import ShardingError
@@ -56,7 +56,10 @@ def _mismatch_message(table: Any, saved: str, current: str) -> str:
 
 def table_saveables(table: Any) -> dict[str, Callable[[str], Any]]:
     """The ``_gather_saveables_for_checkpoint`` answer of a sharded table."""
-    key = trackable.VARIABLE_VALUE_KEY if table.partition == "div" else f"mod{table.num_shards}"
+    # the key names everything a restore must match, so a mismatched table finds no
+    # entry to read (instead of a shape error or scrambled rows) and the layout check explains
+    shards_part = "" if table.partition == "div" else str(table.num_shards)
+    key = f"{table.partition}{shards_part}_{table.rows}x{table.dim}"
 
     def shards(name: str) -> list[Any]:
         out, offset = [], 0

@@ -267,10 +267,19 @@ class DeviceMap:
         """Pins calls and optimizer slots of a model built in :meth:`scope`, and verifies it."""
         self._pin_calls(model)
         if optimizer is not None:
-            pk.pin_optimizer_slots(optimizer)
+            self.place_optimizer(optimizer)
         self.verify(model, optimizer=optimizer)
         self.check(model)
         return model
+
+    @staticmethod
+    def place_optimizer(optimizer: Any) -> Any:
+        """Makes a Keras optimizer create each slot on its variable's device; returns it.
+
+        Keras asks the strategy to colocate slots with their variables, which
+        does nothing in eager mode: without this, every slot lands on CPU:0.
+        """
+        return pk.pin_optimizer_slots(optimizer)
 
     def _pin_calls(self, model: Any) -> None:
         if self.default is not None:
