@@ -14,6 +14,8 @@ from typing import Any
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "ShardedEmbedding": "toolkit.layers",
+    "make_sparse_optimizer": "toolkit.layers",
 }
 
 __all__ = sorted(_EXPORTS)
