@@ -28,7 +28,7 @@ import tensorflow as tf
 from strategies._cluster import device, tf2_cluster, tf2_job
 from strategies._net import is_listening, wait_listening
 from strategies._shutdown import exit_file
-from strategies.device_map import DeviceMapError
+from strategies._placement_errors import DeviceMapError
 from tf_config import Problem, TFConfig
 
 __all__ = ["connect_devices", "in_graph_session", "release_devices", "run_in_graph_role", "serve_devices"]

@@ -25,35 +25,36 @@ import dataclasses
 import fnmatch
 import logging
 import re
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import tensorflow as tf
 
 from strategies import _placement_keras as pk
 from strategies._device_map_report import LayerPlacement, placements, render_placements
+from strategies._placement_cluster import (
+    connect_devices,
+    in_graph_session,
+    release_devices,
+    run_in_graph_role,
+    serve_devices,
+)
+from strategies._placement_errors import DeviceMapError
 from strategies._placement import device_matches, parse_device, resolve_device, variable_device
 from tf_config import Problem
 
-__all__ = ["DeviceMap", "DeviceMapError", "LayerPlacement", "SYNTAXES"]
+__all__ = [
+    "DeviceMap",
+    "DeviceMapError",
+    "LayerPlacement",
+    "SYNTAXES",
+    "connect_devices",
+    "in_graph_session",
+    "release_devices",
+    "run_in_graph_role",
+    "serve_devices",
+]
 
 logger = logging.getLogger(__name__)
-
-
-class DeviceMapError(ValueError):
-    """A device map cannot be applied, or was not honoured.
-
-    Attributes:
-        problems: every problem found (errors first, then warnings).
-        field: the field of the first error, e.g. ``"rules['head']"``.
-    """
-
-    def __init__(self, problems: Iterable[Problem]) -> None:
-        problems = list(problems)
-        errors = [p for p in problems if p.is_error]
-        self.problems = errors + [p for p in problems if not p.is_error]
-        self.field = errors[0].field if errors else ""
-        lines = [f"  - {p.field}: {p.message}" for p in errors]
-        super().__init__("device map cannot be honoured:\n" + "\n".join(lines))
 
 
 def _regex(pattern: str) -> Callable[[str], bool] | None:

@@ -26,9 +26,7 @@ def _client_main(out: Path) -> int:
     import numpy as np
     import tensorflow as tf
 
-    from strategies.device_map import DeviceMap
-    from strategies._placement import variable_device
-    from strategies._placement_cluster import in_graph_session, run_in_graph_role
+    from strategies.device_map import DeviceMap, in_graph_session, run_in_graph_role
 
     cfg = run_in_graph_role(client_start_timeout=120)  # worker 1 serves here and exits
     tf.debugging.set_log_device_placement(True)
@@ -50,8 +48,8 @@ def _client_main(out: Path) -> int:
         device_map.verify(model, optimizer=optimizer)
         result = {
             "hosts": hosts,
-            "variables": {v.path: variable_device(v) for v in model.weights},
-            "slots": {v.path: variable_device(v) for v in optimizer.variables},
+            "variables": {v.path: v.value.device for v in model.weights},
+            "slots": {v.path: v.value.device for v in optimizer.variables},
             "loss": history.history["loss"],
             "explain": device_map.explain(model),
         }
