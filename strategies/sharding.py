@@ -306,6 +306,28 @@ class ShardedTable(trackable.Trackable):
             out[self.layout.global_rows(i)] = shard.numpy()
         return out
 
+    def assign_from(self, arrays: Sequence[np.ndarray], *, layout: ShardLayout) -> None:
+        """Loads shards saved with ``layout`` (another shard count or partition is re-split).
+
+        Raises:
+            ShardingError: the saved table has another shape.
+        """
+        shapes = {tuple(np.shape(a))[1:] for a in arrays}
+        if layout.rows != self.rows or shapes != {(self.dim,)}:
+            raise ShardingError("weights", (
+                f"sharded table {self.name!r}: the saved table has {layout.rows} rows of width "
+                f"{sorted(shapes)} but this one has {self.rows} rows of width {self.dim}. "
+                "Build the layer with the saved input_dim and output_dim."))
+        if layout == self.layout:
+            for shard, array in zip(self._shards, arrays):
+                shard.assign(array)
+            return
+        full = np.empty([self.rows, self.dim], self.dtype.as_numpy_dtype)
+        for k, array in enumerate(arrays):
+            full[layout.global_rows(k)] = array
+        for j, shard in enumerate(self._shards):
+            shard.assign(full[self.layout.global_rows(j)])
+
     def placement(self, *, slots: Iterable["ShardedTable"] = ()) -> list[ShardPlacement]:
         """One row per shard: device, rows held, bytes (and its slots' bytes)."""
         slots = list(slots)

@@ -224,3 +224,20 @@ def test_two_sharded_layers_with_one_name_are_refused():
     outer = keras.Model(outer_ids, keras.layers.Add()([inner(outer_ids), twin(outer_ids)]))
     with pytest.raises(ShardingError, match="two ShardedEmbedding layers are named 'same'"):
         sharded_tables(outer)
+
+
+def test_keras_weight_files_hold_the_tables_and_reload_into_another_layout(tmp_path):
+    from models.recommender import recommender
+
+    model = recommender(30, 100, embedding_dim=4, hidden_units=(8,), num_shards=2, seed=1)
+    model.save_weights(str(tmp_path / "m.weights.h5"))
+    for options in ({"num_shards": 3}, {"num_shards": 2, "partition": "mod"}):
+        other = recommender(30, 100, embedding_dim=4, hidden_units=(8,), seed=9, **options)
+        other.load_weights(str(tmp_path / "m.weights.h5"))
+        for saved, loaded in zip(sharded_tables(model), sharded_tables(other)):
+            np.testing.assert_array_equal(loaded.to_numpy(), saved.to_numpy())
+    model.save(str(tmp_path / "m.keras"))
+    reloaded = keras.models.load_model(str(tmp_path / "m.keras"))
+    np.testing.assert_array_equal(sharded_tables(reloaded)[1].to_numpy(), sharded_tables(model)[1].to_numpy())
+    with pytest.raises(ValueError, match="the saved table has 100 rows of width .* but this one has 101 rows"):
+        recommender(30, 101, embedding_dim=4, hidden_units=(8,)).load_weights(str(tmp_path / "m.weights.h5"))

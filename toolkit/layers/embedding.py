@@ -17,8 +17,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import keras
+import numpy as np
 
-from strategies.sharding import PARTITIONS, ShardedTable, ShardingError
+from strategies.sharding import PARTITIONS, ShardedTable, ShardingError, ShardLayout
+
+_PARTITION_CODES = sorted(PARTITIONS)  # partition name <-> int, for Keras weight files
 
 __all__ = ["ShardedEmbedding"]
 
@@ -29,6 +32,7 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
+@keras.saving.register_keras_serializable(package="tfdist")
 class ShardedEmbedding(keras.layers.Layer):
     """Maps integer ids in ``[0, input_dim)`` to ``output_dim`` vectors.
 
@@ -92,6 +96,22 @@ class ShardedEmbedding(keras.layers.Layer):
     def placed_variables(self) -> tuple:
         """The table shards (Keras does not list them among the layer's weights)."""
         return () if self.table is None else self.table.shards
+
+    def save_own_variables(self, store: Any) -> None:
+        """Keras weight files: the layout, then one entry per shard."""
+        if self.table is None:
+            return
+        layout = self.table.layout
+        store["layout"] = np.array([layout.rows, self.table.dim, layout.num_shards,
+                                    _PARTITION_CODES.index(layout.partition)], dtype=np.int64)
+        for i, shard in enumerate(self.table.shards):
+            store[f"shard_{i}"] = shard.numpy()
+
+    def load_own_variables(self, store: Any) -> None:
+        """Loads shards saved by :meth:`save_own_variables`, re-split if the layout differs."""
+        rows, _, num_shards, code = (int(x) for x in np.asarray(store["layout"]))
+        layout = ShardLayout(_PARTITION_CODES[code], rows, num_shards)
+        self.table.assign_from([np.asarray(store[f"shard_{i}"]) for i in range(num_shards)], layout=layout)
 
     def get_config(self) -> dict:
         config = super().get_config()
