@@ -5,5 +5,6 @@ Example:
     >>> model = digits_mlp(seed=0)
 """
 from models.classifiers import digits_cnn, digits_mlp, mnist_cnn
+from models.recommender import recommender, synthetic_interactions
 
-__all__ = ["digits_cnn", "digits_mlp", "mnist_cnn"]
+__all__ = ["digits_cnn", "digits_mlp", "mnist_cnn", "recommender", "synthetic_interactions"]
