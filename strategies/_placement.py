@@ -106,9 +106,8 @@ def resolve_device(text: str, *, field: str, available: Sequence[str] | None = N
     raise ValueError(
         f"`{field}` is {text!r}, which is not a device of this process "
         f"(available: {listing}). Fix the device name; for more local CPUs call "
-        "tf.config.set_logical_device_configuration before TensorFlow starts; "
-        "for remote tasks connect to the cluster first "
-        "(tf.config.experimental_connect_to_cluster)."
+        "strategies.configure_local_devices(n) before TensorFlow starts; for the "
+        "devices of other tasks connect first (strategies.device_map.in_graph_session)."
     )
 
 

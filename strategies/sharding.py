@@ -200,7 +200,10 @@ class ShardedTable(trackable.Trackable):
     def _create_on_devices(name, rows, dim, initializer, dtype, *, num_shards, devices,
                            partition) -> list[tf.Variable]:
         if devices is not None:
-            devices = [resolve_device(d, field=f"devices[{i}]") for i, d in enumerate(devices)]
+            try:
+                devices = [resolve_device(d, field=f"devices[{i}]") for i, d in enumerate(devices)]
+            except ValueError as exc:
+                raise ShardingError("devices", f"sharded table {name!r}: {exc}") from exc
             if num_shards is not None and num_shards != len(devices):
                 raise ShardingError("num_shards", (
                     f"sharded table {name!r}: `num_shards` is {num_shards} but {len(devices)} devices "

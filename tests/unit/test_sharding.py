@@ -180,6 +180,9 @@ def test_tables_refuse_strategies_they_cannot_shard_under():
     assert info.value.field == "strategy"
     with pytest.raises(ShardingError, match="`num_shards` is 3 but 2 devices were given"):
         ShardedTable.create("t", 10, 2, initializer=_INIT, num_shards=3, devices=["/cpu:0", "/cpu:0"])
+    with pytest.raises(ShardingError, match=r"'/device:CPU:42', which is not a device of this process \(available: ") as info:
+        ShardedTable.create("t", 10, 2, initializer=_INIT, devices=["/cpu:0", "/device:CPU:42"])
+    assert info.value.field == "devices"
 
 
 def _toy_model(num_shards=2):
