@@ -264,6 +264,16 @@ class DeviceMap:
                     model.build(input_shape)
         return self.apply(model, optimizer=optimizer)
 
+    def builder(self, model_fn: Callable[[], Any], *, sample_input: Any = None,
+                input_shape: Any = None) -> Callable[[], Any]:
+        """A zero-argument model_fn that builds through this map.
+
+        For training functions that take a ``model_fn``, such as
+        ``toolkit.fit(device_map.builder(make_model), ...,
+        optimizer=lambda: DeviceMap.place_optimizer(keras.optimizers.Adam()))``.
+        """
+        return lambda: self.build(model_fn, sample_input=sample_input, input_shape=input_shape)
+
     def apply(self, model: Any, *, optimizer: Any = None) -> Any:
         """Pins calls and optimizer slots of a model built in :meth:`scope`, and verifies it."""
         self._pin_calls(model)

@@ -125,6 +125,26 @@ def _scenarios(out: Path) -> None:
 
     result["loop_loss"] = [float(step(x[i:i + 32], y[i:i + 32])) for i in range(0, 256, 32) for _ in range(3)]
 
+    from toolkit.training import fit
+
+    fit_optimizers = []
+
+    def make_optimizer():
+        fit_optimizers.append(DeviceMap.place_optimizer(keras.optimizers.Adam(0.02)))
+        return fit_optimizers[-1]
+
+    def dataset_fn(context):
+        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
+
+    trained = fit(dm.builder(_model), dataset_fn, loss=keras.losses.MeanSquaredError(), optimizer=make_optimizer,
+                  epochs=4, steps_per_epoch=8, strategy="default", model_dir=str(out.parent / "fit"),
+                  export=False, verbose=0)
+    dm.verify(trained.model, optimizer=fit_optimizers[-1])
+    result["toolkit_fit"] = {"loss": trained.history["loss"],
+                             "head": [variable_device(v) for v in trained.model.get_layer("head").weights],
+                             "head_slots": [variable_device(v) for v in fit_optimizers[-1].variables
+                                            if v.path.split("/")[-1].startswith("head_")]}
+
     class Subclassed(keras.Model):
         def __init__(self):
             super().__init__(name="sub")
@@ -190,6 +210,12 @@ def test_mapped_models_train_with_fit_and_a_custom_loop(placed, no_orphans):
     result, _ = placed
     assert result["fit_loss"][-1] < 0.3 * result["fit_loss"][0]
     assert sum(result["loop_loss"][-6:]) < 0.5 * sum(result["loop_loss"][:6])
+
+
+def test_mapped_models_train_with_toolkit_fit(placed, no_orphans):
+    trained = placed[0]["toolkit_fit"]
+    assert trained["loss"][-1] < 0.3 * trained["loss"][0]
+    assert trained["head"] == [_CPU.format(2)] * 2 and trained["head_slots"] == [_CPU.format(2)] * 4
 
 
 def test_explain_shows_each_layer_and_the_balance_per_device(placed, no_orphans):
