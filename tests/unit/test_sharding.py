@@ -244,3 +244,15 @@ def test_keras_weight_files_hold_the_tables_and_reload_into_another_layout(tmp_p
     np.testing.assert_array_equal(sharded_tables(reloaded)[1].to_numpy(), sharded_tables(model)[1].to_numpy())
     with pytest.raises(ValueError, match="the saved table has 100 rows of width .* but this one has 101 rows"):
         recommender(30, 101, embedding_dim=4, hidden_units=(8,)).load_weights(str(tmp_path / "m.weights.h5"))
+
+
+def test_loops_that_cannot_train_the_table_are_refused():
+    model = _toy_model()
+    model.compile(optimizer="adam", loss="mse")
+    x, y = np.arange(8) % 50, np.zeros((8, 1), "float32")
+    with pytest.raises(ShardingError, match="ShardedEmbedding 'ids_embedding' is being trained by a loop that cannot"):
+        model.fit(x, y, epochs=1, verbose=0)
+    assert model.predict(x, verbose=0).shape == (8, 1)  # inference is fine
+    model.get_layer("ids_embedding").trainable = False  # a frozen table is fine too
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(x, y, epochs=1, verbose=0)

@@ -7,7 +7,7 @@ parameter servers; the sparse optimizers and ``make_train_step`` train it
 Example:
     >>> from toolkit.layers import ShardedEmbedding, SparseAdam, make_train_step  # doctest: +SKIP
 """
-from toolkit.layers.embedding import ShardedEmbedding
+from toolkit.layers.embedding import ShardedEmbedding, sparse_training
 from toolkit.layers.sparse_optimizers import (
     SPARSE_OPTIMIZERS,
     SparseAdagrad,
@@ -29,4 +29,5 @@ __all__ = [
     "make_train_step",
     "model_placement_report",
     "sharded_tables",
+    "sparse_training",
 ]

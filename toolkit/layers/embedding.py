@@ -14,7 +14,9 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import threading
+from typing import Any, Iterator, Sequence
 
 import keras
 import numpy as np
@@ -22,8 +24,26 @@ import numpy as np
 from strategies.sharding import PARTITIONS, ShardedTable, ShardingError, ShardLayout
 
 _PARTITION_CODES = sorted(PARTITIONS)  # partition name <-> int, for Keras weight files
+_SPARSE_STEP = threading.local()
 
-__all__ = ["ShardedEmbedding"]
+
+@contextlib.contextmanager
+def sparse_training() -> Iterator[None]:
+    """Marks a training step that updates sharded tables (``make_train_step`` does).
+
+    Outside it, a trainable ``ShardedEmbedding`` called with ``training=True``
+    raises: the loop would train the dense layers and silently leave the
+    table as initialised, since Keras optimizers only see
+    ``model.trainable_variables``.
+    """
+    previous = getattr(_SPARSE_STEP, "active", False)
+    _SPARSE_STEP.active = True
+    try:
+        yield
+    finally:
+        _SPARSE_STEP.active = previous
+
+__all__ = ["ShardedEmbedding", "sparse_training"]
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -86,7 +106,15 @@ class ShardedEmbedding(keras.layers.Layer):
             dtype=self.variable_dtype,
         )
 
-    def call(self, inputs: Any) -> Any:
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        if training is True and self.trainable and not getattr(_SPARSE_STEP, "active", False):
+            error = ShardingError("training", (
+                f"ShardedEmbedding {self.name!r} is being trained by a loop that cannot update its table "
+                "(Keras optimizers only see model.trainable_variables, so the table would silently stay "
+                "as initialised). Train with toolkit.layers.make_train_step(model, loss=..., optimizer=..., "
+                "sparse_optimizer=SparseAdam()), or set layer.trainable = False to keep the table frozen."))
+            error._keras_call_info_injected = True  # Keras would otherwise re-raise it as a RuntimeError
+            raise error
         return self.table.lookup(inputs)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:

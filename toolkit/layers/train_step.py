@@ -21,7 +21,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from strategies.sharding import ShardedTable, ShardingError, placement_report
-from toolkit.layers.embedding import ShardedEmbedding
+from toolkit.layers.embedding import ShardedEmbedding, sparse_training
 from toolkit.layers.sparse_optimizers import SparseOptimizer
 
 __all__ = ["make_train_step", "model_placement_report", "sharded_tables"]
@@ -93,7 +93,7 @@ def make_train_step(
 
     @tf.function
     def step(features: Any, labels: Any) -> tf.Tensor:
-        with tf.GradientTape() as tape:
+        with sparse_training(), tf.GradientTape() as tape:
             predictions = model(features, training=True)
             value = loss(labels, predictions)
             if model.losses:
