@@ -59,7 +59,7 @@ def make_dataset_fn(
             which is what makes a resumed run equal an uninterrupted one.
         repeat: repeat forever (training); ``False`` gives one pass (evaluation).
         drop_remainder: drop a final partial batch (training keeps steps uniform).
-        shuffle_buffer: defaults to the full shard when its size is known, else 10,000.
+        shuffle_buffer: defaults to the dataset's size when known, else 10,000.
 
     Example:
         >>> fn = make_dataset_fn(lambda: tf.data.Dataset.range(10), 4)   # doctest: +SKIP
@@ -70,10 +70,10 @@ def make_dataset_fn(
     def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
         context = input_context or tf.distribute.InputContext()
         ds = build()
+        buffer = shuffle_buffer or _buffer_size(ds)
         if context.num_input_pipelines > 1:
             ds = ds.shard(context.num_input_pipelines, context.input_pipeline_id)
         if shuffle:
-            buffer = shuffle_buffer or _buffer_size(ds)
             ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
         if repeat:
             ds = ds.repeat()
@@ -84,5 +84,6 @@ def make_dataset_fn(
 
 
 def _buffer_size(ds: tf.data.Dataset) -> int:
-    size = int(ds.cardinality())
-    return size if size > 0 else 10_000
+    """The whole (unsharded) dataset when its size is known: a perfect shuffle of any shard."""
+    size = tf.get_static_value(ds.cardinality())
+    return int(size) if size is not None and size > 0 else 10_000

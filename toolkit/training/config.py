@@ -1,0 +1,92 @@
+"""The loop's knobs as one frozen, self-validating object.
+
+Every number ``fit`` takes is checked here, before TensorFlow builds anything or
+a cluster connects, so a typo fails in milliseconds with a message that names
+the argument, shows the value, and says what to pass instead.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["FitConfig", "TrainingError"]
+
+
+class TrainingError(ValueError):
+    """Bad input to the training loop; ``.field`` names the offending argument."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(field: str, value: Any, example: str, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if not _is_int(value) or value <= 0:
+        allowed = "a positive int or None" if optional else "a positive int"
+        raise TrainingError(
+            f"`{field}` must be {allowed}. Received: {field}={value!r}. Pass e.g. {field}={example}.",
+            field=field,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    """How long to train and how often to stop for chief duties.
+
+    Attributes:
+        epochs: number of epochs; an epoch is ``steps_per_epoch`` optimizer steps.
+        steps_per_epoch: optimizer steps (global batches) per epoch.
+        steps_per_execution: steps run per ``tf.function`` call (or per closure
+            scheduled on a parameter-server worker). Larger values amortise the
+            Python and RPC overhead, the main lever for small models.
+        checkpoint_every_steps: save a checkpoint every this many global steps
+            (None: at the end of each epoch). A checkpoint is always written at
+            the end of training.
+        keep_checkpoints: how many checkpoints ``tf.train.CheckpointManager`` keeps.
+        log_every_steps: under parameter_server, the coordinator waits for the
+            scheduled steps and reports progress this often (None: ten times an
+            epoch). Synchronous strategies report after every execution.
+        summary_every_steps: TensorBoard scalars this often (plus every epoch end).
+        validation_steps: batches per validation (None: the whole validation set).
+        global_batch_size: examples per step over all replicas, used to average
+            the loss (None: inferred from the batch each replica receives).
+    """
+
+    epochs: int = 1
+    steps_per_epoch: int = 100
+    steps_per_execution: int = 1
+    checkpoint_every_steps: int | None = None
+    keep_checkpoints: int = 3
+    log_every_steps: int | None = None
+    summary_every_steps: int = 100
+    validation_steps: int | None = None
+    global_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive("epochs", self.epochs, "5")
+        _positive("steps_per_epoch", self.steps_per_epoch, "len(train) // global_batch_size")
+        _positive("steps_per_execution", self.steps_per_execution, "10")
+        _positive("checkpoint_every_steps", self.checkpoint_every_steps, "500", optional=True)
+        _positive("keep_checkpoints", self.keep_checkpoints, "3")
+        _positive("log_every_steps", self.log_every_steps, "50", optional=True)
+        _positive("summary_every_steps", self.summary_every_steps, "100")
+        _positive("validation_steps", self.validation_steps, "10", optional=True)
+        _positive("global_batch_size", self.global_batch_size, "64", optional=True)
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+    @property
+    def checkpoint_interval(self) -> int:
+        return self.checkpoint_every_steps or self.steps_per_epoch
+
+    @property
+    def log_interval(self) -> int:
+        return self.log_every_steps or max(1, self.steps_per_epoch // 10)

@@ -1,0 +1,277 @@
+"""``fit``: train a Keras 3 model with the same code under every tf.distribute strategy.
+
+Keras 3's own ``model.fit`` fails under ParameterServerStrategy and
+MultiWorkerMirroredStrategy on TF 2.21 (keras-team/keras#20585). ``fit`` runs
+its own loop instead and takes the role TF_CONFIG gives this task:
+
+* no TF_CONFIG, or a MultiWorkerMirrored worker: train (every worker runs the loop);
+* parameter_server ps or worker task: serve, and exit when the chief says goodbye;
+* parameter_server chief: coordinate (schedule steps on the workers);
+* evaluator: evaluate each new checkpoint (sidecar evaluation).
+
+So one script, started once per task, is the whole distributed program.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+from typing import Any, Callable, Sequence
+
+import keras
+import tensorflow as tf
+
+from toolkit.training.config import FitConfig, TrainingError
+from toolkit.training.evaluation import Validator, run_sidecar_evaluator, write_done_marker
+from toolkit.training.export import export_model
+from toolkit.training.history import History
+from toolkit.training.hooks import CallbackHook, CheckpointHook, LogHook, ProgressHook, SummaryHook
+from toolkit.training.loop import Hook, LoopRecord, run_loop
+from toolkit.training.runners import make_runner, strategy_kind
+from toolkit.training.state import TrainState, build_state
+from toolkit.training.step import Forward, MetricFn, TrainStep, make_forward, resolve_metrics
+
+__all__ = ["fit"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """Everything one ``fit`` call decided, passed between the helpers below."""
+
+    model_fn: Callable[[], keras.Model]
+    dataset_fn: Callable[..., tf.data.Dataset]
+    validation_fn: Callable[..., tf.data.Dataset] | None
+    optimizer: Any
+    forward: Forward
+    metrics: dict[str, MetricFn]
+    config: FitConfig
+    model_dir: str
+    callbacks: tuple[keras.callbacks.Callback, ...]
+    cfg: Any  # tf_config.TFConfig
+    export: bool
+    verbose: int
+
+    @property
+    def task(self) -> str:
+        return "local" if self.cfg.is_local else f"{self.cfg.task_type}-{self.cfg.task_index}"
+
+
+def _model_dir(model_dir: Any, cfg: Any) -> str:
+    if model_dir is None:
+        if not cfg.is_local:
+            raise TrainingError(
+                "`model_dir` is None but TF_CONFIG describes a cluster. Every task must see the same "
+                "directory: pass model_dir='runs/my-job' (a path all tasks share).", field="model_dir")
+        path = tempfile.mkdtemp(prefix="tfdist-fit-")
+        logger.info("no model_dir given; using %s", path)
+        return path
+    if not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir):
+        raise TrainingError(f"`model_dir` must be a path. Received: model_dir={model_dir!r}.", field="model_dir")
+    return os.fspath(model_dir)
+
+
+def _task_config(tf_config: Any, strategy: Any) -> Any:
+    """This task's TFConfig; in parameter-server ps/worker tasks, serve and exit here."""
+    from strategies import run_role
+    from tf_config import TFConfig
+
+    cfg = TFConfig.from_env() if tf_config is None else tf_config
+    return run_role(cfg, strategy=strategy) if isinstance(strategy, str) else cfg
+
+
+def _build_strategy(strategy: Any, cfg: Any, options: dict[str, Any]) -> tf.distribute.Strategy:
+    if isinstance(strategy, tf.distribute.Strategy):
+        return strategy
+    if not isinstance(strategy, str):
+        raise TrainingError(
+            f"`strategy` must be a name or a tf.distribute.Strategy. Received: strategy={strategy!r}. "
+            "Pass 'auto' to choose from TF_CONFIG.", field="strategy")
+    from strategies import make_strategy
+
+    return make_strategy(strategy, tf_config=cfg, **options)
+
+
+def _num_workers(strategy: tf.distribute.Strategy, cfg: Any) -> int:
+    """Input pipelines that split the data: workers under PS, all trainers under MWMS, else 1."""
+    if strategy_kind(strategy) == "parameter_server":
+        return len(cfg.cluster.get("worker", ()))
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return cfg.num_workers
+    return 1
+
+
+def _restore(state: TrainState, model_dir: str) -> int:
+    """Restores the newest checkpoint in ``model_dir``, if any; returns the global step."""
+    path = tf.train.latest_checkpoint(model_dir)
+    if path is None:
+        return 0
+    status = state.checkpoint().restore(path)
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as exc:
+        raise TrainingError(
+            f"`model_dir` holds checkpoint {path} that does not match the model and optimizer built now "
+            f"({str(exc).splitlines()[0]}). Use a new model_dir, or the model_fn and optimizer that wrote it.",
+            field="model_dir") from exc
+    logger.info("restored %s at global step %d", path, state.step)
+    return state.step
+
+
+def _hooks(run: _Run, state: TrainState, *, is_chief: bool, runs_loop_alone: bool) -> list[Hook]:
+    config = run.config
+    hooks: list[Hook] = []
+    if is_chief:
+        hooks.append(CheckpointHook(state.checkpoint(), run.model_dir, every=config.checkpoint_interval,
+                                    keep=config.keep_checkpoints))
+        hooks.append(SummaryHook(run.model_dir, every=config.summary_every_steps,
+                                 learning_rate=lambda: float(state.optimizer.learning_rate)))
+        if run.verbose:
+            hooks.append(ProgressHook(epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
+                                      metric_names=list(run.metrics)))
+        if run.callbacks:
+            hooks.append(CallbackHook(run.callbacks, model=state.model, epochs=config.epochs,
+                                      steps_per_epoch=config.steps_per_epoch))
+    elif not runs_loop_alone:  # a MultiWorkerMirrored worker saves where nobody reads
+        scratch = tempfile.mkdtemp(prefix=f"tfdist-{run.task}-")
+        hooks.append(CheckpointHook(state.checkpoint(), scratch, every=config.checkpoint_interval, keep=1,
+                                    temporary=True))
+    hooks.append(LogHook(run.task, epochs=config.epochs))
+    return hooks
+
+
+def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
+    cfg, config = run.cfg, run.config
+    state = build_state(strategy, run.model_fn, run.optimizer)
+    start = _restore(state, run.model_dir)
+    state.model.stop_training = False
+    step = TrainStep(state, run.forward, run.metrics, global_batch_size=config.global_batch_size)
+    runner = make_runner(strategy, step, state.global_step, dataset_fn=run.dataset_fn, skip_steps=start,
+                         num_workers=_num_workers(strategy, cfg), sync_every=config.log_interval)
+    is_chief = cfg.is_chief or cfg.is_local
+    validate = None
+    if run.validation_fn is not None and is_chief:
+        validate = Validator(state.model, run.validation_fn, forward=run.forward, metrics=run.metrics,
+                             steps=config.validation_steps)
+    hooks = _hooks(run, state, is_chief=is_chief, runs_loop_alone=runner.single_controller)
+    record = run_loop(runner, config=config, layout=step.layout, start_step=start, hooks=hooks,
+                      validate=validate, stop_requested=lambda: is_chief and bool(state.model.stop_training))
+    exports: dict[str, str] = {}
+    if is_chief:
+        if run.export:
+            exports = export_model(state.model, run.model_fn, os.path.join(run.model_dir, "export"))
+        write_done_marker(run.model_dir, record.final_step)
+    return _history(record, run, model=state.model, exports=exports, role="chief" if is_chief else cfg.task_type)
+
+
+def _history(record: LoopRecord, run: _Run, *, model: Any, exports: dict[str, str], role: str) -> History:
+    return History(history=record.history, epoch=record.epochs, rates=record.rates, model=model,
+                   global_step=record.final_step, model_dir=run.model_dir, exports=exports, role=role,
+                   stopped_early=record.stopped_early)
+
+
+def _evaluate(run: _Run, timeout: float) -> History:
+    if run.validation_fn is None:
+        raise TrainingError(
+            "This task is the evaluator (TF_CONFIG task type 'evaluator') but `validation_fn` is None. "
+            "Pass validation_fn=<dataset_fn of the evaluation data>.", field="validation_fn")
+    record = run_sidecar_evaluator(run.model_fn, run.validation_fn, forward=run.forward, metrics=run.metrics,
+                                   model_dir=run.model_dir, final_step=run.config.total_steps,
+                                   steps=run.config.validation_steps, timeout=timeout)
+    return _history(record, run, model=None, exports={}, role="evaluator")
+
+
+def fit(
+    model_fn: Callable[[], keras.Model],
+    dataset_fn: Callable[..., tf.data.Dataset],
+    *,
+    loss: Any = None,
+    optimizer: Any = "adam",
+    metrics: Sequence[Any] = (),
+    epochs: int = 1,
+    steps_per_epoch: int,
+    steps_per_execution: int = 1,
+    validation_fn: Callable[..., tf.data.Dataset] | None = None,
+    validation_steps: int | None = None,
+    model_dir: str | os.PathLike | None = None,
+    checkpoint_every_steps: int | None = None,
+    keep_checkpoints: int = 3,
+    log_every_steps: int | None = None,
+    summary_every_steps: int = 100,
+    global_batch_size: int | None = None,
+    callbacks: Sequence[keras.callbacks.Callback] = (),
+    strategy: Any = "auto",
+    strategy_options: dict[str, Any] | None = None,
+    tf_config: Any = None,
+    forward: Forward | None = None,
+    export: bool = True,
+    verbose: int = 1,
+    evaluator_timeout: float = 600.0,
+) -> History:
+    """Trains ``model_fn()`` on ``dataset_fn`` under the strategy TF_CONFIG calls for.
+
+    Call it in every task of the job with the same arguments; see the module
+    docstring for what each task does.
+
+    Example:
+        >>> from toolkit import data, fit                               # doctest: +SKIP
+        >>> from models import digits_mlp
+        >>> train = data.load("digits")
+        >>> history = fit(digits_mlp, train.dataset_fn(64), epochs=5, steps_per_epoch=train.steps_per_epoch(64),
+        ...               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        ...               metrics=["accuracy"], model_dir="runs/digits")
+
+    Args:
+        model_fn: builds the Keras 3 model; called under the strategy's scope.
+        dataset_fn: ``dataset_fn(input_context)`` returns this input pipeline's
+            dataset of ``(features, labels)`` batches of
+            ``input_context.get_per_replica_batch_size(global_batch)``,
+            repeated; ``toolkit.data`` builds correctly sharded ones.
+        loss: a Keras loss (its reduction is switched off), name or function
+            returning per-example losses. Not needed when ``forward`` is given.
+        optimizer: name, Keras optimizer (re-created under the scope from its
+            config) or a callable returning one. Schedules follow the global step.
+        metrics: names or per-example functions (means of per-example values).
+        epochs, steps_per_epoch, steps_per_execution, checkpoint_every_steps,
+            keep_checkpoints, log_every_steps, summary_every_steps,
+            validation_steps, global_batch_size: see ``FitConfig``.
+        validation_fn: a dataset_fn of finite validation batches, evaluated by
+            the chief at each epoch end and by an evaluator task.
+        model_dir: checkpoints, summaries and exports (the chief writes here;
+            others only read). Resumes from its newest checkpoint.
+        callbacks: Keras callbacks, run on the chief.
+        strategy: ``auto``, a strategy name, or a tf.distribute.Strategy.
+        strategy_options: keyword arguments of ``strategies.make_strategy``.
+        tf_config: this task's ``TFConfig`` (None reads TF_CONFIG).
+        forward: ``(model, features, labels, training) -> (per_example_loss,
+            predictions)``, replacing ``loss`` for custom objectives.
+        export: write ``model.keras`` and a SavedModel to ``model_dir/export``.
+        verbose: 1 shows a progress bar on the chief, 0 only logs.
+        evaluator_timeout: the evaluator gives up after this many seconds
+            without a new checkpoint.
+
+    Returns:
+        A ``History``. Parameter-server ps and worker tasks never return: they
+        exit when the chief finishes.
+
+    Raises:
+        TrainingError: a bad argument (names the argument and the fix).
+        tf_config.TFConfigError: TF_CONFIG cannot run the chosen strategy.
+    """
+    config = FitConfig(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
+                       checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=keep_checkpoints,
+                       log_every_steps=log_every_steps, summary_every_steps=summary_every_steps,
+                       validation_steps=validation_steps, global_batch_size=global_batch_size)
+    if forward is None and loss is None:
+        raise TrainingError("`loss` is None and no `forward` was given. Pass e.g. "
+                            "loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True).", field="loss")
+    cfg = _task_config(tf_config, strategy)
+    run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, optimizer=optimizer,
+               forward=forward or make_forward(loss), metrics=resolve_metrics(metrics), config=config,
+               model_dir=_model_dir(model_dir, cfg), callbacks=tuple(callbacks), cfg=cfg, export=export,
+               verbose=int(verbose))
+    if cfg.is_evaluator:
+        return _evaluate(run, evaluator_timeout)
+    return _train(run, _build_strategy(strategy, cfg, dict(strategy_options or {})))

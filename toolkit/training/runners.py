@@ -1,0 +1,179 @@
+"""Runners: how one strategy executes ``steps_per_execution`` steps at a time.
+
+Both runners trace the same ``tf.function``: an inner ``tf.range`` loop that
+pulls a batch, runs the replica step through ``strategy.run``, sums the
+replicas' stats, and finally advances the global step by the number of steps.
+They differ in who runs it:
+
+* ``SyncRunner`` (default, one_device, mirrored, multi_worker_mirrored): every
+  task calls the function itself; gradients are all-reduced inside the step.
+* ``ParameterServerRunner`` (parameter_server): the coordinator ``schedule``\\ s
+  the function as a closure on whichever worker is free, over a per-worker
+  iterator, and collects the stats from the closures' return values at
+  ``wait()`` (which joins). Several steps per closure amortise the RPCs.
+
+``make_runner`` picks one through ``RUNNERS``, keyed by ``strategy_kind``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from toolkit.training.config import TrainingError
+from toolkit.training.step import TrainStep
+
+__all__ = ["Runner", "SyncRunner", "ParameterServerRunner", "RUNNERS", "make_runner", "strategy_kind"]
+
+logger = logging.getLogger(__name__)
+
+DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+
+
+def strategy_kind(strategy: tf.distribute.Strategy) -> str:
+    """``"parameter_server"`` for ParameterServerStrategy, ``"sync"`` for every other strategy."""
+    return "parameter_server" if isinstance(strategy, tf.distribute.ParameterServerStrategy) else "sync"
+
+
+def _skipping(dataset_fn: DatasetFn, batches: int) -> DatasetFn:
+    """Resumes an input pipeline where a restored run left it (same seed, same order)."""
+    if batches <= 0:
+        return dataset_fn
+    return lambda context: dataset_fn(context).skip(batches)
+
+
+def _check_batch(batch: Any) -> tuple[Any, Any]:
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        raise TrainingError(
+            "`dataset_fn` must return a dataset of (features, labels) pairs; its elements are "
+            f"{type(batch).__name__}{'' if not isinstance(batch, (tuple, list)) else f' of length {len(batch)}'}. "
+            "Map it with `.map(lambda example: (example['image'], example['label']))`.",
+            field="dataset_fn",
+        )
+    return batch[0], batch[1]
+
+
+class Runner:
+    """Runs training steps; ``run`` starts them, ``wait`` returns their summed stats."""
+
+    #: steps the loop hands over between ``wait`` calls (None: one execution).
+    sync_every: int | None = None
+    #: True when only this process runs the loop, so it may stop at any chunk.
+    single_controller: bool = True
+
+    def __init__(self, strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable) -> None:
+        self.strategy, self.step, self.global_step = strategy, step, global_step
+        self.width = step.layout.width
+        self._execute = tf.function(self._steps)
+
+    def _steps(self, iterator: Any, num_steps: tf.Tensor) -> tf.Tensor:
+        totals = tf.zeros([self.width], tf.float32)
+        for _ in tf.range(num_steps):
+            features, labels = _check_batch(next(iterator))
+            per_replica = self.strategy.run(self.step, args=(features, labels))
+            totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        self.global_step.assign_add(num_steps)
+        return totals
+
+    def run(self, num_steps: int) -> None:
+        raise NotImplementedError
+
+    def wait(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def agree(self, flag: bool) -> bool:
+        """Whether any task raised ``flag``; only multi-worker runners need to ask the others."""
+        return flag
+
+
+class SyncRunner(Runner):
+    """Every task runs the loop; one ``tf.function`` call per execution."""
+
+    def __init__(self, strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, *,
+                 dataset_fn: DatasetFn, skip_steps: int = 0, num_workers: int = 1,
+                 sync_every: int | None = None) -> None:
+        super().__init__(strategy, step, global_step)
+        self.num_workers = num_workers  # ``sync_every`` is ignored: results are ready after each call
+        self.single_controller = num_workers <= 1
+        # Each step takes one batch per replica from this task's pipeline.
+        per_pipeline = max(strategy.num_replicas_in_sync // num_workers, 1)
+        dataset = strategy.distribute_datasets_from_function(_skipping(dataset_fn, skip_steps * per_pipeline))
+        self._iterator = iter(dataset)
+        self._pending: list[tf.Tensor] = []
+
+    def run(self, num_steps: int) -> None:
+        self._pending.append(self._execute(self._iterator, tf.constant(num_steps, tf.int64)))
+
+    def wait(self) -> np.ndarray:
+        totals = np.zeros([self.width], np.float64)
+        for stats in self._pending:
+            totals += stats.numpy()
+        self._pending.clear()
+        return totals
+
+    def agree(self, flag: bool) -> bool:
+        if self.num_workers <= 1:
+            return flag
+        votes = self.strategy.experimental_distribute_values_from_function(
+            lambda context: tf.constant(1.0 if flag else 0.0))
+        return float(self.strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)) > 0
+
+
+class ParameterServerRunner(Runner):
+    """The coordinator schedules closures of ``num_steps`` steps on free workers.
+
+    Each worker reads its own shard: the input context handed to ``dataset_fn``
+    says there are ``num_workers`` pipelines and carries the worker's index
+    (a tensor resolved when the worker runs the dataset function).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, *,
+                 dataset_fn: DatasetFn, skip_steps: int = 0, num_workers: int = 1,
+                 sync_every: int | None = None) -> None:
+        from strategies import make_coordinator
+
+        super().__init__(strategy, step, global_step)
+        self.sync_every = sync_every
+        self.coordinator = make_coordinator(strategy)
+        # Workers race, so the split of past steps between them is only known on average.
+        per_worker_fn = _skipping(dataset_fn, skip_steps // max(num_workers, 1) * strategy.num_replicas_in_sync)
+
+        def worker_dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+            sharded = tf.distribute.InputContext(num_input_pipelines=num_workers, input_pipeline_id=worker,
+                                                 num_replicas_in_sync=context.num_replicas_in_sync)
+            return per_worker_fn(sharded)
+
+        @tf.function
+        def per_worker_dataset() -> Any:
+            return strategy.distribute_datasets_from_function(worker_dataset_fn)
+
+        self._iterator = iter(self.coordinator.create_per_worker_dataset(per_worker_dataset))
+        self._pending: list[Any] = []
+
+    def run(self, num_steps: int) -> None:
+        self._pending.append(self.coordinator.schedule(
+            self._execute, args=(self._iterator, tf.constant(num_steps, tf.int64))))
+
+    def wait(self) -> np.ndarray:
+        self.coordinator.join()
+        totals = np.zeros([self.width], np.float64)
+        for remote in self._pending:
+            totals += remote.fetch()
+        self._pending.clear()
+        return totals
+
+
+RUNNERS: Mapping[str, type[Runner]] = {"sync": SyncRunner, "parameter_server": ParameterServerRunner}
+
+
+def make_runner(strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, **kwargs: Any) -> Runner:
+    """The runner for ``strategy``'s kind; ``kwargs`` go to its constructor."""
+    kind = strategy_kind(strategy)
+    runner_cls = RUNNERS.get(kind)
+    if runner_cls is None:
+        raise TrainingError(f"No runner for strategy kind {kind!r}; known kinds: {', '.join(RUNNERS)}.",
+                            field="strategy")
+    return runner_cls(strategy, step, global_step, **kwargs)

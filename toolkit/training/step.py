@@ -1,0 +1,189 @@
+"""One optimizer step per replica, with loss scaling that is right across replicas.
+
+The step reduces nothing itself: each replica returns the *sums* it saw (number
+of examples, summed loss, summed metric values) and the runner adds them over
+replicas and steps. Sums of per-example values are exact under every strategy,
+including asynchronous parameter servers where Keras 3's stateful metrics are
+not (their ``update_state`` is a read-modify-write that loses updates).
+
+The gradient uses ``tf.nn.compute_average_loss`` with the *global* batch size,
+so summing gradients over N replicas gives the gradient of the mean loss over
+the global batch: N workers take the same step as one process would.
+
+A ``Forward`` is the pluggable part: ``(model, features, labels, training) ->
+(per_example_loss, predictions)``. ``make_forward(loss)`` builds one from a Keras
+loss; higher layers (e.g. an Estimator-style ``model_fn``) can supply their own.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from toolkit.training.config import TrainingError
+from toolkit.training.state import TrainState
+
+__all__ = ["Forward", "StatLayout", "TrainStep", "EvalStep", "make_forward", "resolve_metrics"]
+
+Forward = Callable[[keras.Model, Any, Any, bool], "tuple[tf.Tensor, Any]"]
+MetricFn = Callable[[Any, Any], tf.Tensor]
+
+
+def _per_example(values: tf.Tensor, *, what: str) -> tf.Tensor:
+    """Averages trailing dimensions so there is exactly one value per example."""
+    values = tf.convert_to_tensor(values)
+    if values.shape.rank == 0:
+        raise TrainingError(
+            f"`{what}` returned a scalar; it must return one value per example (shape [batch]). "
+            "Pass a Keras loss object (its reduction is switched off for you) or a function that does not reduce.",
+            field=what,
+        )
+    if values.shape.rank > 1:
+        values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
+    return tf.cast(values, tf.float32)
+
+
+def _unreduced_loss(loss: Any) -> Callable[[Any, Any], tf.Tensor]:
+    if isinstance(loss, keras.losses.Loss):
+        return loss.__class__.from_config({**loss.get_config(), "reduction": None})
+    if isinstance(loss, str):
+        try:
+            fn = keras.losses.get(loss)
+        except ValueError as exc:
+            raise TrainingError(
+                f"`loss` is {loss!r}, which Keras does not know. Pass a name such as "
+                "'sparse_categorical_crossentropy' or a keras.losses.Loss.", field="loss") from exc
+        return _unreduced_loss(fn) if isinstance(fn, keras.losses.Loss) else fn
+    if callable(loss):
+        return loss
+    raise TrainingError(
+        f"`loss` must be a Keras loss, a loss name or a function (y_true, y_pred) -> per-example loss. "
+        f"Received: loss={loss!r}.", field="loss")
+
+
+def make_forward(loss: Any) -> Forward:
+    """The default forward pass: ``predictions = model(features)``, then the unreduced loss."""
+    loss_fn = _unreduced_loss(loss)
+
+    def forward(model: keras.Model, features: Any, labels: Any, training: bool):
+        predictions = model(features, training=training)
+        return _per_example(loss_fn(labels, predictions), what="loss"), predictions
+
+    return forward
+
+
+def _accuracy(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    """Keras' 'accuracy' string: sparse, categorical or binary, chosen from the shapes."""
+    if y_pred.shape[-1] == 1:
+        return keras.metrics.binary_accuracy(y_true, y_pred)
+    if y_true.shape.rank == y_pred.shape.rank and y_true.shape[-1] == y_pred.shape[-1]:
+        return keras.metrics.categorical_accuracy(y_true, y_pred)
+    return keras.metrics.sparse_categorical_accuracy(y_true, y_pred)
+
+
+_METRIC_ALIASES: Mapping[str, MetricFn] = {
+    "accuracy": _accuracy, "acc": _accuracy,
+    "mae": keras.metrics.mean_absolute_error, "mse": keras.metrics.mean_squared_error,
+}
+
+
+def _metric_fn(metric: Any) -> tuple[str, MetricFn]:
+    if isinstance(metric, str):
+        fn = _METRIC_ALIASES.get(metric) or getattr(keras.metrics, metric, None)
+        if fn is None or isinstance(fn, type) or not callable(fn):
+            raise TrainingError(
+                f"`metrics` contains {metric!r}, which is not a per-example Keras metric function. "
+                f"Use {', '.join(sorted(_METRIC_ALIASES))}, a keras.metrics function name such as "
+                "'sparse_categorical_accuracy', or a function (y_true, y_pred) -> per-example values.",
+                field="metrics")
+        return metric, fn
+    if isinstance(metric, keras.metrics.MeanMetricWrapper):
+        return metric.name, functools.partial(metric._fn, **metric._fn_kwargs)
+    if isinstance(metric, keras.metrics.Metric):
+        raise TrainingError(
+            f"`metrics` contains the stateful metric {metric.name!r} ({type(metric).__name__}). Only "
+            "means of per-example values are exact across asynchronous workers; pass a function "
+            "(y_true, y_pred) -> per-example values, or compute it after training.", field="metrics")
+    if callable(metric):
+        return getattr(metric, "__name__", type(metric).__name__), metric
+    raise TrainingError(f"`metrics` entries must be names or functions. Received: {metric!r}.", field="metrics")
+
+
+def resolve_metrics(metrics: Sequence[Any]) -> dict[str, MetricFn]:
+    """Maps each metric to ``name -> fn(y_true, y_pred) -> per-example values``."""
+    if isinstance(metrics, (str, bytes)) or not isinstance(metrics, Sequence):
+        raise TrainingError(f"`metrics` must be a list. Received: metrics={metrics!r}. Pass e.g. ['accuracy'].",
+                            field="metrics")
+    resolved = dict(_metric_fn(m) for m in metrics)
+    if "loss" in resolved:
+        raise TrainingError("`metrics` may not contain a metric named 'loss'; the loss is always reported.",
+                            field="metrics")
+    return resolved
+
+
+@dataclasses.dataclass(frozen=True)
+class StatLayout:
+    """Which slot of the stats vector holds what: ``[examples, loss_sum, metric_sums...]``."""
+
+    metric_names: tuple[str, ...]
+
+    @property
+    def width(self) -> int:
+        return 2 + len(self.metric_names)
+
+    def to_logs(self, totals: np.ndarray, *, prefix: str = "") -> dict[str, float]:
+        count = max(float(totals[0]), 1.0)
+        logs = {f"{prefix}loss": float(totals[1]) / count}
+        logs.update({f"{prefix}{name}": float(totals[2 + i]) / count for i, name in enumerate(self.metric_names)})
+        return logs
+
+
+class _Step:
+    def __init__(self, model: keras.Model, forward: Forward, metrics: Mapping[str, MetricFn]) -> None:
+        self.model, self.forward, self.metrics = model, forward, dict(metrics)
+        self.layout = StatLayout(tuple(self.metrics))
+
+    def _stats(self, labels: Any, predictions: Any, per_example: tf.Tensor, extra: tf.Tensor) -> tf.Tensor:
+        count = tf.cast(tf.shape(per_example)[0], tf.float32)
+        sums = [count, tf.reduce_sum(per_example) + extra * count]
+        for name, fn in self.metrics.items():
+            sums.append(tf.reduce_sum(_per_example(fn(labels, predictions), what=f"metrics[{name!r}]")))
+        return tf.stack(sums)
+
+
+class TrainStep(_Step):
+    """The per-replica training step: forward, scaled loss, gradients, update.
+
+    Returns the replica's stats vector (see ``StatLayout``). The reported loss
+    includes the model's regularization losses, like Keras' ``fit``.
+    """
+
+    def __init__(self, state: TrainState, forward: Forward, metrics: Mapping[str, MetricFn], *,
+                 global_batch_size: int | None = None) -> None:
+        super().__init__(state.model, forward, metrics)
+        self.optimizer, self.global_batch_size = state.optimizer, global_batch_size
+
+    def __call__(self, features: Any, labels: Any) -> tf.Tensor:
+        model = self.model
+        with tf.GradientTape() as tape:
+            per_example, predictions = self.forward(model, features, labels, True)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch_size)
+            regularization = tf.add_n([tf.constant(0.0), *model.losses])
+            loss += tf.nn.scale_regularization_loss(regularization)
+        variables = model.trainable_variables
+        gradients = tape.gradient(loss, variables)
+        self.optimizer.apply_gradients(zip(gradients, variables))
+        return self._stats(labels, predictions, per_example, regularization)
+
+
+class EvalStep(_Step):
+    """Forward pass only, in inference mode; same stats vector as ``TrainStep``."""
+
+    def __call__(self, features: Any, labels: Any) -> tf.Tensor:
+        per_example, predictions = self.forward(self.model, features, labels, False)
+        regularization = tf.add_n([tf.constant(0.0), *self.model.losses])
+        return self._stats(labels, predictions, per_example, regularization)
