@@ -1,0 +1,36 @@
+"""From a TFConfig to a running tf.distribute strategy, and server roles that end.
+
+This package imports TensorFlow lazily (inside the functions that need it), so
+checking a request costs milliseconds. It knows nothing about jobs or CLIs.
+
+Example:
+    >>> from strategies import run_role, make_strategy, chief_session   # doctest: +SKIP
+    >>> cfg = run_role()                 # ps/worker tasks serve here, then exit
+    >>> strategy = make_strategy(tf_config=cfg)
+    >>> with chief_session(strategy):    # tells the servers to exit, 0 or 1
+    ...     train(strategy)
+"""
+from strategies._devices import configure_local_devices, local_gpu_count
+from strategies._errors import StrategyError
+from strategies._factory import STRATEGY_NAMES, make_coordinator, make_strategy
+from strategies._options import StrategyOptions
+from strategies._roles import EXIT_CHIEF_LOST, EXIT_CHIEF_NEVER_STARTED, is_server_role, run_role, serve
+from strategies._shutdown import chief_session, exit_file, shutdown_cluster
+
+__all__ = [
+    "EXIT_CHIEF_LOST",
+    "EXIT_CHIEF_NEVER_STARTED",
+    "STRATEGY_NAMES",
+    "StrategyError",
+    "StrategyOptions",
+    "chief_session",
+    "configure_local_devices",
+    "exit_file",
+    "is_server_role",
+    "local_gpu_count",
+    "make_coordinator",
+    "make_strategy",
+    "run_role",
+    "serve",
+    "shutdown_cluster",
+]

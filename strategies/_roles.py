@@ -1,0 +1,205 @@
+"""Server roles: ps and worker tasks that serve, then exit by themselves.
+
+Under ParameterServerStrategy only the chief runs the user's training code; ps
+and worker tasks host variables and run the functions the chief schedules. In
+plain TensorFlow they call ``server.join()``, which never returns. Here they
+serve until one of two signals ends them:
+
+1. **Goodbye** (normal end): the chief writes an exit file on the server's
+   machine through the cluster itself (see ``strategies._shutdown``); the
+   server exits with the code it carries, 0 after a successful job.
+2. **Chief lost** (the chief died without a word, e.g. SIGKILL): the server
+   probes the chief's port every second; once the chief has been seen and then
+   stays unreachable for ``chief_lost_after`` seconds, the server exits with
+   ``EXIT_CHIEF_LOST``. If the chief never shows up within
+   ``chief_start_timeout``, it exits with ``EXIT_CHIEF_NEVER_STARTED``.
+
+Both work the same whether the tasks were started by ``tfdist launch`` or by
+hand in separate terminals.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from strategies._cluster import tf2_cluster, tf2_job
+from strategies._errors import StrategyError
+from strategies._net import is_listening
+from strategies._shutdown import exit_file, hello_file
+
+logger = logging.getLogger(__name__)
+
+EXIT_CHIEF_LOST = 3
+EXIT_CHIEF_NEVER_STARTED = 4
+_PROBE_INTERVAL = 1.0
+
+
+def is_server_role(cfg: Any) -> bool:
+    """True for tasks that serve instead of training: every ps, and workers under PSS."""
+    return bool(cfg.is_ps or (cfg.task is not None and cfg.task_type == "worker" and cfg.num_ps > 0))
+
+
+class _ChiefWatch:
+    """Decides, from TCP probes of the chief's port, whether the chief is gone for good."""
+
+    def __init__(self, address: str, *, start_timeout: float, lost_after: float) -> None:
+        self.address = address
+        self.start_timeout = start_timeout
+        self.lost_after = lost_after
+        self.started = self.last_seen = time.monotonic()
+        self.seen = False
+        self.next_probe = self.started
+
+    def mark_seen(self, now: float, how: str) -> None:
+        if not self.seen:
+            logger.info("chief at %s is up (%s)", self.address, how)
+            self.seen, self.last_seen = True, now
+
+    def verdict(self, *, hello: bool = False) -> int | None:
+        """None while the chief is (or may still become) alive, else the exit code.
+
+        Args:
+            hello: the chief's hello file has arrived, so it was up even if no
+                probe caught it.
+        """
+        now = time.monotonic()
+        if hello:
+            self.mark_seen(now, "it said hello")
+        if now < self.next_probe:
+            return None
+        self.next_probe = now + _PROBE_INTERVAL
+        if is_listening(self.address, timeout=_PROBE_INTERVAL):
+            self.mark_seen(now, "its port answers")
+            self.last_seen = now
+            return None
+        if self.seen and now - self.last_seen >= self.lost_after:
+            logger.error("chief at %s unreachable for %.0f s without saying goodbye; exiting with %d",
+                         self.address, now - self.last_seen, EXIT_CHIEF_LOST)
+            return EXIT_CHIEF_LOST
+        if not self.seen and now - self.started >= self.start_timeout:
+            logger.error("chief at %s never came up within %.0f s (chief_start_timeout); exiting with %d",
+                         self.address, self.start_timeout, EXIT_CHIEF_NEVER_STARTED)
+            return EXIT_CHIEF_NEVER_STARTED
+        return None
+
+
+def _take_exit_file(path: str) -> int | None:
+    """The exit code in ``path`` (removing the file), or None if there is none yet."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read().strip()
+    except FileNotFoundError:
+        return None
+    os.remove(path)
+    return int(text) if text.isdigit() and int(text) <= 255 else 1
+
+
+def _remove(path: str) -> bool:
+    """Removes ``path`` if it exists; True if it did."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def serve(tf_config: Any = None, *, chief_start_timeout: float = 300.0,
+          chief_lost_after: float = 6.0, poll_interval: float = 0.5) -> int:
+    """Runs this ps/worker task's server until the chief ends the job.
+
+    Args:
+        tf_config: this task's ``TFConfig``; None reads TF_CONFIG.
+        chief_start_timeout: seconds to wait for the chief to appear at all.
+        chief_lost_after: seconds the chief may be unreachable before the job
+            is considered dead.
+        poll_interval: seconds between checks for the chief's goodbye.
+
+    Returns:
+        The exit code for this process: the chief's (0 after success), or
+        ``EXIT_CHIEF_LOST`` / ``EXIT_CHIEF_NEVER_STARTED``.
+
+    Raises:
+        StrategyError: the task is not a server role (chief, evaluator, MWMS
+            worker, or no cluster).
+    """
+    from tf_config import TFConfig
+
+    cfg = TFConfig.from_env() if tf_config is None else tf_config
+    if not is_server_role(cfg):
+        raise StrategyError(
+            "tf_config.task",
+            f"TF_CONFIG task is {cfg.task_type}-{cfg.task_index}, which trains rather than serves; only ps "
+            "tasks, and worker tasks of a cluster with ps, serve. Call run_role(cfg), which returns for "
+            "training tasks, instead of serve().",
+        )
+    cluster = tf2_cluster(cfg.cluster)
+    job, index = tf2_job(cfg.task_type), cfg.task_index
+    path, hello = exit_file(cluster, job, index), hello_file(cluster, job, index)
+    for stale in (path, hello):
+        if _remove(stale):
+            logger.info("removed a signal file left by an earlier job on the same ports: %s", stale)
+    import tensorflow as tf
+
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
+                                  protocol=cfg.rpc_layer or "grpc", start=True)
+    logger.info("%s-%d serving at %s (%s); exits when the chief at %s says goodbye or is gone for %.0f s",
+                job, index, cfg.address, server.target, cfg.chief_address, chief_lost_after)
+    watch = _ChiefWatch(cfg.chief_address, start_timeout=chief_start_timeout, lost_after=chief_lost_after)
+    try:
+        while True:
+            code = _take_exit_file(path)
+            if code is not None:
+                logger.info("%s-%d: the chief said goodbye; exiting with %d", job, index, code)
+                return code
+            code = watch.verdict(hello=not watch.seen and os.path.exists(hello))
+            if code is not None:
+                return code
+            time.sleep(poll_interval)
+    finally:
+        _remove(hello)
+
+
+def run_role(tf_config: Any = None, *, strategy: str = "auto", chief_start_timeout: float = 300.0,
+             chief_lost_after: float = 6.0) -> Any:
+    """Serves and exits in ps/worker tasks; returns in tasks that train.
+
+    Put it at the top of a training script: under ParameterServerStrategy the
+    ps and worker processes serve until the chief ends the job and then leave
+    with ``sys.exit(code)``, so they never reach the training code. The chief,
+    every MultiWorkerMirrored worker, the evaluator and a local run get the
+    ``TFConfig`` back and go on to train.
+
+    Example:
+        >>> cfg = run_role()                                   # doctest: +SKIP
+        >>> strategy = make_strategy(tf_config=cfg)
+
+    Args:
+        tf_config: this task's ``TFConfig``; None reads TF_CONFIG.
+        strategy: the strategy the job uses; ``auto`` derives it from the
+            cluster (ps present means parameter_server). Other names are
+            checked against the TF_CONFIG first.
+        chief_start_timeout: see ``serve``.
+        chief_lost_after: see ``serve``.
+
+    Returns:
+        The ``TFConfig``, for tasks that train. Server tasks do not return.
+
+    Raises:
+        tf_config.TFConfigError: the TF_CONFIG cannot serve ``strategy``.
+        SystemExit: in server tasks, when the job is over.
+    """
+    from tf_config import TFConfig
+
+    from strategies._factory import check_name
+
+    cfg = TFConfig.from_env() if tf_config is None else tf_config
+    check_name(strategy)
+    if strategy != "auto":
+        cfg.check(strategy=strategy)
+    if not is_server_role(cfg):
+        return cfg
+    code = serve(cfg, chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after)
+    sys.exit(code)

@@ -1,0 +1,180 @@
+"""The chief's goodbye: how ps and worker servers learn that the job is over.
+
+``tf.distribute.Server.join()`` never returns, so in plain TensorFlow parameter
+servers outlive their job (tensorflow#25858). Here the chief ends the job
+explicitly. Under ParameterServerStrategy the chief is connected to every
+server and can run ops on their devices, so for each ps and worker it runs::
+
+    with tf.device("/job:ps/replica:0/task:0/device:CPU:0"):
+        tf.io.write_file(<exit file>, "<exit code>")
+
+The op executes *inside the server's process*, which polls for that file
+(``strategies.serve``) and exits with the code it carries. The exit file is
+``<temp dir>/tfdist-<cluster token>-<job>-<index>.exit``: the cluster token is
+a hash of the cluster's addresses, which chief and servers both know from
+TF_CONFIG, and the temp dir is ``tempfile.gettempdir()`` (normally ``/tmp``;
+chief and servers must agree on ``TMPDIR``). A chief that dies without saying
+goodbye is caught by the servers' second signal: they watch the chief's port. So that a chief that connects and dies
+between two probes is still noticed, the chief also says hello (a ``.hello``
+file, written the same way) as soon as it has connected.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+import weakref
+from typing import Any, Iterator, Mapping
+
+from strategies._cluster import cluster_token, device, tf2_cluster
+
+logger = logging.getLogger(__name__)
+
+_SERVER_JOBS = ("worker", "ps")
+_said_goodbye: set[str] = set()
+_armed: set[str] = set()
+_pss_clusters: "weakref.WeakKeyDictionary[Any, dict[str, list[str]]]" = weakref.WeakKeyDictionary()
+
+
+def remember_cluster(strategy: Any, cluster: Mapping[str, Any]) -> None:
+    """Records the cluster of a ParameterServerStrategy built by ``make_strategy``.
+
+    TensorFlow's ParameterServerStrategy does not expose its cluster resolver
+    (``strategy.cluster_resolver`` is None), so the factory remembers it here.
+    """
+    _pss_clusters[strategy] = {job: list(addrs) for job, addrs in cluster.items()}
+
+
+def exit_file(cluster: Mapping[str, Any], job: str, index: int) -> str:
+    """Where the chief's goodbye for task ``job:index`` lands, on that task's machine."""
+    return os.path.join(tempfile.gettempdir(), f"tfdist-{cluster_token(cluster)}-{job}-{index}.exit")
+
+
+def hello_file(cluster: Mapping[str, Any], job: str, index: int) -> str:
+    """Where the chief's hello for task ``job:index`` lands: proof the chief was up.
+
+    Without it a chief that connects and dies between two port probes would
+    look like a chief that never started.
+    """
+    return os.path.join(tempfile.gettempdir(), f"tfdist-{cluster_token(cluster)}-{job}-{index}.hello")
+
+
+def _write_on_servers(cluster: Mapping[str, Any], path_of: Any, text: str) -> list[str]:
+    """Writes ``text`` to ``path_of(cluster, job, index)`` inside every ps/worker; returns who got it."""
+    import tensorflow as tf
+
+    reached = []
+    for job in _SERVER_JOBS:
+        for index in range(len(cluster.get(job, []))):
+            try:
+                with tf.device(device(job, index)):
+                    tf.io.write_file(path_of(cluster, job, index), text)
+            except (tf.errors.OpError, ValueError, RuntimeError) as exc:
+                logger.warning("could not reach %s-%d (%s)", job, index, str(exc).splitlines()[0])
+                continue
+            reached.append(f"{job}-{index}")
+    return reached
+
+
+def say_hello(strategy: Any) -> None:
+    """Tells every server that the chief is connected (see ``hello_file``)."""
+    cluster = _pss_cluster(strategy)
+    if cluster is not None:
+        _write_on_servers(cluster, hello_file, "hello")
+
+
+def _pss_cluster(target: Any) -> dict[str, list[str]] | None:
+    """The TF2 cluster of a ParameterServerStrategy chief, or None if ``target`` is not one."""
+    if target is None:
+        from tf_config import TFConfig
+
+        target = TFConfig.from_env()
+    if hasattr(target, "extended"):  # a tf.distribute strategy
+        return _pss_clusters.get(target)
+    if not target.is_chief or target.num_ps == 0:
+        return None
+    return tf2_cluster(target.cluster)
+
+
+def _exit_code(code: Any) -> int:
+    if isinstance(code, bool) or not isinstance(code, int):
+        return 0 if code is None else 1
+    return code if 0 <= code <= 255 else 1
+
+
+def shutdown_cluster(target: Any = None, exit_code: int = 0) -> list[str]:
+    """Tells every ps and worker of a ParameterServerStrategy cluster to exit.
+
+    Call it on the chief when training is over (``chief_session`` does it for
+    you). Elsewhere (MultiWorkerMirrored, a worker, a local run) it does
+    nothing, so scripts may call it unconditionally. It is sent once per
+    cluster; later calls are no-ops.
+
+    Args:
+        target: the ParameterServerStrategy built by ``make_strategy``, or a
+            ``TFConfig`` (the chief must already be connected, i.e. have built
+            the strategy); None reads TF_CONFIG.
+        exit_code: the code the servers exit with, 0 after a successful job.
+
+    Returns:
+        The tasks that received the goodbye, e.g. ``["worker-0", "ps-0"]``.
+        Tasks that are already gone are skipped with a log line; if the
+        goodbye cannot reach a server at all, that server still exits once it
+        sees the chief's port close.
+    """
+    cluster = _pss_cluster(target)
+    if cluster is None:
+        return []
+    token = cluster_token(cluster)
+    if token in _said_goodbye:
+        return []
+    _said_goodbye.add(token)
+    code = _exit_code(exit_code)
+    reached = _write_on_servers(cluster, exit_file, str(code))
+    logger.info("told %s to exit with code %d", ", ".join(reached) or "no server", code)
+    return reached
+
+
+def _goodbye_at_exit(strategy: Any) -> None:
+    failed = getattr(sys, "last_value", None) is not None  # set by an uncaught exception
+    shutdown_cluster(strategy, 1 if failed else 0)
+
+
+def arm_goodbye_at_exit(strategy: Any) -> None:
+    """Makes sure the chief says goodbye even if the script never calls ``shutdown_cluster``.
+
+    At interpreter exit the servers are told 0, or 1 after an uncaught
+    exception. A script that ends with ``sys.exit(3)`` is reported as 0: use
+    ``chief_session`` or ``shutdown_cluster`` to pass a real failure code.
+    """
+    cluster = _pss_cluster(strategy)
+    if cluster is None or cluster_token(cluster) in _armed:
+        return
+    _armed.add(cluster_token(cluster))
+    atexit.register(_goodbye_at_exit, strategy)
+
+
+@contextlib.contextmanager
+def chief_session(target: Any = None) -> Iterator[None]:
+    """Runs the chief's work and then ends the cluster, with 0 or 1.
+
+    Example:
+        >>> strategy = make_strategy(tf_config=cfg)     # doctest: +SKIP
+        >>> with chief_session(strategy):
+        ...     train(strategy)
+
+    Args:
+        target: as for ``shutdown_cluster``.
+    """
+    try:
+        yield
+    except SystemExit as exc:
+        shutdown_cluster(target, _exit_code(exc.code))
+        raise
+    except BaseException:
+        shutdown_cluster(target, 1)
+        raise
+    shutdown_cluster(target, 0)

@@ -1,0 +1,131 @@
+"""A tiny ParameterServerStrategy custom loop, run by the cluster tests.
+
+Every task runs this same file; ``run_role`` turns ps and worker processes into
+servers that exit when the chief says goodbye. The chief trains a small Keras
+model on synthetic data through ``ClusterCoordinator.schedule`` and writes
+``result.json`` into its task directory.
+
+Test knobs: ``--kill-worker NAME`` makes the chief SIGKILL that worker (by the
+pid file it wrote) after ``--kill-at-step`` steps, on the first attempt only,
+and keep training until the restarted worker is back; ``--chief-dies-at-step``
+makes the chief SIGKILL itself; ``--fail`` makes it raise after training.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--kill-worker", default=None)
+    parser.add_argument("--kill-at-step", type=int, default=20)
+    parser.add_argument("--chief-dies-at-step", type=int, default=None)
+    parser.add_argument("--fail", action="store_true")
+    return parser.parse_args(argv)
+
+
+def _task_dir() -> Path:
+    return Path(os.environ.get("TFDIST_TASK_DIR", "."))
+
+
+def _pid_file(task: str) -> Path:
+    return Path(os.environ["TFDIST_JOB_DIR"]) / "tasks" / task / "pid"
+
+
+def _first_attempt() -> bool:
+    return os.environ.get("TFDIST_RESTART_COUNT", "0") == "0"
+
+
+def _kill_and_wait_for_restart(task: str) -> None:
+    old_pid = int(_pid_file(task).read_text())
+    os.kill(old_pid, signal.SIGKILL)
+    print(f"killed {task} (pid {old_pid})", flush=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        text = _pid_file(task).read_text() if _pid_file(task).exists() else ""
+        if text and int(text) != old_pid:
+            print(f"{task} restarted as pid {text}", flush=True)
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{task} was not restarted within 120 s")
+
+
+def _train(args, cfg) -> dict:
+    import keras
+    import tensorflow as tf
+
+    from strategies import chief_session, make_coordinator, make_strategy
+
+    strategy = make_strategy(tf_config=cfg)
+    coordinator = make_coordinator(strategy)
+    with chief_session(strategy):
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+            optimizer = keras.optimizers.SGD(0.05)
+            steps_done = tf.Variable(0, dtype=tf.int64)  # a plain variable: assign_add is atomic on the ps
+
+        def dataset_fn(context):
+            x = tf.random.stateless_normal((512, 4), seed=(1, 2))
+            y = tf.reduce_sum(x, axis=1, keepdims=True)
+            return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+
+        per_worker = coordinator.create_per_worker_dataset(
+            lambda: strategy.distribute_datasets_from_function(dataset_fn))
+        iterator = iter(per_worker)
+
+        @tf.function
+        def step(it):
+            def replica_fn(x, y):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean((model(x) - y) ** 2)
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                steps_done.assign_add(1)
+                return loss
+
+            x, y = next(it)
+            return strategy.run(replica_fn, args=(x, y))
+
+        losses = []
+        for i in range(args.steps):
+            losses.append(coordinator.schedule(step, args=(iterator,)))
+            if i + 1 == args.chief_dies_at_step:
+                coordinator.join()
+                os.kill(os.getpid(), signal.SIGKILL)
+            if i + 1 == args.kill_at_step and args.kill_worker and _first_attempt():
+                coordinator.join()
+                _kill_and_wait_for_restart(args.kill_worker)
+        coordinator.join()
+        result = {"steps": int(steps_done.numpy()), "first_loss": float(losses[0].fetch()),
+                  "last_loss": float(losses[-1].fetch())}
+        if args.fail:
+            raise RuntimeError("planned failure after training")
+    return result
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    if "TFDIST_JOB_DIR" in os.environ:
+        _task_dir().mkdir(parents=True, exist_ok=True)
+        (_task_dir() / "pid").write_text(str(os.getpid()))
+    from strategies import run_role
+
+    cfg = run_role()
+    result = _train(args, cfg)
+    out = args.out or _task_dir() / "result.json"
+    out.write_text(json.dumps(result))
+    print(f"trained {result['steps']} steps, loss {result['first_loss']:.4f} -> {result['last_loss']:.4f}",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
