@@ -14,6 +14,8 @@ from typing import Any
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
+    "launch": "toolkit.launch",
+    "LaunchResult": "toolkit.launch",
     "History": "toolkit.training",
     "fit": "toolkit.training",
     "ShardedEmbedding": "toolkit.layers",

@@ -1,0 +1,120 @@
+"""The local launcher: a whole TensorFlow cluster on this machine, from one call.
+
+``launch`` picks free loopback ports, writes each task's TF_CONFIG, starts every
+task in parallel in its own process group, prefixes each output line with the
+task's name (``[worker-1] ...``) and keeps a log per task. The job ends when the
+chief ends; dead tasks are restarted according to the failure policy; nothing
+is left running afterwards. ``tfdist launch`` is the same from the shell.
+
+Example:
+    >>> from toolkit.launch import launch                         # doctest: +SKIP
+    >>> result = launch(["python", "train.py"], workers=2, ps=1)
+    >>> result.exit_code, [t.name for t in result.tasks]
+    (0, ['ps-0', 'chief-0', 'worker-0', 'worker-1'])
+
+Every task's environment holds ``TF_CONFIG`` plus ``TFDIST_JOB_DIR`` (the
+job's directory), ``TFDIST_TASK_DIR`` (the task's own write directory),
+``TFDIST_TASK_NAME`` and ``TFDIST_RESTART_COUNT`` (0 on the first start).
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import sys
+import time
+import types
+from os import PathLike
+from pathlib import Path
+from typing import IO, Mapping, Sequence
+
+from toolkit.launch._result import (EXIT_INTERRUPTED, EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult,
+                                    TaskResult)
+from toolkit.launch._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
+                                  LaunchError, LaunchSpec)
+from toolkit.launch._supervisor import Job, supervise
+
+__all__ = [
+    "ENV_JOB_DIR",
+    "ENV_RESTART_COUNT",
+    "ENV_TASK_DIR",
+    "ENV_TASK_NAME",
+    "EXIT_INTERRUPTED",
+    "EXIT_TASK_FAILED",
+    "EXIT_TIMEOUT",
+    "LaunchError",
+    "LaunchResult",
+    "LaunchSpec",
+    "TaskResult",
+    "default_job_dir",
+    "launch",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def default_job_dir() -> Path:
+    """``runs/launch-<date>-<time>-<random>`` under the current directory."""
+    return Path("runs") / f"launch-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps: int = 0,
+           evaluator: int = 0, job_dir: str | PathLike[str] | None = None, timeout: float | None = None,
+           max_restarts: int = 0, restartable: bool = False, grace_period: float = 10.0,
+           env: Mapping[str, str] | None = None, stream: IO[str] | None = None,
+           echo: bool = True) -> LaunchResult:
+    """Runs ``cmd`` as every task of a local cluster and waits for the job to end.
+
+    Args:
+        cmd: the entrypoint, run unchanged in every task, e.g.
+            ``["python", "train.py", "--epochs", "2"]``. ``python`` means this
+            interpreter.
+        chief: chief tasks (0 or 1). Default: 1 when ``ps`` > 0 (the
+            parameter-server coordinator), else 0 (worker 0 is the chief).
+        workers: worker tasks.
+        ps: parameter-server tasks; any makes it a parameter-server job.
+        evaluator: evaluator tasks (0 or 1); its failures never fail the job.
+        job_dir: the job's directory; default ``default_job_dir()``.
+        timeout: seconds before the whole job is stopped (exit code 124).
+        max_restarts: how many times a parameter-server worker may be
+            restarted alone, and how many times the whole cluster may be.
+        restartable: the entrypoint resumes from its last checkpoint when
+            started again (it can read ``TFDIST_RESTART_COUNT``), so a ps
+            death, a multi-worker-mirrored death or a failed chief restarts
+            the whole cluster instead of failing the job.
+        grace_period: seconds the other tasks get to exit by themselves after
+            the chief ended, before they are stopped.
+        env: extra environment variables for every task.
+        stream: where prefixed task output goes; default ``sys.stdout``.
+        echo: False keeps task output in the log files only.
+
+    Returns:
+        A ``LaunchResult``; ``exit_code`` is the chief's on a normal end.
+
+    Raises:
+        LaunchError: a bad argument (nothing was started).
+        tf_config.TFConfigError: the cluster shape cannot be generated.
+    """
+    spec = LaunchSpec(cmd=tuple(cmd) if not isinstance(cmd, str) else cmd, chief=chief, workers=workers,
+                      ps=ps, evaluator=evaluator, timeout=timeout, max_restarts=max_restarts,
+                      restartable=restartable, grace_period=grace_period)
+    directory = Path(job_dir if job_dir is not None else default_job_dir()).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    out = (stream if stream is not None else sys.stdout) if echo else None
+    job = Job(spec, directory, env=env, stream=out)
+    logger.info("launching %s in %s: %s", ", ".join(job.tasks), directory, " ".join(spec.cmd))
+    return supervise(job)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``toolkit.launch`` be called like the function it exports.
+
+    Importing the subpackage makes Python bind ``toolkit.launch`` to this
+    module, shadowing the lazily exported ``launch`` function; being callable
+    keeps ``from toolkit import launch; launch([...])`` working either way.
+    """
+
+    def __call__(self, cmd: Sequence[str], **kwargs: object) -> LaunchResult:
+        return launch(cmd, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,235 @@
+"""The launcher's control loop: start every task, watch them, apply the failure policy.
+
+Policy (documented in docs/launcher.md):
+- The job ends when the chief ends; its exit code is the job's. The other
+  tasks get ``grace_period`` seconds to exit by themselves (ps/worker servers
+  do, on the chief's goodbye), then their process groups are stopped.
+- A worker of a parameter-server job that dies is restarted alone, with the
+  same TF_CONFIG and port (the coordinator takes it back), up to
+  ``max_restarts`` times per worker.
+- Any other death (a ps, any task of a multi-worker-mirrored job, or a failed
+  chief) restarts the whole cluster on fresh ports when the entrypoint is
+  ``restartable``, up to ``max_restarts`` times; otherwise the job fails with
+  the task's name, exit code and log tail.
+- A non-chief task that fails is given ``_SETTLE`` seconds before the policy
+  acts, because servers told by a failing chief to exit non-zero leave just
+  before the chief does; that is the chief's failure, not theirs.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import IO, Iterator, Mapping
+
+from toolkit.launch._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, TaskResult
+from toolkit.launch._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
+                                  LaunchSpec)
+from toolkit.launch._task import TaskProcess, describe_exit, shell_exit_code, stop_all
+
+logger = logging.getLogger(__name__)
+
+_POLL = 0.2
+_SETTLE = 10.0
+_Outcome = tuple[int, str, str]  # (exit code, reason, message)
+
+
+class Job:
+    """One launch: its tasks, their TF_CONFIGs, restarts and the deaths seen so far."""
+
+    def __init__(self, spec: LaunchSpec, job_dir: Path, *, env: Mapping[str, str] | None,
+                 stream: IO[str] | None) -> None:
+        self.spec, self.job_dir = spec, job_dir
+        self.base_env = {**os.environ, **(env or {})}
+        self.configs = self._generate()
+        lock = threading.Lock()
+        (job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.tasks = {name: TaskProcess(name, log_path=job_dir / "logs" / f"{name}.log", stream=stream, lock=lock)
+                      for name in self.configs}
+        for task in self.tasks.values():
+            (job_dir / "tasks" / task.name).mkdir(parents=True, exist_ok=True)
+            task.log_path.write_bytes(b"")
+        self.chief = next(self.tasks[n] for n, c in self.configs.items() if c.is_chief and not c.is_evaluator)
+        self.task_restarts = dict.fromkeys(self.tasks, 0)
+        self.cluster_restarts = 0
+        self.deaths: list[tuple[str, int, list[str]]] = []  # (task, code, log tail) of this cluster run
+        self.signal: int | None = None
+
+    # ---- cluster ----------------------------------------------------------------
+    def _generate(self) -> dict:
+        from tf_config import generate
+
+        configs = generate(chief=self.spec.chief, workers=self.spec.workers, ps=self.spec.ps,
+                           evaluator=self.spec.evaluator, dialect="tf2")
+        by_name = {str(cfg.task): cfg for cfg in configs}
+        cluster = {job: list(addrs) for job, addrs in configs[0].cluster.items()}
+        (self.job_dir / "cluster.json").write_text(json.dumps({"cluster": cluster}, indent=2) + "\n")
+        return by_name
+
+    def _env(self, task: TaskProcess) -> dict[str, str]:
+        return {
+            **self.base_env,
+            "TF_CONFIG": self.configs[task.name].to_json(),
+            ENV_JOB_DIR: str(self.job_dir),
+            ENV_TASK_DIR: str(self.job_dir / "tasks" / task.name),
+            ENV_TASK_NAME: task.name,
+            ENV_RESTART_COUNT: str(task.starts),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def start_all(self) -> None:
+        for task in self.tasks.values():
+            task.start(self.spec.cmd, self._env(task))
+
+    def _restart_task(self, task: TaskProcess) -> None:
+        self.task_restarts[task.name] += 1
+        logger.warning("%s exited with %s; restarting it (%d of %d)", task.name, describe_exit(task.exit_code),
+                       self.task_restarts[task.name], self.spec.max_restarts)
+        task.start(self.spec.cmd, self._env(task))
+
+    def _restart_cluster(self, cause: TaskProcess) -> None:
+        self.cluster_restarts += 1
+        logger.warning("%s exited with %s; restarting the whole cluster (%d of %d) so it resumes from its "
+                       "last checkpoint", cause.name, describe_exit(cause.exit_code), self.cluster_restarts,
+                       self.spec.max_restarts)
+        stop_all(list(self.tasks.values()))
+        for task in self.tasks.values():
+            task.join_output(5.0)
+        self.configs = self._generate()
+        self.deaths = []
+        self.start_all()
+
+    def _can_restart_cluster(self) -> bool:
+        return self.spec.restartable and self.cluster_restarts < self.spec.max_restarts
+
+    # ---- policy -----------------------------------------------------------------
+    def _note_death(self, task: TaskProcess) -> None:
+        if not any(name == task.name for name, _, _ in self.deaths):
+            self.deaths.append((task.name, task.exit_code, task.tail()))
+
+    def _failure_text(self, headline: str) -> str:
+        name, code, tail = self.deaths[0]
+        first = "" if name in headline else f" The first task to fail was {name}, with {describe_exit(code)}."
+        log = self.tasks[name].log_path
+        lines = "\n".join(f"  {line}" for line in tail) or "  (no output)"
+        return f"{headline}.{first} Last lines of {name}'s log ({log}):\n{lines}"
+
+    def _fail(self, task: TaskProcess, why: str) -> _Outcome:
+        headline = f"{task.name} exited with {describe_exit(task.exit_code)} and {why}"
+        return EXIT_TASK_FAILED, "failed", self._failure_text(headline)
+
+    def _chief_ended(self) -> _Outcome | None:
+        code = self.chief.exit_code
+        if code == 0:
+            return 0, "succeeded", f"the chief ({self.chief.name}) exited with code 0"
+        self._note_death(self.chief)
+        if self._can_restart_cluster():
+            self._restart_cluster(self.chief)
+            return None
+        headline = f"the chief ({self.chief.name}) exited with {describe_exit(code)}"
+        return shell_exit_code(code), "failed", self._failure_text(headline)
+
+    def _other_ended(self, task: TaskProcess, now: float) -> _Outcome | None:
+        if task.exit_code == 0 or task.task_type == "evaluator":
+            task.handled = True
+            log = logger.info if task.exit_code == 0 else logger.warning
+            log("%s exited with %s", task.name, describe_exit(task.exit_code))
+            return None
+        self._note_death(task)
+        if now - task.ended_at < _SETTLE:
+            return None  # maybe the chief told it to go and is about to end the job itself
+        task.handled = True
+        if self.spec.is_parameter_server and task.task_type == "worker":
+            if self.task_restarts[task.name] < self.spec.max_restarts:
+                self._restart_task(task)
+                return None
+            return self._fail(task, f"could not be restarted (max_restarts={self.spec.max_restarts})")
+        if self._can_restart_cluster():
+            self._restart_cluster(task)
+            return None
+        why = ("the entrypoint is not restartable" if not self.spec.restartable
+               else f"the cluster was already restarted {self.cluster_restarts} time(s)")
+        return self._fail(task, f"the job cannot recover ({why})")
+
+    def check(self, deadline: float | None) -> _Outcome | None:
+        """One look at every task; an outcome once the job is over."""
+        now = time.monotonic()
+        if self.signal is not None:
+            name = signal.Signals(self.signal).name
+            return 128 + self.signal, "interrupted", f"interrupted by {name}; every task was stopped"
+        if deadline is not None and now >= deadline:
+            return EXIT_TIMEOUT, "timeout", f"the job ran past its timeout of {self.spec.timeout:g} s; every task was stopped"
+        if self.chief.poll() is not None:
+            return self._chief_ended()
+        for task in self.tasks.values():
+            if task is not self.chief and not task.handled and task.poll() is not None:
+                outcome = self._other_ended(task, now)
+                if outcome is not None:
+                    return outcome
+        return None
+
+    def wind_down(self, grace: float) -> None:
+        """Lets the other tasks exit by themselves for ``grace`` s, then stops every process group."""
+        deadline = time.monotonic() + grace
+        while (any(t.running for t in self.tasks.values()) and time.monotonic() < deadline
+               and self.signal is None):
+            time.sleep(_POLL)
+        stop_all(list(self.tasks.values()))
+        for task in self.tasks.values():
+            task.join_output(5.0)
+
+    def results(self) -> tuple[TaskResult, ...]:
+        return tuple(
+            TaskResult(name=t.name, task_type=t.task_type, index=t.index, exit_code=t.exit_code,
+                       restarts=t.starts - 1, stopped=t.stopped, log_path=t.log_path)
+            for t in self.tasks.values()
+        )
+
+
+@contextlib.contextmanager
+def catch_signals(job: Job) -> Iterator[None]:
+    """Turns SIGINT/SIGTERM into a request to stop the job (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handler(signum: int, frame: object) -> None:
+        job.signal = signum
+
+    for sig in previous:
+        signal.signal(sig, _handler)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def supervise(job: Job) -> LaunchResult:
+    """Runs the job to its end; every process is gone when this returns."""
+    started = time.monotonic()
+    deadline = None if job.spec.timeout is None else started + job.spec.timeout
+    outcome: _Outcome | None = None
+    with catch_signals(job):
+        try:
+            job.start_all()
+            while outcome is None:
+                time.sleep(_POLL)
+                outcome = job.check(deadline)
+            chief_done = job.chief.exit_code is not None and outcome[1] in ("succeeded", "failed")
+            job.wind_down(job.spec.grace_period if chief_done else 0.0)
+        finally:
+            if outcome is None:  # an exception escaped: never leave processes behind
+                job.wind_down(0.0)
+    code, reason, message = outcome
+    log = logger.info if code == 0 else logger.error
+    log("job %s: %s", reason, message)
+    return LaunchResult(exit_code=code, reason=reason, message=message, tasks=job.results(),
+                        duration=time.monotonic() - started, job_dir=job.job_dir,
+                        cluster_restarts=job.cluster_restarts)

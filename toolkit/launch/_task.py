@@ -1,0 +1,139 @@
+"""One task's process: started in its own process group, its output prefixed and teed.
+
+Each task runs in a new session (``start_new_session=True``), so the task and
+everything it spawns form one process group that can be signalled as a whole:
+stopping a task never leaves a grandchild behind.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import IO, Mapping, Sequence
+
+logger = logging.getLogger(__name__)
+
+_TAIL_LINES = 20
+
+
+def describe_exit(code: int) -> str:
+    """``1`` -> "code 1"; ``-9`` -> "signal SIGKILL (-9)"."""
+    if code >= 0:
+        return f"code {code}"
+    try:
+        return f"signal {signal.Signals(-code).name} ({code})"
+    except ValueError:
+        return f"signal {-code} ({code})"
+
+
+def shell_exit_code(code: int) -> int:
+    """A Popen return code as a shell reports it: death by signal N is 128 + N."""
+    return 128 - code if code < 0 else code
+
+
+class TaskProcess:
+    """A task of the local cluster, restartable with the same name and log file."""
+
+    def __init__(self, name: str, *, log_path: Path, stream: IO[str] | None, lock: threading.Lock) -> None:
+        self.name = name
+        self.task_type, _, index = name.rpartition("-")
+        self.index = int(index)
+        self.log_path = log_path
+        self.stream = stream
+        self.lock = lock
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.reader: threading.Thread | None = None
+        self.starts = 0
+        self.exit_code: int | None = None
+        self.ended_at: float | None = None
+        self.handled = False   # its exit has been acted on (restart, accepted, or failure)
+        self.stopped = False   # the launcher had to signal it
+        self.recent: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+
+    def start(self, cmd: Sequence[str], env: Mapping[str, str]) -> None:
+        """Starts (or restarts) the task; output goes to the console and the log file."""
+        log = open(self.log_path, "ab")
+        if self.starts:
+            log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())
+        self.proc = subprocess.Popen(
+            list(cmd), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.starts += 1
+        self.exit_code = self.ended_at = None
+        self.handled = self.stopped = False
+        self.reader = threading.Thread(target=self._pump, args=(self.proc, log), daemon=True,
+                                       name=f"tfdist-launch-{self.name}")
+        self.reader.start()
+        logger.info("started %s (pid %d)", self.name, self.proc.pid)
+
+    def _pump(self, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+        prefix = f"[{self.name}] "
+        with log:
+            for raw in iter(proc.stdout.readline, b""):
+                log.write(raw)
+                log.flush()
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                self.recent.append(line)
+                if self.stream is not None:
+                    with self.lock:
+                        self.stream.write(prefix + line + "\n")
+                        self.stream.flush()
+        proc.stdout.close()
+
+    def poll(self) -> int | None:
+        """The exit code once the process has ended (cached), else None."""
+        if self.proc is None:
+            return None
+        if self.exit_code is None and self.proc.poll() is not None:
+            self.exit_code, self.ended_at = self.proc.returncode, time.monotonic()
+        return self.exit_code
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.poll() is None
+
+    def signal_group(self, sig: int) -> bool:
+        """Sends ``sig`` to the task's whole process group; False if nothing was left to signal."""
+        if self.proc is None:
+            return False
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def join_output(self, timeout: float) -> None:
+        """Waits for the output pump to drain (the pipe closes when the group is gone)."""
+        if self.reader is not None:
+            self.reader.join(timeout)
+
+    def tail(self) -> list[str]:
+        """The last lines this task printed (its current run)."""
+        return list(self.recent)
+
+
+def stop_all(tasks: Sequence[TaskProcess], *, kill_after: float = 5.0) -> None:
+    """SIGTERM every task's process group, then SIGKILL whatever is left after ``kill_after`` s.
+
+    Groups of tasks that already exited are signalled too, so that their
+    leftover children go with them.
+    """
+    for task in tasks:
+        if task.running:
+            task.stopped = True
+        task.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + kill_after
+    while any(t.running for t in tasks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for task in tasks:
+        if task.signal_group(signal.SIGKILL):
+            logger.warning("%s did not stop within %.0f s of SIGTERM; killed", task.name, kill_after)
+        if task.proc is not None:
+            task.proc.wait(timeout=kill_after)
+            task.poll()
