@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import json
 import logging
 import re
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -123,6 +124,9 @@ class DeviceMap:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", _normalise_rules(self.rules))
+        if not isinstance(self.place_gradients, bool):
+            raise DeviceMapError([Problem("error", "place_gradients", (
+                f"`place_gradients` is {self.place_gradients!r}; expected True or False."))])
         builder = SYNTAXES.get(self.syntax)
         if builder is None:
             raise DeviceMapError([Problem("error", "syntax", (
@@ -143,6 +147,38 @@ class DeviceMap:
         if problems:
             raise DeviceMapError(problems)
         object.__setattr__(self, "_matchers", tuple(matchers))
+
+    # ---------------------------------------------------------------- as data
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DeviceMap":
+        """``{"rules": {pattern: device} or [[pattern, device], ...], "default": ..., ...}``."""
+        fields = ("rules", "default", "syntax", "place_gradients")
+        unknown = sorted(set(data) - set(fields)) if isinstance(data, Mapping) else ["(not a mapping)"]
+        if unknown or "rules" not in data:
+            raise DeviceMapError([Problem("error", "device map", (
+                f"a device map is a mapping with keys {list(fields)} ('rules' required). Received: {data!r}. "
+                'Write e.g. {"rules": {"head": "/device:CPU:1"}, "default": "/device:CPU:0"}.'))])
+        rules = data["rules"]
+        if not isinstance(rules, Mapping):
+            rules = [tuple(rule) if isinstance(rule, list) else rule for rule in rules or ()]
+        return cls(rules, **{key: data[key] for key in fields[1:] if key in data})
+
+    @classmethod
+    def from_json(cls, text: str) -> "DeviceMap":
+        """Parses :meth:`to_json` output (e.g. a file next to a training script)."""
+        try:
+            data = json.loads(text)
+        except (TypeError, json.JSONDecodeError) as exc:
+            raise DeviceMapError([Problem("error", "device map", (
+                f"the device map is not valid JSON ({exc}). Received: {str(text)[:80]!r}."))]) from exc
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rules": [list(rule) for rule in self.rules], "default": self.default,
+                "syntax": self.syntax, "place_gradients": self.place_gradients}
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
 
     @staticmethod
     def _collect_parse_error(problems: list[Problem], device: str, *, field: str) -> None:

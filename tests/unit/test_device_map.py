@@ -49,6 +49,19 @@ def test_rules_are_validated_when_the_map_is_made():
     assert sorted(SYNTAXES) == ["auto", "glob", "regex"]
 
 
+def test_maps_round_trip_through_json_and_reject_unknown_keys():
+    dm = DeviceMap({"encoder/.*": "/device:CPU:1", "head": "/device:CPU:0"}, default="/cpu:0", place_gradients=False)
+    again = DeviceMap.from_json(dm.to_json())
+    assert again == dm and again.rules == (("encoder/.*", "/device:CPU:1"), ("head", "/device:CPU:0"))
+    assert DeviceMap.from_dict({"rules": {"head": "/cpu:0"}}).rules == (("head", "/cpu:0"),)
+    with pytest.raises(DeviceMapError, match=r"a device map is a mapping with keys \['rules', 'default'"):
+        DeviceMap.from_dict({"rules": {"head": "/cpu:0"}, "devices": 2})
+    with pytest.raises(DeviceMapError, match="the device map is not valid JSON"):
+        DeviceMap.from_json("{rules")
+    with pytest.raises(DeviceMapError, match="`place_gradients` is 'yes'; expected True or False"):
+        DeviceMap({"a": "/cpu:0"}, place_gradients="yes")
+
+
 def _node(path: str) -> LayerNode:
     parts = path.split("/")
     ancestors: tuple[LayerNode, ...] = ()
