@@ -120,6 +120,14 @@ def _restore(state: TrainState, model_dir: str) -> int:
     return state.step
 
 
+def _learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
+    """The current rate, whether a schedule's tensor or a (possibly mirrored) variable."""
+    value = optimizer.learning_rate
+    if isinstance(value, keras.Variable):
+        value = value.value
+    return float(tf.convert_to_tensor(value))
+
+
 def _hooks(run: _Run, state: TrainState, *, is_chief: bool, runs_loop_alone: bool) -> list[Hook]:
     config = run.config
     hooks: list[Hook] = []
@@ -127,7 +135,7 @@ def _hooks(run: _Run, state: TrainState, *, is_chief: bool, runs_loop_alone: boo
         hooks.append(CheckpointHook(state.checkpoint(), run.model_dir, every=config.checkpoint_interval,
                                     keep=config.keep_checkpoints))
         hooks.append(SummaryHook(run.model_dir, every=config.summary_every_steps,
-                                 learning_rate=lambda: float(state.optimizer.learning_rate)))
+                                 learning_rate=lambda: _learning_rate(state.optimizer)))
         if run.verbose:
             hooks.append(ProgressHook(epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
                                       metric_names=list(run.metrics)))

@@ -78,6 +78,7 @@ def make_forward(loss: Any) -> Forward:
 
 def _accuracy(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
     """Keras' 'accuracy' string: sparse, categorical or binary, chosen from the shapes."""
+    y_true, y_pred = tf.convert_to_tensor(y_true), tf.convert_to_tensor(y_pred)
     if y_pred.shape[-1] == 1:
         return keras.metrics.binary_accuracy(y_true, y_pred)
     if y_true.shape.rank == y_pred.shape.rank and y_true.shape[-1] == y_pred.shape[-1]:

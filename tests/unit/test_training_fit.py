@@ -1,0 +1,166 @@
+"""``toolkit.fit`` in one process (default strategy): training, chief artifacts, resume, evaluator."""
+from __future__ import annotations
+
+import json
+import os
+
+import keras
+import numpy as np
+import portpicker
+import pytest
+import tensorflow as tf
+
+import models
+from tf_config import TFConfig
+from toolkit import data, fit
+from toolkit.training import TrainingError
+
+BATCH = 64
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return data.load("digits"), data.load("digits", split="test")
+
+
+def _fit(train, model_dir, **kwargs):
+    options = dict(loss=LOSS, metrics=["accuracy"], epochs=2, steps_per_epoch=train.steps_per_epoch(BATCH),
+                   steps_per_execution=5, model_dir=model_dir and str(model_dir), export=False, verbose=0,
+                   optimizer=lambda: keras.optimizers.Adam(1e-2))
+    options.update(kwargs)
+    return fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(BATCH, seed=1), **options)
+
+
+def _scalars(logdir):
+    tags = set()
+    for name in os.listdir(logdir):
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(logdir, name)):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
+
+
+class _Recorder(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def on_train_begin(self, logs=None):
+        self.calls.append(("train_begin", None))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.calls.append(("epoch_end", epoch, dict(logs)))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append(("batch_end", batch))
+
+
+def _evaluator_config():
+    ports = [portpicker.pick_unused_port() for _ in range(2)]
+    return TFConfig.from_dict({"cluster": {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]},
+                               "task": {"type": "evaluator", "index": 0}})
+
+
+def test_fit_trains_and_the_chief_writes_every_artifact(digits, tmp_path, capsys):
+    train, test = digits
+    recorder = _Recorder()
+    history = _fit(train, tmp_path, epochs=3, checkpoint_every_steps=20, export=True, verbose=1,
+                   validation_fn=test.dataset_fn(BATCH, shuffle=False, repeat=False, drop_remainder=False),
+                   callbacks=[recorder])
+    assert history.global_step == 66 and history.epoch == [0, 1, 2] and history.role == "chief"
+    assert history["loss"][0] > history["loss"][-1]
+    assert history.final("val_accuracy") > 0.85
+    # Checkpoints every 20 steps and at the end, newest 3 kept.
+    manager_files = sorted(f for f in os.listdir(tmp_path) if f.endswith(".index"))
+    assert manager_files == ["ckpt-40.index", "ckpt-60.index", "ckpt-66.index"]
+    assert json.loads((tmp_path / "training_done.json").read_text()) == {"global_step": 66}
+    # TensorBoard: training scalars and validation curves.
+    assert {"loss", "accuracy", "steps_per_sec", "examples_per_sec", "learning_rate"} <= _scalars(tmp_path / "train")
+    assert {"loss", "accuracy"} <= _scalars(tmp_path / "validation")
+    # Exports reload outside the strategy and predict like the trained model.
+    x = test.features[:16]
+    expected = history.model(x).numpy()
+    np.testing.assert_allclose(keras.models.load_model(history.exports["keras"])(x), expected, atol=1e-5)
+    served = tf.saved_model.load(history.exports["saved_model"])  # keep a reference while serving
+    np.testing.assert_allclose(served.serve(x), expected, atol=1e-5)
+    # Keras callbacks got their hooks; the progress bar printed one line per epoch.
+    assert recorder.calls[0] == ("train_begin", None)
+    epoch_ends = [c for c in recorder.calls if c[0] == "epoch_end"]
+    assert [c[1] for c in epoch_ends] == [0, 1, 2] and "val_accuracy" in epoch_ends[-1][2]
+    # One batch hook per chunk; chunks end every 5 steps, on checkpoint steps (20, 40, 60) and epoch ends.
+    chunk_ends = [5, 10, 15, 20, 22, 27, 32, 37, 40, 44, 49, 54, 59, 60, 65, 66]
+    assert sum(c[0] == "batch_end" for c in recorder.calls) == len(chunk_ends)
+    out = capsys.readouterr().out
+    assert "Epoch 3/3" in out and out.count("22/22") == 3
+
+
+def test_evaluator_task_evaluates_the_final_checkpoint_and_exits(digits, tmp_path):
+    train, test = digits
+    trained = _fit(train, tmp_path, epochs=1)
+    history = _fit(train, tmp_path, epochs=1, tf_config=_evaluator_config(), evaluator_timeout=30,
+                   validation_fn=test.dataset_fn(BATCH, shuffle=False, repeat=False, drop_remainder=False))
+    assert history.role == "evaluator" and history.epoch == [trained.global_step]
+    assert 0.0 < history.final("accuracy") <= 1.0
+    assert {"loss", "accuracy"} <= _scalars(tmp_path / "eval")
+
+
+def test_resume_after_a_crash_matches_an_uninterrupted_run(digits, tmp_path):
+    train, _ = digits
+    reference = _fit(train, tmp_path / "reference")
+
+    class Crash(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.chunks = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.chunks += 1
+            if self.chunks == 8:  # chunk ends 5,10,15,20,22,27,30,35: crash at 35, checkpoint at 30
+                raise RuntimeError("simulated crash")
+
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _fit(train, tmp_path / "resumed", checkpoint_every_steps=10, callbacks=[Crash()])
+    assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("ckpt-30")
+    resumed = _fit(train, tmp_path / "resumed", checkpoint_every_steps=10)
+    assert resumed.global_step == reference.global_step == 44
+    assert resumed.epoch == [1]  # only the unfinished epoch ran again
+    for got, want in zip(resumed.model.get_weights(), reference.model.get_weights()):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_steps_per_execution_changes_speed_not_results(digits, tmp_path):
+    train, _ = digits
+    one = _fit(train, tmp_path / "one", epochs=1, steps_per_execution=1)
+    seven = _fit(train, tmp_path / "seven", epochs=1, steps_per_execution=7)
+    assert one.global_step == seven.global_step == 22
+    assert one["loss"][0] == pytest.approx(seven["loss"][0], rel=1e-6)
+    for a, b in zip(one.model.get_weights(), seven.model.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_a_callback_can_stop_training(digits, tmp_path):
+    train, _ = digits
+
+    class StopAfterFirstEpoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.stop_training = True
+
+    history = _fit(train, tmp_path, epochs=5, callbacks=[StopAfterFirstEpoch()])
+    assert history.epoch == [0] and history.stopped_early and history.global_step == 22
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-22")
+    assert json.loads((tmp_path / "training_done.json").read_text())["global_step"] == 22
+
+
+def test_argument_errors_name_the_argument(digits, tmp_path):
+    train, _ = digits
+    with pytest.raises(TrainingError, match="`loss` is None") as info:
+        _fit(train, tmp_path, loss=None)
+    assert info.value.field == "loss"
+    with pytest.raises(TrainingError, match="`validation_fn` is None") as info:
+        _fit(train, tmp_path, tf_config=_evaluator_config())
+    assert info.value.field == "validation_fn"
+    with pytest.raises(TrainingError, match="TF_CONFIG describes a cluster") as info:
+        _fit(train, None, tf_config=_evaluator_config())
+    assert info.value.field == "model_dir"
+    with pytest.raises(TrainingError, match="Received: epochs=0"):
+        _fit(train, tmp_path, epochs=0)

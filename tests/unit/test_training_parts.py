@@ -1,0 +1,152 @@
+"""The engine's parts: config validation, losses, metrics, schedules, the loop's chunking."""
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import models
+from toolkit.training import (
+    FitConfig, LoopEvent, TrainingError, TrainStep, build_state, make_forward, resolve_metrics, run_loop,
+)
+from toolkit.training.runners import Runner
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "needle"),
+    [
+        ({"epochs": 0}, "epochs", "Received: epochs=0"),
+        ({"steps_per_epoch": 2.5}, "steps_per_epoch", "Received: steps_per_epoch=2.5"),
+        ({"steps_per_execution": True}, "steps_per_execution", "Received: steps_per_execution=True"),
+        ({"checkpoint_every_steps": -3}, "checkpoint_every_steps", "a positive int or None"),
+        ({"global_batch_size": "64"}, "global_batch_size", "Received: global_batch_size='64'"),
+    ],
+)
+def test_config_errors_name_field_value_and_fix(kwargs, field, needle):
+    with pytest.raises(TrainingError) as info:
+        FitConfig(**kwargs)
+    assert info.value.field == field
+    assert needle in str(info.value) and "Pass e.g." in str(info.value)
+
+
+def test_config_intervals():
+    config = FitConfig(epochs=3, steps_per_epoch=40)
+    assert (config.total_steps, config.checkpoint_interval, config.log_interval) == (120, 40, 4)
+    assert FitConfig(steps_per_epoch=40, checkpoint_every_steps=15).checkpoint_interval == 15
+
+
+def test_keras_loss_object_is_used_per_example():
+    forward = make_forward(keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # reduction on
+    model = models.digits_mlp(seed=0)
+    per_example, predictions = forward(model, np.zeros((5, 8, 8, 1), np.float32), np.arange(5), True)
+    assert per_example.shape == (5,) and predictions.shape == (5, 10)
+
+
+def test_reducing_loss_function_is_rejected():
+    forward = make_forward(lambda y, p: tf.reduce_mean(p))
+    with pytest.raises(TrainingError, match="one value per example") as info:
+        forward(models.digits_mlp(seed=0), np.zeros((2, 8, 8, 1), np.float32), np.arange(2), True)
+    assert info.value.field == "loss"
+
+
+def test_metrics_resolve_to_per_example_functions():
+    resolved = resolve_metrics(["accuracy", "sparse_categorical_accuracy", keras.metrics.SparseCategoricalAccuracy(name="sca")])
+    assert list(resolved) == ["accuracy", "sparse_categorical_accuracy", "sca"]
+    y_true, y_pred = tf.constant([1, 2]), tf.constant([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    for fn in resolved.values():
+        np.testing.assert_array_equal(fn(y_true, y_pred), [1.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("metrics", "needle"),
+    [
+        (["no_such_metric"], "'no_such_metric', which is not a per-example Keras metric"),
+        ([keras.metrics.AUC()], "stateful metric 'auc'"),
+        ("accuracy", "must be a list"),
+        ([lambda y, p: y], None),
+    ],
+)
+def test_metric_errors(metrics, needle):
+    if needle is None:
+        assert list(resolve_metrics(metrics)) == ["<lambda>"]
+        return
+    with pytest.raises(TrainingError, match="metrics") as info:
+        resolve_metrics(metrics)
+    assert needle in str(info.value)
+
+
+def test_schedule_follows_the_global_step_not_optimizer_iterations():
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
+    state = build_state(tf.distribute.get_strategy(), lambda: models.digits_mlp(seed=0),
+                        keras.optimizers.SGD(schedule))
+    state.global_step.assign(20)
+    assert float(state.optimizer.learning_rate) == pytest.approx(0.025)
+    assert int(state.optimizer.iterations.numpy()) == 0
+    assert state.optimizer.built  # slots exist before any step, so a restore can match them
+
+
+def test_model_fn_must_return_a_built_model():
+    with pytest.raises(TrainingError, match="must return a keras.Model. Received: str"):
+        build_state(tf.distribute.get_strategy(), lambda: "model", "adam")
+    with pytest.raises(TrainingError, match="no built trainable weights"):
+        build_state(tf.distribute.get_strategy(), lambda: keras.Sequential([keras.layers.Dense(2)]), "adam")
+    with pytest.raises(TrainingError, match="'not-an-optimizer', which Keras does not know"):
+        build_state(tf.distribute.get_strategy(), lambda: models.digits_mlp(seed=0), "not-an-optimizer")
+
+
+def test_train_step_stats_are_sums_and_the_gradient_uses_the_global_batch():
+    state = build_state(tf.distribute.get_strategy(), lambda: models.digits_mlp(seed=0), lambda: keras.optimizers.SGD(1.0))
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    step = TrainStep(state, make_forward(loss), resolve_metrics(["accuracy"]), global_batch_size=8)
+    x, y = np.random.RandomState(0).rand(4, 8, 8, 1).astype(np.float32), np.arange(4)
+    before = [w.copy() for w in state.model.get_weights()]
+    with tf.GradientTape() as tape:
+        per_example = keras.losses.sparse_categorical_crossentropy(y, state.model(x), from_logits=True)
+        expected = tf.reduce_sum(per_example) / 8.0  # half of the global batch is on this replica
+    grads = tape.gradient(expected, state.model.trainable_variables)
+    stats = step(x, y).numpy()
+    assert stats[0] == 4 and stats[1] == pytest.approx(float(expected) * 8, rel=1e-5)
+    np.testing.assert_allclose(state.model.get_weights()[0], before[0] - grads[0].numpy(), atol=1e-6)
+
+
+class _CountingRunner(Runner):
+    """Records how the loop splits work; no TensorFlow."""
+
+    def __init__(self, sync_every=None, width=3):
+        self.sync_every, self.single_controller, self.calls, self.waits = sync_every, True, [], 0
+        self.width = width
+
+    def run(self, num_steps):
+        self.calls.append(num_steps)
+
+    def wait(self):
+        self.waits += 1
+        return np.array([2.0 * sum(self.calls[-1:]), 1.0, 0.0][: self.width])
+
+    def agree(self, flag):
+        return flag
+
+
+def test_loop_chunks_end_on_checkpoint_steps_and_epoch_ends_and_resume_mid_epoch():
+    from toolkit.training.step import StatLayout
+
+    config = FitConfig(epochs=2, steps_per_epoch=10, steps_per_execution=4, checkpoint_every_steps=6)
+    runner, events = _CountingRunner(), []
+    record = run_loop(runner, config=config, layout=StatLayout(("m",)), start_step=3, hooks=[events.append])
+    ends = [e.step for e in events if e.kind == "steps_end"]
+    assert ends == [6, 10, 12, 16, 18, 20]  # checkpoint multiples of 6 and epoch ends at 10, 20
+    assert sum(runner.calls) == 17 and max(runner.calls) <= 4
+    assert record.epochs == [0, 1] and record.final_step == 20
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "train_begin" and kinds[-1] == "train_end" and kinds.count("epoch_end") == 2
+    assert all(isinstance(e, LoopEvent) for e in events)
+
+
+def test_loop_with_a_sync_interval_hands_over_whole_executions():
+    config = FitConfig(epochs=1, steps_per_epoch=50, steps_per_execution=5, log_every_steps=7)
+    runner = _CountingRunner(sync_every=7, width=2)
+    from toolkit.training.step import StatLayout
+
+    run_loop(runner, config=config, layout=StatLayout(()), start_step=0, hooks=[])
+    assert set(runner.calls) == {5} and runner.waits == 5  # 10 executions, a wait every 2
