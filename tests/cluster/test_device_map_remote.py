@@ -1,17 +1,15 @@
 """A device map across processes: the head of a model lives on another task.
 
-Two tasks on 127.0.0.1: worker 0 is the client (it builds and trains the
-model), worker 1 only hosts devices. This file is also the script both tasks
-run (``python test_device_map_remote.py <result.json>``), so the test asserts
-on what a real two-process run wrote: variable and slot devices, the op
-placement log, the loss, and both exit codes.
+The local launcher starts two tasks on 127.0.0.1: worker 0 is the client (it
+builds and trains the model), worker 1 only hosts devices. This file is also
+the script both tasks run (``python test_device_map_remote.py <result.json>``),
+so the test asserts on what a real two-process run wrote: variable and slot
+devices, the op placement log, the loss, and both exit codes (worker 1 must
+exit by itself, released by the client).
 """
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -57,31 +55,17 @@ def _client_main(out: Path) -> int:
     return 0
 
 
-def _start(cfg, script_args, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, TF_CONFIG=cfg.to_json(), TF_CPP_MIN_LOG_LEVEL="0")
-    return subprocess.Popen([sys.executable, __file__, *script_args], env=env, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-
 @pytest.mark.cluster
 def test_head_layer_and_its_slots_live_on_task_1(tmp_path, no_orphans):
-    from tf_config import generate
+    from toolkit.launch import launch
 
-    client_cfg, host_cfg = generate(chief=0, workers=2, ps=0)
     out = tmp_path / "result.json"
-    procs = {
-        "worker-1": _start(host_cfg, [str(out)], tmp_path / "worker-1.log"),
-        "worker-0": _start(client_cfg, [str(out)], tmp_path / "worker-0.log"),
-    }
-    try:
-        codes = {name: proc.wait(timeout=_TIMEOUT) for name, proc in procs.items()}
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    client_log = (tmp_path / "worker-0.log").read_text(errors="replace")
-    assert codes == {"worker-0": 0, "worker-1": 0}, client_log[-3000:]
+    result = launch([sys.executable, __file__, str(out)], workers=2, ps=0, job_dir=tmp_path / "job",
+                    timeout=_TIMEOUT, env={"TF_CPP_MIN_LOG_LEVEL": "0"}, echo=False)
+    client_log = result.task("worker-0").log_path.read_text(errors="replace")
+    assert result.ok, result.message
+    assert {t.name: (t.exit_code, t.stopped) for t in result.tasks} == {"worker-0": (0, False),
+                                                                         "worker-1": (0, False)}
 
     result = json.loads(out.read_text())
     task1 = "/job:worker/replica:0/task:1/device:CPU:0"

@@ -1,7 +1,7 @@
 """Sharded embeddings train across 2 parameter servers under Keras 3.
 
-A real cluster on 127.0.0.1 (chief, 1 worker, 2 ps). Every task runs this file
-as a script: ``run_role`` makes ps and worker tasks serve, the chief builds a
+A real cluster on 127.0.0.1 (chief, 1 worker, 2 ps), started by the local
+launcher. Every task runs this file as a script: ``run_role`` makes ps and worker tasks serve, the chief builds a
 ``ParameterServerStrategy`` with a ``fixed_shards`` partitioner, trains the
 wide & deep recommender with sparse Adam through ``ClusterCoordinator``, saves
 a checkpoint, and restores it into a local 3-shard copy. The test asserts on
@@ -10,9 +10,6 @@ the JSON the chief wrote and on every exit code.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -98,28 +95,16 @@ def _chief_main(out: Path) -> int:
     return 0
 
 
-def _start(cfg, out: Path, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, TF_CONFIG=cfg.to_json())
-    return subprocess.Popen([sys.executable, __file__, str(out)], env=env, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-
-
 @pytest.mark.cluster
 def test_embedding_tables_shard_train_and_checkpoint_across_two_ps(tmp_path, no_orphans):
-    from tf_config import generate
+    from toolkit.launch import launch
 
     out = tmp_path / "result.json"
-    procs = {f"{c.task_type}-{c.task_index}": _start(c, out, tmp_path / f"{c.task_type}-{c.task_index}.log")
-             for c in generate(chief=1, workers=1, ps=2)}
-    try:
-        codes = {name: proc.wait(timeout=_TIMEOUT) for name, proc in procs.items()}
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    chief_log = (tmp_path / "chief-0.log").read_text(errors="replace")
-    assert codes == {"chief-0": 0, "worker-0": 0, "ps-0": 0, "ps-1": 0}, chief_log[-3000:]
+    result = launch([sys.executable, __file__, str(out)], chief=1, workers=1, ps=2, job_dir=tmp_path / "job",
+                    timeout=_TIMEOUT, echo=False)
+    assert result.ok, result.message
+    assert {t.name: (t.exit_code, t.stopped) for t in result.tasks} == {
+        "chief-0": (0, False), "worker-0": (0, False), "ps-0": (0, False), "ps-1": (0, False)}
 
     r = json.loads(out.read_text())
     ps0, ps1 = "/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"
