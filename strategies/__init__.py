@@ -12,7 +12,7 @@ Example:
 """
 from strategies._devices import configure_local_devices, local_gpu_count
 from strategies._errors import StrategyError
-from strategies._factory import STRATEGY_NAMES, make_coordinator, make_strategy
+from strategies._factory import STRATEGY_NAMES, choose_strategy, make_coordinator, make_strategy
 from strategies._options import StrategyOptions
 from strategies._roles import EXIT_CHIEF_LOST, EXIT_CHIEF_NEVER_STARTED, is_server_role, run_role, serve
 from strategies._shutdown import chief_session, exit_file, shutdown_cluster
@@ -24,6 +24,7 @@ __all__ = [
     "StrategyError",
     "StrategyOptions",
     "chief_session",
+    "choose_strategy",
     "configure_local_devices",
     "exit_file",
     "is_server_role",

@@ -254,9 +254,7 @@ def make_strategy(name: str = "auto", *, tf_config: Any = None, communication: s
     from tf_config import TFConfig
 
     cfg = TFConfig.from_env() if tf_config is None else tf_config
-    chosen, cluster_strategy, reason = _choose(name, cfg)
-    _check_role(chosen, cfg)
-    cfg.check(strategy=cluster_strategy)
+    chosen, reason = choose_strategy(name, tf_config=cfg)
     _check_options(name, chosen, options)
     if tf_config is not None:
         _warn_if_env_disagrees(cfg)
@@ -264,6 +262,27 @@ def make_strategy(name: str = "auto", *, tf_config: Any = None, communication: s
     if options.logical_cpus:
         configure_local_devices(options.logical_cpus)
     return BUILDERS[chosen](cfg, options)
+
+
+def choose_strategy(name: str = "auto", *, tf_config: Any = None) -> tuple[str, str]:
+    """The strategy ``make_strategy`` would build here, and why, without building it.
+
+    Runs every check that needs no cluster connection: the name, the task's
+    role, and the TF_CONFIG against the strategy's rules. Only ``auto`` in a
+    one-process run looks at the local GPUs (and so imports TensorFlow).
+
+    Raises:
+        StrategyError: unknown name, or a task that cannot build the strategy.
+        tf_config.TFConfigError: the TF_CONFIG cannot serve the strategy.
+    """
+    check_name(name)
+    from tf_config import TFConfig
+
+    cfg = TFConfig.from_env() if tf_config is None else tf_config
+    chosen, cluster_strategy, reason = _choose(name, cfg)
+    _check_role(chosen, cfg)
+    cfg.check(strategy=cluster_strategy)
+    return chosen, reason
 
 
 def make_coordinator(strategy: Any) -> Any:

@@ -60,7 +60,7 @@ def default_job_dir() -> Path:
 def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps: int = 0,
            evaluator: int = 0, job_dir: str | PathLike[str] | None = None, timeout: float | None = None,
            max_restarts: int = 0, restartable: bool = False, grace_period: float = 10.0,
-           env: Mapping[str, str] | None = None, stream: IO[str] | None = None,
+           settle_period: float = 10.0, env: Mapping[str, str] | None = None, stream: IO[str] | None = None,
            echo: bool = True) -> LaunchResult:
     """Runs ``cmd`` as every task of a local cluster and waits for the job to end.
 
@@ -83,6 +83,10 @@ def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps
             the whole cluster instead of failing the job.
         grace_period: seconds the other tasks get to exit by themselves after
             the chief ended, before they are stopped.
+        settle_period: seconds a failed non-chief task waits before the
+            failure policy acts on it: servers told by a failing chief to
+            exit non-zero leave just before the chief, and that is the
+            chief's failure, not theirs.
         env: extra environment variables for every task.
         stream: where prefixed task output goes; default ``sys.stdout``.
         echo: False keeps task output in the log files only.
@@ -96,7 +100,8 @@ def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps
     """
     spec = LaunchSpec(cmd=tuple(cmd) if not isinstance(cmd, str) else cmd, chief=chief, workers=workers,
                       ps=ps, evaluator=evaluator, timeout=timeout, max_restarts=max_restarts,
-                      restartable=restartable, grace_period=grace_period)
+                      restartable=restartable, grace_period=grace_period,
+                      settle_period=settle_period)
     directory = Path(job_dir if job_dir is not None else default_job_dir()).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     out = (stream if stream is not None else sys.stdout) if echo else None

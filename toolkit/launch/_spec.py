@@ -74,6 +74,7 @@ class LaunchSpec:
     max_restarts: int = 0
     restartable: bool = False
     grace_period: float = 10.0
+    settle_period: float = 10.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cmd", resolve_command(self.cmd))
@@ -95,6 +96,7 @@ class LaunchSpec:
             raise LaunchError("workers", f"`workers` is 0 with ps={self.ps}: the ps would serve nobody. Pass workers=1.")
         _seconds("timeout", self.timeout, optional=True)
         _seconds("grace_period", self.grace_period, optional=False)
+        _seconds("settle_period", self.settle_period, optional=False)
 
     @property
     def is_parameter_server(self) -> bool:

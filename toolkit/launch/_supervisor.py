@@ -11,8 +11,8 @@ Policy (documented in docs/launcher.md):
   chief) restarts the whole cluster on fresh ports when the entrypoint is
   ``restartable``, up to ``max_restarts`` times; otherwise the job fails with
   the task's name, exit code and log tail.
-- A non-chief task that fails is given ``_SETTLE`` seconds before the policy
-  acts, because servers told by a failing chief to exit non-zero leave just
+- A non-chief task that fails is given ``settle_period`` seconds before the
+  policy acts, because servers told by a failing chief to exit non-zero leave just
   before the chief does; that is the chief's failure, not theirs.
 """
 from __future__ import annotations
@@ -35,7 +35,6 @@ from toolkit.launch._task import TaskProcess, describe_exit, shell_exit_code, st
 logger = logging.getLogger(__name__)
 
 _POLL = 0.2
-_SETTLE = 10.0
 _Outcome = tuple[int, str, str]  # (exit code, reason, message)
 
 
@@ -141,7 +140,7 @@ class Job:
             log("%s exited with %s", task.name, describe_exit(task.exit_code))
             return None
         self._note_death(task)
-        if now - task.ended_at < _SETTLE:
+        if now - task.ended_at < self.spec.settle_period:
             return None  # maybe the chief told it to go and is about to end the job itself
         task.handled = True
         if self.spec.is_parameter_server and task.task_type == "worker":

@@ -132,8 +132,9 @@ def stop_all(tasks: Sequence[TaskProcess], *, kill_after: float = 5.0) -> None:
     while any(t.running for t in tasks) and time.monotonic() < deadline:
         time.sleep(0.1)
     for task in tasks:
-        if task.signal_group(signal.SIGKILL):
-            logger.warning("%s did not stop within %.0f s of SIGTERM; killed", task.name, kill_after)
+        if task.running:
+            logger.warning("%s did not stop within %.0f s of SIGTERM; killing it", task.name, kill_after)
+        task.signal_group(signal.SIGKILL)  # also takes any child that ignored SIGTERM
         if task.proc is not None:
             task.proc.wait(timeout=kill_after)
             task.poll()

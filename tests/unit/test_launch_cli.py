@@ -1,0 +1,63 @@
+"""`tfdist launch`: flags, the command after `--`, exit codes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from toolkit.cli import main
+
+
+def test_help_documents_the_exit_codes(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["launch", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for line in ("N    the chief's exit code", "2    usage error", "124  the job ran past --timeout",
+                 "130  interrupted"):
+        assert line in out
+
+
+def test_the_chiefs_exit_code_is_the_commands(tmp_path, capsys, no_orphans):
+    code = main(["launch", "--workers", "2", "--job-dir", str(tmp_path / "job"), "--grace-period", "1", "--",
+                 "python", "-c", "import os, sys; print('task', os.environ['TFDIST_TASK_NAME']); "
+                 "sys.exit(4 if os.environ['TFDIST_TASK_NAME'] == 'worker-0' else 0)"])
+    captured = capsys.readouterr()
+    assert code == 4
+    assert "[worker-0] task worker-0" in captured.out and "[worker-1] task worker-1" in captured.out
+    assert "tfdist launch: failed" in captured.err and "exit code 4" in captured.err
+    assert "the chief (worker-0) exited with code 4" in captured.err
+    assert (tmp_path / "job" / "logs" / "worker-1.log").read_text() == "task worker-1\n"
+
+
+def test_ps_without_chief_adds_the_coordinator(tmp_path, capsys, no_orphans):
+    code = main(["launch", "--workers", "1", "--ps", "1", "--quiet", "--job-dir", str(tmp_path / "job"), "--",
+                 "python", "-c", "pass"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "tasks: ps-0=0, chief-0=0, worker-0=0" in err
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["launch", "--workers", "2"], "no command to run; put it after `--`"),
+    (["launch", "--ps", "1", "--chief", "0", "--", "python", "-c", "pass"], "`chief` is 0 with ps=1"),
+    (["launch", "--", "definitely-not-a-program-xyz"], "'definitely-not-a-program-xyz' was not found"),
+])
+def test_usage_errors_exit_2(argv, text, capsys, tmp_path):
+    assert main([*argv[:1], "--job-dir", str(tmp_path / "job"), *argv[1:]]) == 2
+    assert text in capsys.readouterr().err
+
+
+def test_bad_flag_values_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["launch", "--workers", "-1", "--", "python"])
+    assert info.value.code == 2
+    assert "expected an integer >= 0, received -1" in capsys.readouterr().err
+
+
+def test_the_cli_module_does_not_import_tensorflow():
+    code = ("import sys; from toolkit.cli import build_parser; build_parser(); "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"

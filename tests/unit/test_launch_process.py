@@ -1,0 +1,227 @@
+"""The launcher with real (tiny, TensorFlow-free) processes: policy, output, cleanup.
+
+Each task runs ``_FAKE_TASK``, which follows a per-task plan (sleep, exit code,
+signal, spawn a grandchild) and records its environment, so every rule of the
+launcher is checked against real processes in a fraction of a second.
+"""
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkit.launch import LaunchError, launch
+
+_FAKE_TASK = textwrap.dedent('''
+    import json, os, signal, subprocess, sys, time
+    from pathlib import Path
+    plan = json.loads(sys.argv[1])
+    name = os.environ["TFDIST_TASK_NAME"]
+    restart = int(os.environ["TFDIST_RESTART_COUNT"])
+    task_dir = Path(os.environ["TFDIST_TASK_DIR"])
+    (task_dir / f"start-{restart}.json").write_text(json.dumps({
+        "tf_config": json.loads(os.environ["TF_CONFIG"]), "job_dir": os.environ["TFDIST_JOB_DIR"],
+        "task_dir": str(task_dir)}))
+    print(f"{name} start {restart}", flush=True)
+    steps = plan.get(name, plan.get("*", [{"sleep": 60}]))
+    action = steps[min(restart, len(steps) - 1)]
+    if action.get("spawn"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        (task_dir / "grandchild.pid").write_text(str(child.pid))
+    time.sleep(action.get("sleep", 0))
+    print(f"{name} last words", flush=True)
+    if "kill" in action:
+        os.kill(os.getpid(), action["kill"])
+    sys.exit(action.get("exit", 0))
+''')
+
+
+@pytest.fixture
+def fake(tmp_path):
+    script = tmp_path / "fake_task.py"
+    script.write_text(_FAKE_TASK)
+
+    def command(plan):
+        return ["python", str(script), json.dumps(plan)]
+
+    return command
+
+
+def _run(fake, plan, tmp_path, **kwargs):
+    stream = io.StringIO()
+    kwargs.setdefault("grace_period", 0.5)
+    kwargs.setdefault("settle_period", 0.3)
+    result = launch(fake(plan), job_dir=tmp_path / "job", stream=stream, **kwargs)
+    return result, stream.getvalue()
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+
+
+def _started(result, name, restart=0):
+    return json.loads((result.job_dir / "tasks" / name / f"start-{restart}.json").read_text())
+
+
+def test_chief_ends_the_job_others_are_stopped_and_output_is_prefixed(fake, tmp_path, no_orphans):
+    result, out = _run(fake, {"chief-0": [{"sleep": 0.5}]}, tmp_path, workers=2, ps=1)
+    assert result.exit_code == 0 and result.reason == "succeeded" and result.ok
+    assert [t.name for t in result.tasks] == ["ps-0", "chief-0", "worker-0", "worker-1"]
+    assert result.task("chief-0").exit_code == 0 and not result.task("chief-0").stopped
+    for name in ("ps-0", "worker-0", "worker-1"):
+        assert result.task(name).stopped and result.task(name).exit_code == -signal.SIGTERM
+    for name in ("ps-0", "chief-0", "worker-0", "worker-1"):
+        assert f"[{name}] {name} start 0" in out.splitlines()
+        assert f"{name} start 0" in (result.job_dir / "logs" / f"{name}.log").read_text()
+    assert "[chief-0] chief-0 last words" in out
+
+
+def test_each_task_gets_its_own_tf_config_and_directories(fake, tmp_path, no_orphans):
+    result, _ = _run(fake, {"*": [{"exit": 0}]}, tmp_path, workers=2, ps=1, evaluator=1)
+    cluster = json.loads((result.job_dir / "cluster.json").read_text())["cluster"]
+    assert sorted(cluster) == ["chief", "evaluator", "ps", "worker"]
+    addresses = [a for addrs in cluster.values() for a in addrs]
+    assert all(a.startswith("127.0.0.1:") for a in addresses) and len(set(addresses)) == 5
+    for task in result.tasks:
+        seen = _started(result, task.name)
+        assert seen["tf_config"]["task"] == {"type": task.task_type, "index": task.index}
+        assert seen["tf_config"]["cluster"] == cluster
+        assert seen["job_dir"] == str(result.job_dir)
+        assert seen["task_dir"] == str(result.job_dir / "tasks" / task.name)
+
+
+def test_chief_exit_code_is_the_jobs_and_failure_shows_its_log_tail(fake, tmp_path, no_orphans):
+    result, _ = _run(fake, {"worker-0": [{"exit": 3}]}, tmp_path, workers=2)
+    assert result.exit_code == 3 and result.reason == "failed"
+    assert "the chief (worker-0) exited with code 3" in result.message
+    assert "worker-0 last words" in result.message
+    assert str(result.job_dir / "logs" / "worker-0.log") in result.message
+
+
+def test_chief_killed_by_a_signal_gives_128_plus_signal(fake, tmp_path, no_orphans):
+    result, _ = _run(fake, {"chief-0": [{"kill": signal.SIGKILL}]}, tmp_path, workers=1, ps=1)
+    assert result.exit_code == 128 + signal.SIGKILL
+    assert "signal SIGKILL (-9)" in result.message
+
+
+def test_dead_ps_worker_is_restarted_alone_with_the_same_tf_config(fake, tmp_path, no_orphans):
+    plan = {"chief-0": [{"sleep": 2.5}], "worker-1": [{"exit": 7}, {"sleep": 60}]}
+    result, out = _run(fake, plan, tmp_path, workers=2, ps=1, max_restarts=1)
+    assert result.exit_code == 0, result.message
+    assert result.task("worker-1").restarts == 1 and result.task("worker-0").restarts == 0
+    assert result.cluster_restarts == 0
+    assert _started(result, "worker-1", 1)["tf_config"] == _started(result, "worker-1", 0)["tf_config"]
+    assert "[worker-1] worker-1 start 1" in out
+    assert "restarted (start #2)" in (result.job_dir / "logs" / "worker-1.log").read_text()
+
+
+def test_ps_worker_out_of_restarts_fails_the_job_naming_it(fake, tmp_path, no_orphans):
+    result, _ = _run(fake, {"worker-1": [{"exit": 7}]}, tmp_path, workers=2, ps=1, max_restarts=0)
+    assert result.exit_code == 1 and result.reason == "failed"
+    assert result.message.startswith("worker-1 exited with code 7 and could not be restarted (max_restarts=0)")
+    assert "worker-1 last words" in result.message
+    assert result.task("chief-0").stopped
+
+
+def test_mwms_death_restarts_the_whole_cluster_when_restartable(fake, tmp_path, no_orphans):
+    plan = {"worker-0": [{"sleep": 60}, {"sleep": 0.5}], "worker-1": [{"exit": 5}, {"sleep": 60}]}
+    result, _ = _run(fake, plan, tmp_path, workers=2, max_restarts=1, restartable=True)
+    assert result.exit_code == 0, result.message
+    assert result.cluster_restarts == 1
+    assert [t.restarts for t in result.tasks] == [1, 1]
+    first, second = _started(result, "worker-0", 0), _started(result, "worker-0", 1)
+    assert first["tf_config"]["cluster"] != second["tf_config"]["cluster"]  # fresh ports
+
+
+def test_mwms_death_without_restartable_fails_with_the_task_and_its_code(fake, tmp_path, no_orphans):
+    result, _ = _run(fake, {"worker-1": [{"exit": 5}]}, tmp_path, workers=2, max_restarts=3)
+    assert result.exit_code == 1 and result.cluster_restarts == 0
+    assert "worker-1 exited with code 5 and the job cannot recover (the entrypoint is not restartable)" \
+        in result.message
+
+
+def test_failed_server_leaving_just_before_the_chief_is_the_chiefs_failure(fake, tmp_path, no_orphans):
+    plan = {"chief-0": [{"sleep": 0.6, "exit": 1}], "worker-0": [{"sleep": 0.3, "exit": 1}]}
+    result, _ = _run(fake, plan, tmp_path, workers=1, ps=1, max_restarts=2, settle_period=5)
+    assert result.exit_code == 1
+    assert result.task("worker-0").restarts == 0  # not mistaken for a crash
+    assert "the chief (chief-0) exited with code 1" in result.message
+    assert "The first task to fail was worker-0" in result.message
+
+
+def test_evaluator_failure_does_not_fail_the_job(fake, tmp_path, no_orphans):
+    plan = {"evaluator-0": [{"exit": 9}], "worker-0": [{"sleep": 0.8}]}
+    result, _ = _run(fake, plan, tmp_path, workers=1, evaluator=1)
+    assert result.exit_code == 0
+    assert result.task("evaluator-0").exit_code == 9 and result.task("evaluator-0").restarts == 0
+
+
+def test_timeout_stops_everything_with_124(fake, tmp_path, no_orphans):
+    started = time.monotonic()
+    result, _ = _run(fake, {}, tmp_path, workers=2, timeout=1)
+    assert result.exit_code == 124 and result.reason == "timeout"
+    assert all(t.stopped for t in result.tasks)
+    assert time.monotonic() - started < 30
+
+
+def test_stopping_a_task_takes_its_grandchildren_too(fake, tmp_path, no_orphans):
+    result, _ = _run(fake, {"worker-0": [{"sleep": 1}], "worker-1": [{"spawn": True, "sleep": 60}]},
+                     tmp_path, workers=2)
+    assert result.exit_code == 0
+    grandchild = int((result.job_dir / "tasks" / "worker-1" / "grandchild.pid").read_text())
+    assert not _alive(grandchild)
+
+
+def test_sigterm_to_the_launcher_stops_every_task(fake, tmp_path, no_orphans):
+    job = tmp_path / "job"
+    cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "1", "--job-dir", str(job),
+           "--", *fake({"*": [{"spawn": True, "sleep": 60}]})]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    pid_files = [job / "tasks" / n / "grandchild.pid" for n in ("ps-0", "chief-0", "worker-0", "worker-1")]
+    while not all(p.exists() for p in pid_files) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, out.decode()
+    assert b"interrupted by SIGTERM" in out
+    assert not any(_alive(int(p.read_text())) for p in pid_files)
+
+
+@pytest.mark.parametrize("kwargs, field, text", [
+    ({"ps": 1, "chief": 0}, "chief", "`chief` is 0 with ps=1"),
+    ({"workers": 0}, "workers", "`workers` is 0 and `chief` is 0"),
+    ({"workers": -1}, "workers", "`workers` is -1; expected an integer >= 0"),
+    ({"evaluator": 2}, "evaluator", "`evaluator` is 2; a cluster has at most one"),
+    ({"timeout": 0}, "timeout", "`timeout` is 0; expected a positive number of seconds"),
+])
+def test_bad_arguments_are_rejected_before_anything_starts(tmp_path, kwargs, field, text):
+    with pytest.raises(LaunchError) as info:
+        launch(["python", "-c", "pass"], job_dir=tmp_path / "job", **kwargs)
+    assert info.value.field == field and text in str(info.value)
+    assert not (tmp_path / "job").exists()
+
+
+def test_missing_entrypoint_and_string_command_are_rejected(tmp_path):
+    with pytest.raises(LaunchError, match="'no-such-program-xyz' was not found"):
+        launch(["no-such-program-xyz"], job_dir=tmp_path / "job")
+    with pytest.raises(LaunchError, match="expected the entrypoint as a list of strings"):
+        launch("python train.py", job_dir=tmp_path / "job")
+
+
+def test_python_means_the_launchers_interpreter(fake, tmp_path, no_orphans):
+    result, out = _run(fake, {"*": [{"exit": 0}]}, tmp_path, workers=1)
+    assert result.exit_code == 0 and "[worker-0] worker-0 start 0" in out
+    assert Path(sys.executable).exists()

@@ -1,0 +1,136 @@
+"""Server roles without TensorFlow servers: who serves, the chief watch, the signal files."""
+from __future__ import annotations
+
+import socket
+import time
+
+import portpicker
+import pytest
+
+import strategies._roles as roles
+from strategies import (EXIT_CHIEF_LOST, EXIT_CHIEF_NEVER_STARTED, StrategyError, chief_session, exit_file,
+                        is_server_role, run_role, serve, shutdown_cluster)
+from strategies._cluster import cluster_token, tf2_cluster
+from strategies._shutdown import hello_file
+from tf_config import TFConfig, TFConfigError, generate
+
+
+def _cfg(name: str, **counts) -> TFConfig:
+    return next(c for c in generate(base_port=24000, **counts) if str(c.task) == name)
+
+
+PSS = dict(chief=1, workers=2, ps=1, evaluator=1)
+MWMS = dict(chief=0, workers=2, ps=0)
+
+
+@pytest.mark.parametrize("task, counts, serves", [
+    ("ps-0", PSS, True), ("worker-0", PSS, True), ("worker-1", PSS, True),
+    ("chief-0", PSS, False), ("evaluator-0", PSS, False),
+    ("worker-0", MWMS, False), ("worker-1", MWMS, False),
+])
+def test_only_ps_and_pss_workers_serve(task, counts, serves):
+    assert is_server_role(_cfg(task, **counts)) is serves
+
+
+def test_local_run_does_not_serve():
+    assert not is_server_role(TFConfig.from_env({}))
+
+
+@pytest.mark.parametrize("task, counts", [("chief-0", PSS), ("evaluator-0", PSS), ("worker-1", MWMS)])
+def test_run_role_returns_the_config_to_tasks_that_train(task, counts):
+    cfg = _cfg(task, **counts)
+    assert run_role(cfg) is cfg
+
+
+def test_run_role_reads_tf_config_from_the_environment(monkeypatch):
+    cfg = _cfg("chief-0", **PSS)
+    monkeypatch.setenv("TF_CONFIG", cfg.to_json())
+    assert run_role().to_dict() == cfg.to_dict()
+
+
+def test_run_role_checks_the_strategy_before_serving():
+    with pytest.raises(TFConfigError, match="multi_worker_mirrored must have no `ps` task"):
+        run_role(_cfg("ps-0", **PSS), strategy="multi_worker_mirrored")
+    with pytest.raises(StrategyError, match="Strategy name is 'pss'"):
+        run_role(_cfg("ps-0", **PSS), strategy="pss")
+
+
+def test_serve_refuses_a_training_task():
+    with pytest.raises(StrategyError) as info:
+        serve(_cfg("chief-0", **PSS))
+    assert "TF_CONFIG task is chief-0, which trains rather than serves" in str(info.value)
+
+
+def test_tf2_cluster_renames_master_and_leaves_out_the_evaluator():
+    cluster = {"master": ("h:1",), "worker": ("h:2",), "ps": ("h:3",), "evaluator": ("h:4",)}
+    assert tf2_cluster(cluster) == {"chief": ["h:1"], "worker": ["h:2"], "ps": ["h:3"]}
+
+
+def test_signal_files_are_per_cluster_and_task():
+    cluster = tf2_cluster(_cfg("ps-0", **PSS).cluster)
+    other = {**cluster, "ps": ["127.0.0.1:1"]}
+    assert cluster_token(cluster) == cluster_token(dict(reversed(list(cluster.items()))))
+    assert cluster_token(cluster) != cluster_token(other)
+    assert exit_file(cluster, "ps", 0) != exit_file(other, "ps", 0)
+    assert exit_file(cluster, "ps", 0) != exit_file(cluster, "worker", 0)
+    assert exit_file(cluster, "ps", 0).endswith("-ps-0.exit")
+    assert hello_file(cluster, "ps", 0).endswith("-ps-0.hello")
+
+
+@pytest.mark.parametrize("text, code", [("0", 0), ("1\n", 1), ("137", 137), ("junk", 1), ("999", 1)])
+def test_exit_file_gives_its_code_once(tmp_path, text, code):
+    path = tmp_path / "x.exit"
+    path.write_text(text)
+    assert roles._take_exit_file(str(path)) == code
+    assert not path.exists()
+    assert roles._take_exit_file(str(path)) is None
+
+
+def test_goodbye_is_a_no_op_outside_a_pss_chief():
+    assert shutdown_cluster(_cfg("worker-0", **MWMS), 0) == []
+    assert shutdown_cluster(_cfg("ps-0", **PSS), 0) == []
+    assert shutdown_cluster(TFConfig.from_env({}), 1) == []
+    with pytest.raises(RuntimeError, match="boom"):
+        with chief_session(_cfg("worker-1", **MWMS)):
+            raise RuntimeError("boom")
+
+
+@pytest.fixture
+def fast_probes(monkeypatch):
+    monkeypatch.setattr(roles, "_PROBE_INTERVAL", 0.05)
+
+
+def _watch_until_verdict(watch, limit=10.0, **kwargs):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        verdict = watch.verdict(**kwargs)
+        if verdict is not None:
+            return verdict
+        time.sleep(0.02)
+    return None
+
+
+def test_chief_that_never_starts_ends_the_server(fast_probes):
+    address = f"127.0.0.1:{portpicker.pick_unused_port()}"
+    watch = roles._ChiefWatch(address, start_timeout=0.3, lost_after=0.2)
+    assert _watch_until_verdict(watch) == EXIT_CHIEF_NEVER_STARTED
+    assert not watch.seen
+
+
+def test_chief_seen_then_gone_ends_the_server(fast_probes):
+    port = portpicker.pick_unused_port()
+    listener = socket.create_server(("127.0.0.1", port))
+    watch = roles._ChiefWatch(f"127.0.0.1:{port}", start_timeout=0.3, lost_after=0.3)
+    time.sleep(0.5)  # past start_timeout: the chief is up, so that must not matter
+    assert watch.verdict() is None and watch.seen
+    listener.close()
+    started = time.monotonic()
+    assert _watch_until_verdict(watch) == EXIT_CHIEF_LOST
+    assert time.monotonic() - started >= 0.3
+
+
+def test_chief_hello_counts_as_seen_even_if_no_probe_caught_it(fast_probes):
+    address = f"127.0.0.1:{portpicker.pick_unused_port()}"
+    watch = roles._ChiefWatch(address, start_timeout=60, lost_after=0.2)
+    assert watch.verdict(hello=True) is None and watch.seen
+    assert _watch_until_verdict(watch) == EXIT_CHIEF_LOST
