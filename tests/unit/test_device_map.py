@@ -158,6 +158,23 @@ def _scenarios(out: Path) -> None:
                              "head_slots": [variable_device(v) for v in fit_optimizers[-1].variables
                                             if v.path.split("/")[-1].startswith("head_")]}
 
+    from toolkit.estimator import Estimator, EstimatorSpec, RunConfig
+
+    nets = []
+
+    def model_fn(features, labels, mode, params):
+        nets.append(dm.build(_model))
+        predictions = nets[-1](features)
+        loss = None if labels is None else keras.ops.mean((predictions - labels) ** 2, axis=-1)
+        return EstimatorSpec(mode, predictions=predictions, loss=loss, optimizer=keras.optimizers.Adam(0.02))
+
+    estimator = Estimator(model_fn, config=RunConfig(model_dir=str(out.parent / "estimator")))
+    estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32), max_steps=120)
+    metrics = estimator.evaluate(lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(64))
+    result["estimator"] = {"loss": float(metrics["loss"]), "label_variance": float(np.var(y)),
+                           "models": len(nets),
+                           "head": sorted({variable_device(v) for net in nets for v in net.get_layer("head").weights})}
+
     class Subclassed(keras.Model):
         def __init__(self):
             super().__init__(name="sub")
@@ -229,6 +246,13 @@ def test_mapped_models_train_with_toolkit_fit(placed, no_orphans):
     trained = placed[0]["toolkit_fit"]
     assert trained["loss"][-1] < 0.3 * trained["loss"][0]
     assert trained["head"] == [_CPU.format(2)] * 2 and trained["head_slots"] == [_CPU.format(2)] * 4
+
+
+def test_mapped_models_train_with_the_estimator_api(placed, no_orphans):
+    trained = placed[0]["estimator"]
+    assert trained["models"] >= 2  # one model per mode (train, evaluate), every one mapped
+    assert trained["head"] == [_CPU.format(2)]
+    assert trained["loss"] < 0.1 * trained["label_variance"]
 
 
 def test_explain_shows_each_layer_and_the_balance_per_device(placed, no_orphans):
