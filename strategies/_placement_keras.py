@@ -13,8 +13,8 @@ make placement follow the map wherever building happens:
   backward ops (a custom gradient differentiates the call on that device);
 * a per-instance wrapper of the optimizer's ``add_variable_from_reference`` so
   slot variables land next to their variable. (Keras asks the strategy to
-  colocate them, which does nothing in eager mode under the default
-  strategy: they would all land on CPU:0.)
+  colocate them; Keras ``model.fit`` builds its optimizer while tracing, where
+  that colocation is lost and every slot lands on CPU:0.)
 """
 from __future__ import annotations
 

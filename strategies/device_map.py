@@ -323,8 +323,10 @@ class DeviceMap:
     def place_optimizer(optimizer: Any) -> Any:
         """Makes a Keras optimizer create each slot on its variable's device; returns it.
 
-        Keras asks the strategy to colocate slots with their variables, which
-        does nothing in eager mode: without this, every slot lands on CPU:0.
+        Keras asks the strategy to colocate slots with their variables. That
+        holds when the optimizer is built eagerly (``optimizer.build(vars)``),
+        but Keras ``model.fit`` builds it while tracing, where the colocation
+        is lost and every slot lands on CPU:0.
         """
         return pk.pin_optimizer_slots(optimizer)
 
