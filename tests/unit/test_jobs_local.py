@@ -1,6 +1,8 @@
 """Local backend pieces that need no cluster: planning, log following, dead-supervisor reaping."""
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
 import time
@@ -118,7 +120,7 @@ def _job_with_processes(tmp_path, supervisor: subprocess.Popen, task: subprocess
     store.transition("reap-me", JobState.PREPARING)
     store.transition("reap-me", JobState.RUNNING)
     store.set_supervisor("reap-me", pid=supervisor.pid, start_ticks=start_ticks(supervisor.pid),
-                         host=__import__("socket").gethostname())
+                         host=socket.gethostname())
     store.update_task("reap-me", "master-0", state="RUNNING", pid=task.pid, pid_start=start_ticks(task.pid))
     return store
 
@@ -173,3 +175,18 @@ def test_cli_errors_map_to_documented_exit_codes(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as info:
         main(["jobs", "submit", "training", "ok", "--backend", "cloud"])
     assert info.value.code == 2
+
+
+def test_local_train_runs_the_module_in_the_foreground(tmp_path, monkeypatch, capfd, no_orphans):
+    monkeypatch.chdir(tmp_path)
+    code = main(["local", "train", "--module-name", "trainer.probe", "--package-path", str(TRAINER),
+                 "--job-dir", "out", "--", "--marker", "fg", "--exit-code", "3"])
+    assert code == 3
+    assert "probe local-0 started fg" in capfd.readouterr().out
+    seen = json.loads((tmp_path / "out" / "local-0.json").read_text())
+    assert seen["tf_config"]["cluster"] == {} and seen["tf_config"]["environment"] == "cloud"
+    assert seen["tf_config"]["job"]["pythonModule"] == "trainer.probe"
+    assert seen["argv"] == ["--marker", "fg", "--exit-code", "3", "--job-dir", str(tmp_path / "out")]
+    assert seen["cwd"] == str(FIXTURES)  # gcloud runs the trainer from the package's parent
+    assert main(["local", "train", "--module-name", "trainer.probe", "--distributed", "--worker-count", "-2"]) == 2
+    assert "--worker-count: received -2" in capfd.readouterr().err

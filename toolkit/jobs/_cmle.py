@@ -58,6 +58,10 @@ def read_training_input(reader: FieldReader, ti: Mapping[str, Any], path: str) -
         reader.fail(f"{path}.evaluatorCount", "is 1 but useChiefInTfConfig is false, so TF_CONFIG would name "
                                               "the primary task `master`, and TensorFlow cannot run an evaluator "
                                               "beside a master. Set `useChiefInTfConfig: true`.")
+    if not use_chief and (replicas["worker"].count or replicas["parameter_server"].count):
+        reader.warn(f"{path}.useChiefInTfConfig", "is false, so TF_CONFIG names the primary task `master` "
+                    "(CMLE's default). TF2 distribution strategies need `chief`: set `useChiefInTfConfig: true` "
+                    "unless the trainer expects `master`.")
     recorded = {k: ti[k] for k in RECORDED_KEYS if k in ti}
     for key in recorded:
         reader.warn(f"{path}.{key}", "is recorded with the job but tfdist does not act on it.")

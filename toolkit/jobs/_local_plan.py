@@ -79,8 +79,13 @@ def _describe_counts(counts: dict[str, int]) -> str:
     return " + ".join(f"{n} {k}" for k, n in counts.items())
 
 
-def plan_local(spec: JobSpec, *, cwd: Path, python: str = sys.executable) -> tuple[LocalPlan, list[str]]:
-    """The local run of ``spec``; raises JobSpecError for what cannot run here."""
+def plan_local(spec: JobSpec, *, cwd: Path, python: str = sys.executable,
+               machines_given: bool = True) -> tuple[LocalPlan, list[str]]:
+    """The local run of ``spec``; raises JobSpecError for what cannot run here.
+
+    ``machines_given=False`` says the machine types were filled in by tfdist, not
+    the user, so there is nothing to warn about.
+    """
     ti = spec.training_input
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -95,6 +100,10 @@ def plan_local(spec: JobSpec, *, cwd: Path, python: str = sys.executable) -> tup
             problems.append(Problem("error", "trainingInput.jobDir", f"received {ti.job_dir!r}; the local "
                                     "backend writes to this machine's disk. Pass --job-dir with a local path."))
         args += ["--job-dir", str((cwd / ti.job_dir).resolve())]
+    if ti.parameter_server.count and not ti.worker.count:
+        problems.append(Problem("error", "trainingInput.workerCount", f"is 0 but parameterServerCount is "
+                                f"{ti.parameter_server.count}: the parameter servers would serve nobody (TF2's "
+                                "coordinator does not compute). Set workerCount to 1 or more."))
     if problems:
         raise JobSpecError(problems)
     counts = ti.task_counts
@@ -108,7 +117,7 @@ def plan_local(spec: JobSpec, *, cwd: Path, python: str = sys.executable) -> tup
             warnings.append(f"scaleTier {ti.scale_tier} means {_describe_counts(counts)}; {why}, so the local "
                             f"backend runs {_describe_counts(scaled)}. Use scaleTier CUSTOM to choose counts.")
             counts = scaled
-    warnings += _ignored_fields(spec)
+    warnings += _ignored_fields(spec, machines_given)
     plan = LocalPlan(module=ti.python_module, args=tuple(args), counts=counts, primary=ti.primary_task_type,
                      pythonpath=tuple(pythonpath), cwd=str(run_dir), python=python,
                      timeout=ti.max_running_seconds, training_input=ti.to_dict())
@@ -146,13 +155,13 @@ def _package_paths(ti, cwd: Path, problems: list[Problem]) -> tuple[list[str], P
     return paths, run_dir
 
 
-def _ignored_fields(spec: JobSpec) -> list[str]:
+def _ignored_fields(spec: JobSpec, machines_given: bool) -> list[str]:
     ti = spec.training_input
     notes = []
     if ti.region:
         notes.append(f"region {ti.region!r} is recorded; the local backend runs on this machine.")
     machines = sorted({r.machine_type for r in ti.replicas().values() if r.machine_type})
-    if machines and ti.scale_tier == "CUSTOM":
+    if machines and ti.scale_tier == "CUSTOM" and machines_given:
         notes.append(f"machine types ({', '.join(machines)}) are recorded; locally every task is a process "
                      "sharing this machine.")
     if any(r.accelerator_count for r in ti.replicas().values()) or ti.scale_tier == "BASIC_GPU" or any(

@@ -23,6 +23,7 @@ import toolkit
 from toolkit.jobs import logs
 from toolkit.jobs._local_plan import LocalPlan, plan_local
 from toolkit.jobs._procs import is_alive, signal_group, start_ticks, stop_groups
+from toolkit.jobs._run import task_name
 from toolkit.jobs.errors import BackendError, JobSpecError, JobStateError, Problem
 from toolkit.jobs.records import JobRecord
 from toolkit.jobs.spec import JobSpec
@@ -148,8 +149,10 @@ class LocalBackend:
         if task is not None and task not in tasks:
             raise JobSpecError([Problem("error", "--task", f"received {task!r}; job {name!r} has tasks "
                                         f"{', '.join(tasks)}. Pick one of them.")])
+        primary = self.plan_of(record).primary
         return logs.follow(lambda: self.describe(name), Path(record.job_dir) / "logs",
-                           tasks=[task] if task else None, sink=sink, follow=follow, poll_interval=poll_interval)
+                           tasks=[task] if task else None, sink=sink, follow=follow, poll_interval=poll_interval,
+                           rename=lambda stem: task_name(stem, primary))
 
     @staticmethod
     def plan_of(record: JobRecord) -> LocalPlan:

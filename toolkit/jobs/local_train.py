@@ -7,6 +7,7 @@ works when submitted.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from toolkit.jobs.errors import JobSpecError
 from toolkit.jobs.spec import JobSpec
 
 __all__ = ["local_train"]
+
+_log = logging.getLogger(__name__)
 
 _FLAGS = {"trainingInput.workerCount": "--worker-count", "trainingInput.parameterServerCount":
           "--parameter-server-count", "trainingInput.evaluatorCount": "--evaluator-count",
@@ -50,7 +53,9 @@ def local_train(module: str, *, args: Sequence[str] = (), package_path: str | No
     """
     counts = {"workerCount": workers, "parameterServerCount": ps, "evaluatorCount": evaluators}
     spec = _spec(module, args, package_path, job_dir, distributed, counts, use_chief)
-    plan, _ = plan_local(spec, cwd=Path.cwd())
+    plan, warnings = plan_local(spec, cwd=Path.cwd(), machines_given=False)
+    for warning in [f"{p.field.removeprefix('trainingInput.')}: {p.message}" for p in spec.warnings] + warnings:
+        _log.warning("%s", warning)
     if distributed:
         from toolkit.jobs._run import run_tasks
         return run_tasks(plan, None, timeout=timeout, stream=stream).exit_code

@@ -17,10 +17,12 @@ from toolkit.jobs.records import JobRecord
 class LogFollower:
     """Reads new complete lines from ``<task>.log`` files and prefixes them ``[task]``."""
 
-    def __init__(self, log_dir: Path, tasks: list[str] | None, sink: Callable[[str], None]) -> None:
+    def __init__(self, log_dir: Path, tasks: list[str] | None, sink: Callable[[str], None], *,
+                 rename: Callable[[str], str] = str) -> None:
         self.log_dir = log_dir
         self.tasks = tasks
         self.sink = sink
+        self.rename = rename  # log file stem -> task name shown (the launcher's chief-0 is a job's master-0)
         self._offsets: dict[str, int] = {}
         self._partial: dict[str, bytes] = {}
 
@@ -28,13 +30,13 @@ class LogFollower:
         if not self.log_dir.is_dir():
             return []
         files = sorted(self.log_dir.glob("*.log"))
-        return [f for f in files if self.tasks is None or f.stem in self.tasks]
+        return [f for f in files if self.tasks is None or self.rename(f.stem) in self.tasks]
 
     def poll(self, *, final: bool = False) -> int:
         """Emits every new line; with ``final`` also an unterminated last line. Returns lines emitted."""
         count = 0
         for path in self._files():
-            task = path.stem
+            task = self.rename(path.stem)
             with path.open("rb") as fh:
                 fh.seek(self._offsets.get(task, 0))
                 data = self._partial.pop(task, b"") + fh.read()
@@ -56,9 +58,10 @@ def _prefixed(task: str, line: str) -> str:
 
 
 def follow(describe: Callable[[], JobRecord], log_dir: Path, *, tasks: list[str] | None,
-           sink: Callable[[str], None], follow: bool = True, poll_interval: float = 0.5) -> JobRecord:
+           sink: Callable[[str], None], follow: bool = True, poll_interval: float = 0.5,
+           rename: Callable[[str], str] = str) -> JobRecord:
     """Streams the logs until ``describe()`` reports a final state (or at once without ``follow``)."""
-    reader = LogFollower(log_dir, tasks, sink)
+    reader = LogFollower(log_dir, tasks, sink, rename=rename)
     while True:
         record = describe()
         if record.is_final or not follow:

@@ -109,8 +109,12 @@ class Supervisor:
     def _end(self, state: JobState, **fields: Any) -> int:
         try:
             self.store.transition(self.name, state, **fields)
-        except JobStateError as exc:
-            _log.warning("could not record %s: %s", state, exc)
+        except JobStateError:
+            current = self.store.get(self.name).state
+            if current is not JobState.CANCELLING:
+                raise
+            state = JobState.CANCELLED  # a cancel arrived as the tasks ended: honour it
+            self.store.transition(self.name, state, message="every task stopped")
         _log.info("job %s ended %s", self.name, state)
         return 0 if state is JobState.SUCCEEDED else 1
 
