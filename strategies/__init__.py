@@ -17,6 +17,19 @@ from strategies._options import StrategyOptions
 from strategies._roles import EXIT_CHIEF_LOST, EXIT_CHIEF_NEVER_STARTED, is_server_role, run_role, serve
 from strategies._shutdown import chief_session, exit_file, shutdown_cluster
 
+# Model parallelism (device maps, sharded tables) imports TensorFlow, so these
+# names load on first use and `import strategies` stays fast.
+_LAZY_EXPORTS = {
+    "DeviceMap": "strategies.device_map",
+    "DeviceMapError": "strategies._placement_errors",
+    "in_graph_session": "strategies.device_map",
+    "run_in_graph_role": "strategies.device_map",
+    "ShardedTable": "strategies.sharding",
+    "ShardingError": "strategies._sharding_errors",
+    "placement_report": "strategies.sharding",
+    "ps_devices": "strategies.sharding",
+}
+
 __all__ = [
     "EXIT_CHIEF_LOST",
     "EXIT_CHIEF_NEVER_STARTED",
@@ -34,4 +47,23 @@ __all__ = [
     "run_role",
     "serve",
     "shutdown_cluster",
+    "DeviceMap",
+    "DeviceMapError",
+    "ShardedTable",
+    "ShardingError",
+    "in_graph_session",
+    "placement_report",
+    "ps_devices",
+    "run_in_graph_role",
 ]
+
+
+def __getattr__(name: str):
+    module = _LAZY_EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'strategies' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
