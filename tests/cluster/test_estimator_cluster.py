@@ -1,0 +1,56 @@
+"""estimator.py started by hand in every task of a real cluster, the seed's four-terminal procedure.
+
+TF_CONFIGs come from ``tf_config.generate`` (what ``tfdist tf-config generate --chief 1
+--workers 2 --ps 1 --evaluator 1`` prints) and each task is a plain subprocess with its
+own exported TF_CONFIG, not the launcher: the point is that hand-started tasks, the ps
+included, end by themselves with exit code 0.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tf_config import generate
+
+_ROOT = Path(__file__).resolve().parents[2]
+_TIMEOUT = 240
+
+
+def _start(cfg, model_dir: Path, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "TF_CONFIG": cfg.to_json(), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    args = [sys.executable, str(_ROOT / "estimator.py"), "--model_dir", str(model_dir), "--train_steps", "200",
+            "--save_checkpoints_steps", "50", "--batch_size", "32", "-v"]
+    return subprocess.Popen(args, env=env, cwd=str(log.parent), stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+@pytest.mark.cluster
+def test_four_terminals_and_an_evaluator_all_exit_zero(tmp_path, no_orphans):
+    configs = generate(chief=1, workers=2, ps=1, evaluator=1)
+    model_dir = tmp_path / "model"
+    procs = {}
+    try:
+        for cfg in configs:
+            name = f"{cfg.task_type}-{cfg.task_index}"
+            procs[name] = (_start(cfg, model_dir, tmp_path / f"{name}.log"), tmp_path / f"{name}.log")
+        codes = {name: proc.wait(timeout=_TIMEOUT) for name, (proc, _) in procs.items()}
+    finally:
+        for proc, _ in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    logs = {name: log.read_text() for name, (_, log) in procs.items()}
+    assert codes == {name: 0 for name in procs}, {n: logs[n][-2000:] for n, c in codes.items() if c}
+    assert set(procs) == {"ps-0", "chief-0", "worker-0", "worker-1", "evaluator-0"}
+    assert (model_dir / "checkpoint").exists() and list(model_dir.glob("ckpt-200.index"))
+    chief = re.search(r"\[chief-0\] global_step=200 accuracy=([0-9.]+)", logs["chief-0"])
+    evaluator = re.search(r"\[evaluator-0\] global_step=200 accuracy=([0-9.]+)", logs["evaluator-0"])
+    assert chief and evaluator, (logs["chief-0"][-2000:], logs["evaluator-0"][-2000:])
+    assert float(chief.group(1)) > 0.6 and float(evaluator.group(1)) > 0.6
+    assert "strategy parameter_server" in logs["chief-0"]
+    assert "said goodbye" in logs["ps-0"] and "said goodbye" in logs["worker-1"]
+    assert list((model_dir / "export" / "exporter").glob("*/saved_model.pb"))

@@ -1,0 +1,123 @@
+"""RunConfig: Estimator's derivation of the task's place in the cluster, and its error cases."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tf_config import TFConfigError
+from toolkit.estimator.run_config import RunConfig, RunConfigError
+
+_CLUSTER = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4", "h:5"]}
+
+
+def _config(task_type, index, cluster=_CLUSTER, **kwargs):
+    return RunConfig(tf_config={"cluster": cluster, "task": {"type": task_type, "index": index}}, **kwargs)
+
+
+@pytest.mark.parametrize("task_type,index,is_chief,global_id", [
+    ("chief", 0, True, 0), ("worker", 0, False, 1), ("worker", 1, False, 2), ("ps", 0, False, 3), ("ps", 1, False, 4),
+])
+def test_roles_in_a_chief_cluster(task_type, index, is_chief, global_id):
+    config = _config(task_type, index)
+    assert (config.task_type, config.task_id, config.is_chief) == (task_type, index, is_chief)
+    assert config.num_ps_replicas == 2 and config.num_worker_replicas == 3
+    assert config.global_id_in_cluster == global_id
+    assert config.cluster_spec == _CLUSTER
+
+
+def test_master_is_the_chief():
+    config = _config("master", 0, {"master": ["h:1"], "worker": ["h:2"], "ps": ["h:3"]})
+    assert config.is_chief and config.global_id_in_cluster == 0 and config.num_worker_replicas == 2
+    worker = _config("worker", 0, {"master": ["h:1"], "worker": ["h:2"], "ps": ["h:3"]})
+    assert not worker.is_chief and worker.global_id_in_cluster == 1
+
+
+def test_evaluator_is_outside_the_cluster_and_may_be_unlisted():
+    config = _config("evaluator", 0)  # CMLE never lists the evaluator in `cluster`
+    assert config.is_evaluator and not config.is_chief
+    assert config.num_ps_replicas == 0 and config.num_worker_replicas == 0
+    assert config.global_id_in_cluster is None
+    listed = _config("evaluator", 0, {**_CLUSTER, "evaluator": ["h:9"]})
+    assert listed.global_id_in_cluster is None and listed.num_worker_replicas == 0
+
+
+def test_local_from_unset_tf_config(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    config = RunConfig(model_dir="runs/x")
+    assert (config.task_type, config.task_id, config.is_chief, config.is_local) == ("worker", 0, True, True)
+    assert config.num_ps_replicas == 0 and config.num_worker_replicas == 1 and config.global_id_in_cluster == 0
+    assert config.cluster_spec == {}
+
+
+def test_reads_tf_config_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": _CLUSTER, "task": {"type": "worker", "index": 1}}))
+    config = RunConfig()
+    assert config.task_type == "worker" and config.task_id == 1 and config.global_id_in_cluster == 2
+
+
+def test_invalid_tf_config_in_the_environment_gives_the_validators_errors(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": _CLUSTER, "task": {"type": "worker", "index": 2}}))
+    with pytest.raises(TFConfigError, match=r"`task.index` is 2 but `cluster.worker` has 2 addresses") as info:
+        RunConfig()
+    assert info.value.field == "task.index"
+
+
+@pytest.mark.parametrize("doc,field,text", [
+    ({"task": {"type": "chief", "index": 0}}, "task", "no `cluster`, so the task must be worker:0"),
+    ({"task": {"type": "worker", "index": 1}}, "task", "no `cluster`, so the task must be worker:0"),
+    ({"cluster": {"worker": ["h:1"], "ps": ["h:2"]}, "task": {"type": "worker", "index": 0}}, "cluster.chief",
+     "no `chief`"),
+    ({"cluster": {"chief": ["h:1", "h:2"]}, "task": {"type": "chief", "index": 0}}, "cluster.chief", "chief"),
+    ({"cluster": _CLUSTER}, "task", "no `task`"),
+    ({"cluster": _CLUSTER, "task": {"index": 0}}, "task.type", "`task.type` is missing"),
+    ({"cluster": _CLUSTER, "task": {"type": "master", "index": 0}}, "task.type", "no 'master' job"),
+    ({"cluster": _CLUSTER, "task": {"type": "worker", "index": -1}}, "task.index", "expected an integer >= 0"),
+    ({"cluster": _CLUSTER, "task": {"type": "ps", "index": 2}}, "task.index", "`cluster.ps` has 2 addresses"),
+    ({"cluster": {**_CLUSTER, "master": ["h:7"]}, "task": {"type": "chief", "index": 0}}, "cluster",
+     "both `master` and `chief`"),
+    ({"cluster": {"master": ["h:1"], "worker": ["h:2"]}, "task": {"type": "evaluator", "index": 0}},
+     "task.type", "cannot run an evaluator"),
+    ({"cluster": _CLUSTER, "task": {"type": "evaluator", "index": 1}}, "task.index", "only one evaluator"),
+])
+def test_estimator_error_cases_raise_tf_config_errors(doc, field, text):
+    with pytest.raises(TFConfigError, match=text) as info:
+        RunConfig(tf_config=doc)
+    assert info.value.field.startswith(field)
+
+
+def test_strategy_rules_apply_to_train_distribute():
+    with pytest.raises(TFConfigError):
+        _config("chief", 0, {"chief": ["h:1"], "worker": ["h:2"]}, train_distribute="parameter_server")
+    assert _config("chief", 0, train_distribute="parameter_server").train_distribute == "parameter_server"
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"save_checkpoints_steps": 0}, "save_checkpoints_steps"),
+    ({"save_summary_steps": -1}, "save_summary_steps"),
+    ({"keep_checkpoint_max": 1.5}, "keep_checkpoint_max"),
+    ({"log_step_count_steps": True}, "log_step_count_steps"),
+    ({"replicas_to_aggregate": 0}, "replicas_to_aggregate"),
+    ({"train_distribute": "tpu"}, "train_distribute"),
+    ({"model_dir": ""}, "model_dir"),
+    ({"tf_config": 3}, "tf_config"),
+    ({"sync_replicas": "yes"}, "sync_replicas"),
+])
+def test_bad_arguments_name_the_field(kwargs, field):
+    with pytest.raises(RunConfigError, match=f"RunConfig `{field}` is") as info:
+        RunConfig(**{"tf_config": {}, **kwargs})
+    assert info.value.field == field
+
+
+def test_sync_replicas_needs_ps_and_defaults_to_one_per_worker():
+    with pytest.raises(RunConfigError, match="no ps"):
+        _config("chief", 0, {"chief": ["h:1"], "worker": ["h:2"]}, sync_replicas=True)
+    assert _config("chief", 0, sync_replicas=True).aggregate == 2
+    assert _config("chief", 0, sync_replicas=True, replicas_to_aggregate=3).aggregate == 3
+
+
+def test_replace_validates_again():
+    config = RunConfig(tf_config={}, model_dir="a")
+    assert config.replace(model_dir="b").model_dir == "b"
+    with pytest.raises(RunConfigError):
+        config.replace(save_checkpoints_steps=0)
