@@ -190,3 +190,13 @@ def test_cli_dry_run_prints_valid_yaml_and_submit_uses_kubectl(kube, capsys):
     (kube / "no-context").touch()
     assert main(["jobs", "submit", "training", "cli-job-2", "--module-name", "m", "--backend", "kubernetes"]) == 1
     assert "kubectl has no current context" in capsys.readouterr().err
+
+
+def test_list_without_kubectl_shows_the_last_known_state(kube, tmp_path, monkeypatch, caplog):
+    api.submit(_spec("remembered"), backend="kubernetes")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    records = api.list_jobs()
+    assert [(r.name, r.state) for r in records] == [("remembered", JobState.QUEUED)]
+    assert "cannot refresh kubernetes jobs" in caplog.text
+    with pytest.raises(BackendError, match="not on PATH"):
+        api.list_jobs(backend="kubernetes")

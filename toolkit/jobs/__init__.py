@@ -16,6 +16,7 @@ from toolkit.jobs.api import BACKENDS, cancel, describe, get_backend, list_jobs,
 from toolkit.jobs.errors import (BackendError, JobError, JobExistsError, JobNameError, JobNotFoundError,
                                  JobSpecError, JobStateError)
 from toolkit.jobs.hyperparams import HyperparameterSpec, ParameterSpec
+from toolkit.jobs.local_train import local_train
 from toolkit.jobs.names import suggest_job_name, validate_job_name
 from toolkit.jobs.records import JobRecord, StateChange, TaskRecord
 from toolkit.jobs.spec import JobSpec, ReplicaConfig, TrainingInput
@@ -29,5 +30,5 @@ __all__ = [
     "JobNotFoundError", "JobRecord", "JobSpec", "JobSpecError", "JobState", "JobStateError", "JobStore",
     "KubernetesOptions", "MACHINE_TYPES", "ParameterSpec", "ReplicaConfig", "SCALE_TIERS", "StateChange",
     "TaskRecord", "TrainingInput", "cancel", "default_home", "describe", "get_backend", "list_jobs",
-    "render_tfjob", "stream_logs", "submit", "suggest_job_name", "validate_job_name", "validate_tfjob",
+    "local_train", "render_tfjob", "stream_logs", "submit", "suggest_job_name", "validate_job_name", "validate_tfjob",
 ]

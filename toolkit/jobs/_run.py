@@ -10,8 +10,8 @@ every task's exit code.
 from __future__ import annotations
 
 import json
-import logging
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -24,7 +24,6 @@ from toolkit.jobs._procs import is_alive, start_ticks
 from toolkit.jobs._task_shim import ENV_CWD, ENV_JOB, ENV_PRIMARY
 from toolkit.jobs.store import JobStore
 
-_log = logging.getLogger(__name__)
 _WATCH_INTERVAL = 1.0
 
 
@@ -127,5 +126,6 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
             state = "SUCCEEDED" if task.exit_code == 0 else ("STOPPED" if task.stopped else "FAILED")
             store.update_task(job, task_name(task.name, plan.primary), state=state, exit_code=task.exit_code,
                               restarts=task.restarts, log_path=str(task.log_path))
-    message = result.message.replace("chief-0", f"{plan.primary}-0") if plan.primary != "chief" else result.message
+    # The launcher says chief-0; the job calls it master-0 (but its log file keeps the launcher's name).
+    message = re.sub(r"(?<![/\w])chief-0(?!\.log)", f"{plan.primary}-0", result.message)
     return RunResult(result.exit_code, None if result.ok else message)

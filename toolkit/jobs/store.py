@@ -158,14 +158,6 @@ class JobStore:
                          (name, new.value, now, message or error))
         return self.get(name)
 
-    def update_details(self, name: str, **details: Any) -> None:
-        """Merges backend-specific facts (namespace, manifest path, ...) into the record."""
-        with self._write() as conn:
-            row = conn.execute("SELECT details FROM jobs WHERE name = ?", (name,)).fetchone()
-            merged = {**json.loads(row["details"]), **details}
-            conn.execute("UPDATE jobs SET details = ?, updated_at = ? WHERE name = ?",
-                         (json.dumps(merged), time.time(), name))
-
     def set_supervisor(self, name: str, *, pid: int, start_ticks: int | None, host: str) -> None:
         with self._write() as conn:
             conn.execute("UPDATE jobs SET supervisor_pid = ?, supervisor_start = ?, supervisor_host = ?, "
