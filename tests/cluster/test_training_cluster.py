@@ -1,0 +1,188 @@
+"""``toolkit.fit`` on real local clusters started by the launcher.
+
+Every task runs this file as a script (``python test_training_cluster.py
+--model-dir ...``); ``fit`` gives each task its role. Three jobs:
+
+1. MultiWorkerMirrored, chief + worker: the final weights of both workers are
+   identical and equal one process training on the global batch.
+2. The same job, but the chief dies mid-epoch on its first start; the launcher
+   restarts the whole cluster, which resumes from the last checkpoint and ends
+   with the same weights as the uninterrupted job.
+3. ParameterServer with 2 ps, 2 workers, the chief coordinating and an
+   evaluator sidecar: loss falls, the global step equals the steps scheduled,
+   the learning-rate schedule follows it, variables live on both ps, every
+   server exits by itself, and the evaluator evaluates the final checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_EXAMPLES = 1280  # 20 global batches of 64: shards of both workers stay aligned with one process's batches
+_BATCH = 64
+_TIMEOUT = 240
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--steps-per-epoch", type=int, default=15)
+    parser.add_argument("--steps-per-execution", type=int, default=3)
+    parser.add_argument("--checkpoint-every", type=int, default=6)
+    parser.add_argument("--crash-at-step", type=int, default=0)
+    parser.add_argument("--schedule", action="store_true")
+    return parser.parse_args(argv)
+
+
+def _task_main(argv) -> None:
+    """One task of a job (or, without TF_CONFIG, the one-process reference)."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = _parse(argv)
+    import keras
+
+    import models
+    from toolkit import data, fit
+
+    digits = data.load("digits")
+    train = data.ArrayData("digits", digits.features[:_EXAMPLES], digits.labels[:_EXAMPLES], 10)
+    test = data.load("digits", split="test")
+    task = os.environ.get("TFDIST_TASK_NAME", "local")
+    restarted = int(os.environ.get("TFDIST_RESTART_COUNT", "0"))
+
+    class CrashOnce(keras.callbacks.Callback):
+        """Kills the chief abruptly at a step, on the job's first start only."""
+
+        def __init__(self):
+            super().__init__()
+            self.epoch = 0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if restarted == 0 and self.epoch * args.steps_per_epoch + batch + 1 >= args.crash_at_step:
+                print(f"crashing at step {self.epoch * args.steps_per_epoch + batch + 1}", flush=True)
+                os._exit(17)
+
+    def optimizer():
+        if args.schedule:
+            return keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.2, 10, 0.5))
+        return keras.optimizers.Adam(5e-3)
+
+    history = fit(lambda: models.digits_mlp(seed=11), train.dataset_fn(_BATCH, shuffle=False),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
+                  optimizer=optimizer, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
+                  steps_per_execution=args.steps_per_execution, checkpoint_every_steps=args.checkpoint_every,
+                  validation_fn=test.dataset_fn(_BATCH, shuffle=False, repeat=False, drop_remainder=False),
+                  model_dir=args.model_dir, callbacks=[CrashOnce()] if args.crash_at_step else [],
+                  export=False, verbose=1, evaluator_timeout=120)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"role": history.role, "history": history.history, "epoch": history.epoch,
+              "global_step": history.global_step}
+    if history.model is not None:
+        np.savez(out / f"{task}.npz", *history.model.get_weights())
+        result["devices"] = sorted({w.value.device for w in history.model.weights})
+    (out / f"{task}.json").write_text(json.dumps(result))
+
+
+# ---------------------------------------------------------------------------- tests
+
+def _weights(path):
+    with np.load(path) as archive:
+        return [archive[f"arr_{i}"] for i in range(len(archive.files))]
+
+
+def _launch(tmp_path, name, extra, **kwargs):
+    from toolkit.launch import launch
+
+    cmd = ["python", __file__, "--model-dir", str(tmp_path / name / "model"), "--out", str(tmp_path / name / "out"),
+           *extra]
+    return launch(cmd, job_dir=tmp_path / name / "job", timeout=_TIMEOUT, echo=False, **kwargs)
+
+
+def _log(result, task):
+    return result.task(task).log_path.read_text(errors="replace")
+
+
+def _assert_same_weights(got, want, atol):
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, atol=atol)
+
+
+@pytest.mark.cluster
+def test_multi_worker_mirrored_equals_one_process_and_resumes_exactly(tmp_path, no_orphans):
+    # Reference: one process, global batch of 64, same data order and initial weights.
+    reference = subprocess.run([sys.executable, __file__, "--model-dir", str(tmp_path / "ref" / "model"),
+                                "--out", str(tmp_path / "ref")], cwd=_REPO, capture_output=True, text=True,
+                               timeout=_TIMEOUT, env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    one_process = _weights(tmp_path / "ref" / "local.npz")
+
+    whole = _launch(tmp_path, "mwms", [], chief=1, workers=1)
+    assert whole.ok, whole.message
+    assert "strategy multi_worker_mirrored" in _log(whole, "chief-0")
+    chief, worker = (_weights(tmp_path / "mwms" / "out" / f"{t}.npz") for t in ("chief-0", "worker-0"))
+    _assert_same_weights(worker, chief, atol=0)  # replicas never diverge
+    _assert_same_weights(chief, one_process, atol=2e-5)  # loss scaling and gradient reduction are right
+    chief_json = json.loads((tmp_path / "mwms" / "out" / "chief-0.json").read_text())
+    reference_json = json.loads((tmp_path / "ref" / "local.json").read_text())
+    np.testing.assert_allclose(chief_json["history"]["loss"], reference_json["history"]["loss"], rtol=1e-4)
+    assert chief_json["global_step"] == 30 and "val_accuracy" in chief_json["history"]
+    assert sorted(os.listdir(tmp_path / "mwms" / "model")).count("checkpoint") == 1
+    assert not any(name.startswith("tfdist-") for name in os.listdir(tmp_path / "mwms" / "model"))
+
+    crashed = _launch(tmp_path, "restart", ["--crash-at-step", "20"], chief=1, workers=1, restartable=True,
+                      max_restarts=1)
+    assert crashed.ok, crashed.message
+    assert crashed.cluster_restarts == 1
+    chief_log = _log(crashed, "chief-0")
+    assert "crashing at step 21" in chief_log  # chunks of 3 steps: 3, 6, ..., 15, 18, 21
+    assert "at global step 18" in chief_log  # restored the checkpoint at 18 (every 6 steps)
+    resumed = json.loads((tmp_path / "restart" / "out" / "chief-0.json").read_text())
+    assert resumed["epoch"] == [1] and resumed["global_step"] == 30
+    _assert_same_weights(_weights(tmp_path / "restart" / "out" / "chief-0.npz"), chief, atol=1e-6)
+
+
+@pytest.mark.cluster
+def test_parameter_server_training_with_an_evaluator_sidecar(tmp_path, no_orphans):
+    import tensorflow as tf
+
+    result = _launch(tmp_path, "pss", ["--schedule", "--steps-per-epoch", "20", "--steps-per-execution", "5",
+                                       "--checkpoint-every", "10"],
+                     workers=2, ps=2, evaluator=1, grace_period=60)
+    assert result.ok, result.message
+    for task in result.tasks:  # servers left on the chief's goodbye, the evaluator on the final checkpoint
+        assert (task.exit_code, task.stopped) == (0, False), (task.name, _log(result, task.name)[-2000:])
+    chief = json.loads((tmp_path / "pss" / "out" / "chief-0.json").read_text())
+    assert chief["role"] == "chief" and chief["global_step"] == 40
+    assert chief["history"]["loss"][1] < chief["history"]["loss"][0]
+    assert {d.split("/device")[0] for d in chief["devices"]} == {"/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"}
+    model_dir = str(tmp_path / "pss" / "model")
+    latest = tf.train.latest_checkpoint(model_dir)
+    assert latest.endswith("ckpt-40")
+    assert tf.train.load_variable(latest, "global_step/.ATTRIBUTES/VARIABLE_VALUE") == 40  # exact, not racy
+    learning_rates = [v.simple_value or float(tf.make_ndarray(v.tensor))
+                      for name in os.listdir(os.path.join(model_dir, "train"))
+                      for event in tf.compat.v1.train.summary_iterator(os.path.join(model_dir, "train", name))
+                      for v in event.summary.value if v.tag == "learning_rate" and event.step == 40]
+    assert learning_rates and learning_rates[-1] == pytest.approx(0.2 * 0.5 ** 4, rel=1e-5)
+    evaluator = json.loads((tmp_path / "pss" / "out" / "evaluator-0.json").read_text())
+    assert evaluator["role"] == "evaluator" and evaluator["epoch"][-1] == 40
+    assert evaluator["history"]["accuracy"][-1] > 0.5
+    assert os.listdir(os.path.join(model_dir, "eval"))
+
+
+if __name__ == "__main__":
+    _task_main(sys.argv[1:])
