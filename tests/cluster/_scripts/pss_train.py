@@ -7,7 +7,7 @@ model on synthetic data through ``ClusterCoordinator.schedule`` and writes
 
 Test knobs: ``--kill-worker NAME`` makes the chief SIGKILL that worker (by the
 pid file it wrote) after ``--kill-at-step`` steps, on the first attempt only,
-and keep training until the restarted worker is back; ``--chief-dies-at-step``
+wait until the restarted worker serves again and train the remaining steps; ``--chief-dies-at-step``
 makes the chief SIGKILL itself; ``--fail`` makes it raise after training.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -44,18 +45,30 @@ def _first_attempt() -> bool:
     return os.environ.get("TFDIST_RESTART_COUNT", "0") == "0"
 
 
-def _kill_and_wait_for_restart(task: str) -> None:
+def _listening(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _kill_and_wait_for_restart(cfg, task: str) -> None:
+    """Kills ``task`` and returns once its replacement serves again at the same address."""
     old_pid = int(_pid_file(task).read_text())
     os.kill(old_pid, signal.SIGKILL)
     print(f"killed {task} (pid {old_pid})", flush=True)
-    deadline = time.monotonic() + 120
+    task_type, _, index = task.rpartition("-")
+    address = cfg.cluster[task_type][int(index)]
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         text = _pid_file(task).read_text() if _pid_file(task).exists() else ""
-        if text and int(text) != old_pid:
-            print(f"{task} restarted as pid {text}", flush=True)
+        if text and int(text) != old_pid and _listening(address):
+            print(f"{task} restarted as pid {text} and serves again", flush=True)
             return
         time.sleep(0.2)
-    raise RuntimeError(f"{task} was not restarted within 120 s")
+    raise RuntimeError(f"{task} was not back within 180 s")
 
 
 def _train(args, cfg) -> dict:
@@ -72,10 +85,14 @@ def _train(args, cfg) -> dict:
             optimizer = keras.optimizers.SGD(0.05)
             steps_done = tf.Variable(0, dtype=tf.int64)  # a plain variable: assign_add is atomic on the ps
 
+        x_all = tf.random.stateless_normal((512, 4), seed=(1, 2))
+        y_all = tf.reduce_sum(x_all, axis=1, keepdims=True)
+
+        def mse() -> float:  # on the chief, with the weights as they are on the ps
+            return float(tf.reduce_mean((model(x_all) - y_all) ** 2))
+
         def dataset_fn(context):
-            x = tf.random.stateless_normal((512, 4), seed=(1, 2))
-            y = tf.reduce_sum(x, axis=1, keepdims=True)
-            return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+            return tf.data.Dataset.from_tensor_slices((x_all, y_all)).repeat().batch(16)
 
         per_worker = coordinator.create_per_worker_dataset(
             lambda: strategy.distribute_datasets_from_function(dataset_fn))
@@ -94,18 +111,17 @@ def _train(args, cfg) -> dict:
             x, y = next(it)
             return strategy.run(replica_fn, args=(x, y))
 
-        losses = []
+        loss_before = mse()
         for i in range(args.steps):
-            losses.append(coordinator.schedule(step, args=(iterator,)))
+            coordinator.schedule(step, args=(iterator,))
             if i + 1 == args.chief_dies_at_step:
                 coordinator.join()
                 os.kill(os.getpid(), signal.SIGKILL)
             if i + 1 == args.kill_at_step and args.kill_worker and _first_attempt():
                 coordinator.join()
-                _kill_and_wait_for_restart(args.kill_worker)
+                _kill_and_wait_for_restart(cfg, args.kill_worker)
         coordinator.join()
-        result = {"steps": int(steps_done.numpy()), "first_loss": float(losses[0].fetch()),
-                  "last_loss": float(losses[-1].fetch())}
+        result = {"steps": int(steps_done.numpy()), "loss_before": loss_before, "loss_after": mse()}
         if args.fail:
             raise RuntimeError("planned failure after training")
     return result
@@ -122,7 +138,7 @@ def main(argv=None) -> int:
     result = _train(args, cfg)
     out = args.out or _task_dir() / "result.json"
     out.write_text(json.dumps(result))
-    print(f"trained {result['steps']} steps, loss {result['first_loss']:.4f} -> {result['last_loss']:.4f}",
+    print(f"trained {result['steps']} steps, loss {result['loss_before']:.4f} -> {result['loss_after']:.4f}",
           flush=True)
     return 0
 
