@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -120,11 +122,12 @@ def test_cancel_mid_run_stops_every_process(home, tmp_path, capsys, no_orphans):
     assert main(["jobs", "cancel", "long-job"]) == 1
 
 
-def test_killed_supervisor_ends_failed_and_leaves_no_task(home, tmp_path, no_orphans):
-    spec_args = ["jobs", "submit", "training", "orphan-job", "--module-name", "trainer.probe",
-                 "--package-path", TRAINER, "--scale-tier", "STANDARD_1", "--job-dir", str(tmp_path / "out"),
-                 "--", "--seconds", "300"]
-    assert main(spec_args) == 0
+def test_job_outlives_the_cli_and_a_killed_supervisor_ends_failed(home, tmp_path, no_orphans):
+    cli = subprocess.run([sys.executable, "-m", "toolkit", "jobs", "submit", "training", "orphan-job",
+                          "--module-name", "trainer.probe", "--package-path", TRAINER, "--scale-tier", "STANDARD_1",
+                          "--job-dir", str(tmp_path / "out"), "--", "--seconds", "300"],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr  # the CLI has exited; the detached supervisor runs on
     store = JobStore(home)
     _wait(lambda: len(store.task_processes("orphan-job")) == 8, timeout=60, what="8 tasks to start")
     assert api.describe("orphan-job").state is JobState.RUNNING
