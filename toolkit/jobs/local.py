@@ -57,8 +57,8 @@ class LocalBackend:
     def submit(self, spec: JobSpec) -> JobRecord:
         refuse_tuning(spec)
         plan, warnings = plan_local(spec, cwd=Path.cwd(), python=self.python)
-        for warning in warnings:
-            _log.warning("%s: %s", spec.job_id, warning)
+        for warning in warnings:  # kept in the record too; the CLI prints them from there
+            _log.info("%s: %s", spec.job_id, warning)
         self.store.create(spec.job_id, backend=self.name, spec=spec.to_dict(),
                           warnings=tuple(f"{w.field}: {w.message}" for w in spec.warnings) + tuple(warnings),
                           details={"plan": plan.to_dict(), "tasks": plan.task_names})
