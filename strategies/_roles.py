@@ -201,5 +201,6 @@ def run_role(tf_config: Any = None, *, strategy: str = "auto", chief_start_timeo
         cfg.check(strategy=strategy)
     if not is_server_role(cfg):
         return cfg
+    cfg.check(strategy="parameter_server")  # fail as fast as the chief will, rather than wait for it
     code = serve(cfg, chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after)
     sys.exit(code)

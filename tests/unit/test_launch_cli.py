@@ -56,7 +56,7 @@ def test_bad_flag_values_exit_2(capsys):
     assert "expected an integer >= 0, received -1" in capsys.readouterr().err
 
 
-def test_the_cli_module_does_not_import_tensorflow():
+def test_the_cli_module_does_not_import_tensorflow(no_orphans):
     code = ("import sys; from toolkit.cli import build_parser; build_parser(); "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

@@ -225,3 +225,16 @@ def test_python_means_the_launchers_interpreter(fake, tmp_path, no_orphans):
     result, out = _run(fake, {"*": [{"exit": 0}]}, tmp_path, workers=1)
     assert result.exit_code == 0 and "[worker-0] worker-0 start 0" in out
     assert Path(sys.executable).exists()
+
+
+class _ClosedConsole(io.StringIO):
+    def write(self, text):
+        raise BrokenPipeError("console closed")
+
+
+def test_a_closed_console_does_not_block_the_tasks(fake, tmp_path, no_orphans):
+    lines = [{"sleep": 0.2}]
+    result = launch(fake({"worker-0": lines}), workers=1, job_dir=tmp_path / "job", stream=_ClosedConsole(),
+                    grace_period=0.5)
+    assert result.exit_code == 0
+    assert "worker-0 last words" in result.task("worker-0").log_path.read_text()

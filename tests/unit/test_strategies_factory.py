@@ -80,7 +80,7 @@ def test_evaluator_cannot_join_the_training_cluster():
         make_strategy("parameter_server", tf_config=_cfg("evaluator-0", **PSS, evaluator=1))
 
 
-def test_failures_happen_before_tensorflow_is_imported():
+def test_failures_happen_before_tensorflow_is_imported(no_orphans):
     code = textwrap.dedent(f"""
         import sys
         from strategies import make_strategy
@@ -137,7 +137,7 @@ def test_option_for_another_strategy_is_an_error_when_named():
                                       "does not use it (it applies to parameter_server).")
 
 
-def test_local_strategies_build_on_logical_cpus():
+def test_local_strategies_build_on_logical_cpus(no_orphans):
     """In a fresh process: logical CPUs must be configured before TensorFlow initialises."""
     code = textwrap.dedent("""
         import json, logging

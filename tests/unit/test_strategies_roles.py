@@ -55,6 +55,13 @@ def test_run_role_checks_the_strategy_before_serving():
         run_role(_cfg("ps-0", **PSS), strategy="pss")
 
 
+def test_servers_of_a_cluster_pss_cannot_run_fail_at_once():
+    cfg = TFConfig.from_dict({"cluster": {"master": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"],
+                                          "ps": ["127.0.0.1:3"]}, "task": {"type": "ps", "index": 0}})
+    with pytest.raises(TFConfigError, match="parameter_server does not accept a `master` job"):
+        run_role(cfg)
+
+
 def test_serve_refuses_a_training_task():
     with pytest.raises(StrategyError) as info:
         serve(_cfg("chief-0", **PSS))

@@ -81,10 +81,19 @@ class TaskProcess:
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 self.recent.append(line)
                 if self.stream is not None:
-                    with self.lock:
-                        self.stream.write(prefix + line + "\n")
-                        self.stream.flush()
+                    self._echo(prefix + line + "\n")
         proc.stdout.close()
+
+    def _echo(self, text: str) -> None:
+        """Shows a line on the console; a console that went away (closed pipe) only loses the echo."""
+        with self.lock:
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (OSError, ValueError) as exc:
+                logger.warning("console output of %s stopped (%s); its log file still has everything",
+                               self.name, exc)
+                self.stream = None
 
     def poll(self) -> int | None:
         """The exit code once the process has ended (cached), else None."""
