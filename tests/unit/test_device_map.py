@@ -110,6 +110,7 @@ def _scenarios(out: Path) -> None:
 
     tf.debugging.set_log_device_placement(True)  # before TensorFlow initialises its devices
     configure_local_devices(3)
+    keras.utils.set_random_seed(0)
     result: dict = {}
     x = np.random.default_rng(0).normal(size=(256, 4)).astype("float32")
     y = x @ np.array([[1.0], [-2.0], [0.5], [3.0]], dtype="float32")
@@ -126,7 +127,7 @@ def _scenarios(out: Path) -> None:
     result["explain"] = dm.explain(model)
 
     loop_model = dm.build(_model)
-    loop_optimizer = dm.place_optimizer(keras.optimizers.SGD(0.05))
+    loop_optimizer = dm.place_optimizer(keras.optimizers.Adam(0.02))
 
     @tf.function
     def step(xb, yb):
@@ -136,7 +137,12 @@ def _scenarios(out: Path) -> None:
                                            loop_model.trainable_variables))
         return loss
 
-    result["loop_loss"] = [float(step(x[i:i + 32], y[i:i + 32])) for i in range(0, 256, 32) for _ in range(3)]
+    full_loss = lambda: float(tf.reduce_mean((loop_model(x) - y) ** 2))  # noqa: E731
+    before = full_loss()
+    for _ in range(5):
+        for i in range(0, 256, 32):
+            step(x[i:i + 32], y[i:i + 32])
+    result["loop_loss"] = [before, full_loss()]
 
     from toolkit.training import fit
 
@@ -239,7 +245,8 @@ def test_forward_and_backward_ops_run_on_each_layers_device(placed, no_orphans):
 def test_mapped_models_train_with_fit_and_a_custom_loop(placed, no_orphans):
     result, _ = placed
     assert result["fit_loss"][-1] < 0.3 * result["fit_loss"][0]
-    assert sum(result["loop_loss"][-6:]) < 0.5 * sum(result["loop_loss"][:6])
+    before, after = result["loop_loss"]
+    assert after < 0.3 * before
 
 
 def test_mapped_models_train_with_toolkit_fit(placed, no_orphans):
