@@ -98,11 +98,13 @@ def _call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mod
 class ModeModel:
     """One mode's functional model and the spec model_fn returned for it."""
 
-    def __init__(self, model: keras.Model, spec: EstimatorSpec, *, with_labels: bool) -> None:
-        self.model, self.spec, self.with_labels = model, spec, with_labels
+    def __init__(self, model: keras.Model, spec: EstimatorSpec, *, with_labels: bool, bare: bool = False) -> None:
+        self.model, self.spec, self.with_labels, self.bare = model, spec, with_labels, bare
 
     def __call__(self, features: Any, labels: Any = None, *, training: bool = False) -> Any:
         """``{"loss", "predictions", "metrics"}`` in TRAIN/EVAL; the predictions in PREDICT."""
+        if self.bare:
+            return self.model(features, training=training)
         return self.model(flat_inputs(features, labels, with_labels=self.with_labels), training=training)
 
 
@@ -121,17 +123,20 @@ def build_mode_model(model_fn: Callable[..., Any], mode: str, specs: tuple[Any, 
         outputs["predictions"] = spec.predictions
     if spec.eval_metric_ops and mode != ModeKeys.PREDICT:
         outputs["metrics"] = dict(spec.eval_metric_ops)
-    if mode == ModeKeys.PREDICT:  # the predictions themselves, so the model exports as a serving signature
+    inputs: Any = {**feature_inputs, **label_inputs}
+    bare = mode == ModeKeys.PREDICT and not isinstance(features_spec, Mapping)
+    if mode == ModeKeys.PREDICT:  # predictions from bare features: the model exports as a serving signature
         outputs = spec.predictions
+        inputs = features if bare else inputs
     try:
-        model = keras.Model({**feature_inputs, **label_inputs}, outputs, name=f"model_fn_{mode}")
+        model = keras.Model(inputs, outputs, name=f"model_fn_{mode}")
     except (TypeError, ValueError) as exc:
         raise SpecError(
             "model_fn",
             f"model_fn's {mode} outputs could not form a Keras model ({str(exc).splitlines()[0]}). Build them "
             "from the features/labels it receives with Keras layers and keras.ops (not tf.* ops).",
         ) from exc
-    return ModeModel(model, spec, with_labels=with_labels)
+    return ModeModel(model, spec, with_labels=with_labels, bare=bare)
 
 
 def make_forward(*, with_labels: bool) -> Callable[..., Any]:

@@ -99,10 +99,10 @@ class Estimator:
 
     def _restore(self, mode_model: ModeModel, path: str) -> int:
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        status = tf.train.Checkpoint(model=mode_model.model, global_step=global_step).restore(path)
         try:
+            status = tf.train.Checkpoint(model=mode_model.model, global_step=global_step).restore(path)
             status.assert_existing_objects_matched()
-        except AssertionError as exc:
+        except (AssertionError, ValueError) as exc:
             raise EstimatorError(
                 "model_fn",
                 f"checkpoint {path} does not match the {mode_model.spec.mode} model model_fn builds "
@@ -133,6 +133,14 @@ class Estimator:
         from toolkit.training import fit
 
         target = self._max_steps(steps, max_steps)
+        if self.config.sync_replicas:
+            raise EstimatorError(
+                "config.sync_replicas",
+                "RunConfig `sync_replicas` is True, but the toolkit's training engine has no synchronous "
+                "parameter-server runner yet; Estimator.train would silently train asynchronously. Drop "
+                "sync_replicas, or use strategies.sync_replicas.SyncReplicas in a custom loop "
+                "(mnist_replica.py --sync_replicas shows one).",
+            )
         specs = element_spec(input_fn)
         self._features_spec = specs[0]
         probe = build_mode_model(self.model_fn, ModeKeys.TRAIN, specs, params=self.params, config=self.config)
