@@ -28,6 +28,7 @@ _LAZY_EXPORTS = {
     "ShardingError": "strategies._sharding_errors",
     "placement_report": "strategies.sharding",
     "ps_devices": "strategies.sharding",
+    "SyncReplicas": "strategies.sync_replicas",
 }
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "placement_report",
     "ps_devices",
     "run_in_graph_role",
+    "SyncReplicas",
 ]
 
 
