@@ -1,0 +1,105 @@
+"""Executes every notebook in notebooks/ top to bottom, as a reader would.
+
+Each notebook runs in a fresh kernel of this interpreter (a kernelspec written
+to a temporary JUPYTER_PATH, so whatever ``python3`` kernel the machine has is
+never used), with a temporary working directory so that everything it writes
+(``runs/``, scripts, job stores) is thrown away. A cell that raises fails the
+test; beyond that, each notebook must print the lines that prove it did its job
+and show its plots.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+_KERNEL = "tfdist-notebook-test"
+_CELL_TIMEOUT = 240
+
+
+@dataclass(frozen=True)
+class Case:
+    """What one notebook must show: output fragments, plots, and files left in its directory."""
+
+    name: str
+    expected: tuple[str, ...]
+    plots: int = 0
+    files: tuple[str, ...] = ()
+    cluster: bool = False
+
+
+CASES = (
+    Case("01_tf_config.ipynb",
+         expected=("tensorflow imported: False", "['ps-0', 'chief-0', 'worker-0', 'worker-1']",
+                   "Did you mean 'worker'?", "invalid TF_CONFIG (3 errors)", "exit code: 1", "exit code: 0",
+                   "auto strategy: parameter_server", "auto strategy: multi_worker_mirrored")),
+)
+
+
+def _param(case: Case):
+    marks = [pytest.mark.notebook] + ([pytest.mark.cluster] if case.cluster else [])
+    return pytest.param(case, id=case.name.split("_")[0], marks=marks)
+
+
+@pytest.fixture(scope="module")
+def kernel_path(tmp_path_factory) -> Path:
+    """A JUPYTER_PATH holding a kernelspec that runs this interpreter's ipykernel."""
+    root = tmp_path_factory.mktemp("jupyter")
+    spec = root / "kernels" / _KERNEL
+    spec.mkdir(parents=True)
+    spec.joinpath("kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "tfdist tests", "language": "python"}))
+    return root
+
+
+def _outputs(nb) -> tuple[str, int]:
+    """All text a notebook printed or displayed, and how many PNG images it showed."""
+    text, images = [], 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                text.append(out.text)
+            elif out.output_type in ("execute_result", "display_data"):
+                images += "image/png" in out.data
+                text.append(out.data.get("text/plain", ""))
+    return "".join(text), images
+
+
+def test_notebooks_are_stored_clean():
+    """Committed notebooks carry no outputs: every output a reader sees comes from a real run."""
+    paths = sorted(NOTEBOOKS.glob("*.ipynb"))
+    assert {p.name for p in paths} >= {c.name for c in CASES}
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert nb.metadata.kernelspec.name == "python3", path.name
+        dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+        assert not dirty, f"{path.name}: cells {dirty} hold outputs; clear them before committing"
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.timeout(600)
+def test_notebook_runs(case: Case, kernel_path, tmp_path, monkeypatch, no_orphans):
+    monkeypatch.setenv("JUPYTER_PATH", str(kernel_path))
+    monkeypatch.setenv("TFDIST_HOME", str(tmp_path / "tfdist-home"))
+    nb = nbformat.read(NOTEBOOKS / case.name, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=_CELL_TIMEOUT, kernel_name=_KERNEL,
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    try:
+        client.execute()
+    finally:
+        nbformat.write(nb, str(tmp_path / f"executed-{case.name}"))
+    text, images = _outputs(nb)
+    missing = [fragment for fragment in case.expected if fragment not in text]
+    assert not missing, f"{case.name} did not print {missing}; executed copy in {tmp_path}"
+    assert images >= case.plots, f"{case.name} showed {images} plots, expected {case.plots}"
+    for pattern in case.files:
+        assert list(tmp_path.glob(pattern)), f"{case.name} left no {pattern} in its directory"
