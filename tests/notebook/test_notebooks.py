@@ -10,6 +10,7 @@ and show its plots.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ class Case:
     plots: int = 0
     files: tuple[str, ...] = ()
     cluster: bool = False
+    min_accuracy: float | None = None
 
 
 CASES = (
@@ -40,6 +42,11 @@ CASES = (
          expected=("tensorflow imported: False", "['ps-0', 'chief-0', 'worker-0', 'worker-1']",
                    "Did you mean 'worker'?", "invalid TF_CONFIG (3 errors)", "exit code: 1", "exit code: 0",
                    "auto strategy: parameter_server", "auto strategy: multi_worker_mirrored")),
+    Case("02_strategies.ipynb",
+         expected=("['/device:CPU:0', '/device:CPU:1']", "-> multi_worker_mirrored", "-> parameter_server",
+                   "expected one of auto, parameter_server", "MirroredStrategy with 2 replicas",
+                   "all-reduced gradient -35.000  (one replica on the whole batch: -35.000)", "176 steps"),
+         plots=1, files=("runs/02-mirrored/ckpt-*.index",), min_accuracy=0.85),
 )
 
 
@@ -103,3 +110,6 @@ def test_notebook_runs(case: Case, kernel_path, tmp_path, monkeypatch, no_orphan
     assert images >= case.plots, f"{case.name} showed {images} plots, expected {case.plots}"
     for pattern in case.files:
         assert list(tmp_path.glob(pattern)), f"{case.name} left no {pattern} in its directory"
+    if case.min_accuracy is not None:
+        accuracies = [float(a) for a in re.findall(r"final test accuracy: (\d\.\d+)", text)]
+        assert accuracies and min(accuracies) >= case.min_accuracy, (case.name, accuracies)
