@@ -20,6 +20,7 @@ _EXPORTS: dict[str, str] = {
     "fit": "toolkit.training",
     "ShardedEmbedding": "toolkit.layers",
     "make_sparse_optimizer": "toolkit.layers",
+    "report_metric": "toolkit.hypertune",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -153,9 +153,9 @@ def test_a_live_supervisor_is_left_alone_and_cancel_signals_it(tmp_path, monkeyp
     assert [h.state.value for h in record.history][-2:] == ["CANCELLING", "CANCELLED"]
 
 
-def test_local_submit_refuses_tuning_and_kubernetes_options(tmp_path):
-    spec = JobSpec.from_file(FIXTURES / "hptuning.yaml", job_id="hp")
-    with pytest.raises(JobSpecError, match="hyperparameter tuning is not supported yet"):
+def test_local_submit_refuses_untunable_names_and_kubernetes_options(tmp_path):
+    spec = JobSpec.from_file(FIXTURES / "hptuning.yaml", job_id="h" * 60)
+    with pytest.raises(JobSpecError, match="its trials are named like 'h{60}-trial-8'"):
         api.submit(spec, home=tmp_path)
     assert JobStore(tmp_path).names() == []  # nothing recorded, no supervisor started
     with pytest.raises(JobSpecError, match="applies to the kubernetes backend only"):
@@ -168,8 +168,8 @@ def test_cli_errors_map_to_documented_exit_codes(tmp_path, monkeypatch, capsys):
     assert "no job named 'ghost'" in capsys.readouterr().err
     assert main(["jobs", "list"]) == 0 and "Listed 0 items." in capsys.readouterr().err
     assert main(["jobs", "submit", "training", "Bad_Name", "--module-name", "m"]) == 2
-    assert main(["jobs", "submit", "training", "ok", "--config", str(FIXTURES / "hptuning.yaml")]) == 1
-    assert "hyperparameter tuning is not supported yet" in capsys.readouterr().err
+    assert main(["jobs", "submit", "training", "t" * 60, "--config", str(FIXTURES / "hptuning.yaml")]) == 1
+    assert "Use a job name of at most 55 characters" in capsys.readouterr().err
     assert main(["jobs", "submit", "training", "ok", "--module-name", "m", "--dry-run"]) == 2
     assert "--dry-run renders a TFJob" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:

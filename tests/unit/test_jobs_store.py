@@ -69,12 +69,16 @@ def test_lifecycle_with_timestamps_tasks_and_history(tmp_path):
     assert done.to_dict()["state"] == "FAILED" and done.to_dict()["trainingInput"] == {"pythonModule": "m"}
 
 
-def test_store_uses_wal_and_has_room_for_trials(tmp_path):
+def test_store_uses_wal_and_leaves_the_trials_table_to_optuna(tmp_path):
+    conn = sqlite3.connect(tmp_path / "jobs.db")  # a schema-1 store: an empty placeholder `trials` table
+    conn.execute("CREATE TABLE trials (job TEXT, trial_id INTEGER, trial_job TEXT)")
+    conn.commit()
+    conn.close()
     JobStore(tmp_path)
     conn = sqlite3.connect(tmp_path / "jobs.db")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(trials)")}
-    assert {"job", "trial_id", "state", "params", "objective", "trial_job"} <= columns
+    assert not conn.execute("PRAGMA table_info(trials)").fetchall()
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_missing_and_duplicate_jobs(tmp_path):

@@ -16,7 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Mapping, TextIO
 
 import toolkit
 from toolkit.jobs._local_plan import LocalPlan
@@ -99,11 +99,13 @@ def _env(plan: LocalPlan) -> dict[str, str]:
 
 
 def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None = None, job: str | None = None,
-              max_restarts: int = 0, timeout: float | None = None, stream: TextIO | None = None) -> RunResult:
+              max_restarts: int = 0, timeout: float | None = None, stream: TextIO | None = None,
+              env: Mapping[str, str] | None = None) -> RunResult:
     """Runs every task of ``plan`` to the end of the job (launcher policy) in ``plan.cwd``.
 
     With ``store`` and ``job`` the tasks are recorded as they start, restart and end;
     with ``stream`` their prefixed output is echoed there as well as logged per task.
+    ``env`` adds variables to every task (a tuning trial's number and directory).
     """
     from toolkit.launch import launch
 
@@ -114,7 +116,7 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
         watcher.start()
     try:
         result = launch(cmd, chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
-                        evaluator=counts.get("evaluator", 0), job_dir=job_dir, env=_env(plan),
+                        evaluator=counts.get("evaluator", 0), job_dir=job_dir, env={**_env(plan), **(env or {})},
                         timeout=timeout if timeout is not None else plan.timeout, max_restarts=max_restarts,
                         stream=stream or sys.stdout, echo=stream is not None)
     finally:

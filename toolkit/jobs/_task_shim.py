@@ -9,8 +9,10 @@ is the task's pid and nothing else stays in between.
     python -m toolkit.jobs._task_shim -- python -m trainer.task --steps 10
 
 Reads ``TFDIST_PRIMARY_TASK`` (``master`` or ``chief``), ``TFDIST_CMLE_JOB`` (the
-trainingInput as JSON) and ``TFDIST_TASK_CWD`` (where the trainer runs: gcloud
-runs it in the package's parent) from the environment, and removes them.
+trainingInput as JSON), ``TFDIST_TASK_CWD`` (where the trainer runs: gcloud
+runs it in the package's parent) and, in a tuning trial, ``TFDIST_TRIAL`` (the
+trial number, which becomes ``task.trial`` as on CMLE) from the environment,
+and removes them.
 """
 from __future__ import annotations
 
@@ -23,15 +25,19 @@ from tf_config import TFConfig
 ENV_PRIMARY = "TFDIST_PRIMARY_TASK"
 ENV_JOB = "TFDIST_CMLE_JOB"
 ENV_CWD = "TFDIST_TASK_CWD"
+ENV_TRIAL = "TFDIST_TRIAL"
 
 
-def cmle_tf_config(cfg: TFConfig, *, primary: str, job: dict) -> TFConfig:
-    """``cfg`` with the chief renamed to ``primary`` and CMLE's ``environment`` and ``job`` keys."""
+def cmle_tf_config(cfg: TFConfig, *, primary: str, job: dict, trial: str | None = None) -> TFConfig:
+    """``cfg`` with the chief renamed to ``primary``, CMLE's ``environment`` and ``job`` keys,
+    and ``task.trial`` when the task belongs to a tuning trial."""
     doc = cfg.to_dict()
     if primary == "master":
         doc["cluster"] = {("master" if k == "chief" else k): v for k, v in doc.get("cluster", {}).items()}
         if doc.get("task", {}).get("type") == "chief":
             doc["task"] = {**doc["task"], "type": "master"}
+    if trial is not None and "task" in doc:
+        doc["task"] = {**doc["task"], "trial": trial}
     return TFConfig.from_dict({**doc, "environment": "cloud", "job": job})
 
 
@@ -41,7 +47,8 @@ def main(argv: list[str]) -> None:
     cmd = argv[argv.index("--") + 1:]
     primary = os.environ.pop(ENV_PRIMARY, "master")
     job = json.loads(os.environ.pop(ENV_JOB, "{}"))
-    cfg = cmle_tf_config(TFConfig.from_env(), primary=primary, job=job)
+    trial = os.environ.pop(ENV_TRIAL, None)
+    cfg = cmle_tf_config(TFConfig.from_env(), primary=primary, job=job, trial=trial)
     os.environ["TF_CONFIG"] = cfg.to_json()
     os.chdir(os.environ.pop(ENV_CWD, os.getcwd()))
     os.execv(cmd[0], cmd)

@@ -1,8 +1,10 @@
 """The ``trainingInput.hyperparameters`` block: a tuning study, parsed and checked.
 
-Tuning itself (Optuna trials, each trial a job) comes later; parsing now means a
-spec that will need tuning is rejected today with a precise message instead of
-being run once with its defaults, and the shape is fixed for the tuner.
+Everything the tuner (``toolkit.jobs.tuning``) could trip over later is caught
+here, at submit time: a DOUBLE in a grid, a grid too large to enumerate, a log
+scale over a range that reaches 0. ``hyperparameterMetricValue`` (FINAL or
+BEST) is tfdist's one addition to CMLE's fields: which value of the metric's
+curve counts as the trial's objective.
 """
 from __future__ import annotations
 
@@ -12,16 +14,18 @@ from typing import Any, Mapping
 
 from toolkit.jobs._fields import FieldReader
 
-__all__ = ["HyperparameterSpec", "ParameterSpec", "read_hyperparameters"]
+__all__ = ["HyperparameterSpec", "ParameterSpec", "grid_size", "read_hyperparameters"]
 
 GOALS = ("MAXIMIZE", "MINIMIZE")
-ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH")
+ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH", "BAYESIAN_OPTIMIZATION")
+METRIC_VALUES = ("FINAL", "BEST")
+MAX_GRID_POINTS = 10_000
 PARAM_TYPES = ("DOUBLE", "INTEGER", "CATEGORICAL", "DISCRETE")
 SCALE_TYPES = ("NONE", "UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
 DEFAULT_METRIC_TAG = "training/hptuning/metric"
 _STUDY_KEYS = ("goal", "hyperparameterMetricTag", "maxTrials", "maxParallelTrials",
                "maxFailedTrials", "algorithm", "params", "enableTrialEarlyStopping",
-               "resumePreviousJobId")
+               "resumePreviousJobId", "hyperparameterMetricValue")
 _PARAM_KEYS = ("parameterName", "type", "minValue", "maxValue", "categoricalValues",
                "discreteValues", "scaleType")
 _PARAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -65,6 +69,7 @@ class HyperparameterSpec:
     algorithm: str = "ALGORITHM_UNSPECIFIED"
     enable_trial_early_stopping: bool = False
     resume_previous_job_id: str | None = None
+    metric_value: str = "FINAL"
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -77,6 +82,8 @@ class HyperparameterSpec:
             doc["enableTrialEarlyStopping"] = True
         if self.resume_previous_job_id:
             doc["resumePreviousJobId"] = self.resume_previous_job_id
+        if self.metric_value != "FINAL":
+            doc["hyperparameterMetricValue"] = self.metric_value
         return doc
 
 
@@ -102,17 +109,36 @@ def read_hyperparameters(reader: FieldReader, value: object, path: str) -> Hyper
         algorithm=reader.choice(doc, "algorithm", path, ALGORITHMS, default="ALGORITHM_UNSPECIFIED"),
         enable_trial_early_stopping=reader.boolean(doc, "enableTrialEarlyStopping", path, default=False),
         resume_previous_job_id=reader.string(doc, "resumePreviousJobId", path),
+        metric_value=reader.choice(doc, "hyperparameterMetricValue", path, METRIC_VALUES, default="FINAL"),
     )
     params = _read_params(reader, doc.get("params"), f"{path}.params")
     if study["algorithm"] == "GRID_SEARCH":
-        for i, param in enumerate(params):
-            if param.type == "DOUBLE":
-                reader.fail(f"{path}.params[{i}].type",
-                            f"is DOUBLE, which GRID_SEARCH cannot enumerate. Use INTEGER, DISCRETE or "
-                            f"CATEGORICAL for {param.parameter_name!r}, or algorithm RANDOM_SEARCH.")
+        _check_grid(reader, params, path)
     if goal is None or not params:
         return None
     return HyperparameterSpec(goal=goal, params=params, **study)
+
+
+def _check_grid(reader: FieldReader, params: tuple[ParameterSpec, ...], path: str) -> None:
+    """A grid must be finite and small enough to list: no DOUBLE, at most MAX_GRID_POINTS points."""
+    points = 1
+    for i, param in enumerate(params):
+        if param.type == "DOUBLE":
+            reader.fail(f"{path}.params[{i}].type",
+                        f"is DOUBLE, which GRID_SEARCH cannot enumerate. Use INTEGER, DISCRETE or "
+                        f"CATEGORICAL for {param.parameter_name!r}, or algorithm RANDOM_SEARCH.")
+            return
+        points *= grid_size(param)
+    if points > MAX_GRID_POINTS:
+        reader.fail(f"{path}.params", f"span a grid of {points} points; GRID_SEARCH lists at most "
+                                      f"{MAX_GRID_POINTS}. Narrow the INTEGER ranges or use RANDOM_SEARCH.")
+
+
+def grid_size(param: ParameterSpec) -> int:
+    """How many values of ``param`` a grid search visits (DOUBLE has no finite grid: 0)."""
+    if param.type == "INTEGER":
+        return int(param.max_value) - int(param.min_value) + 1
+    return len(param.categorical_values or param.discrete_values)
 
 
 def _read_params(reader: FieldReader, value: object, path: str) -> tuple[ParameterSpec, ...]:

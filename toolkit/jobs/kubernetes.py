@@ -74,8 +74,9 @@ class KubernetesBackend:
     def submit(self, spec: JobSpec) -> JobRecord:
         if spec.training_input.hyperparameters is not None:
             raise JobSpecError([Problem("error", "trainingInput.hyperparameters",
-                                        "hyperparameter tuning is not supported yet. Remove the block to "
-                                        "run one training job.")])
+                                        "hyperparameter tuning is not supported yet on the kubernetes "
+                                        "backend. Submit with --backend local to tune on this machine, or "
+                                        "remove the block to run one training job.")])
         text, warnings = self.render(spec)
         job_dir = self.store.job_dir(spec.job_id)
         job_dir.mkdir(parents=True, exist_ok=True)

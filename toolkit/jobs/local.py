@@ -38,13 +38,6 @@ _STALE_BEATS = 3          # heartbeats missed before a supervisor with a dead pi
 _REMOTE_STALE = 60.0      # a supervisor on another host is dead only after this long without a beat
 
 
-def refuse_tuning(spec: JobSpec) -> None:
-    if spec.training_input.hyperparameters is not None:
-        raise JobSpecError([Problem("error", "trainingInput.hyperparameters",
-                                    "hyperparameter tuning is not supported yet. Remove the block to run one "
-                                    "training job.")])
-
-
 class LocalBackend:
     """Runs jobs on this machine; records live in ``store``."""
 
@@ -55,13 +48,18 @@ class LocalBackend:
         self.python = python
 
     def submit(self, spec: JobSpec) -> JobRecord:
-        refuse_tuning(spec)
-        plan, warnings = plan_local(spec, cwd=Path.cwd(), python=self.python)
+        """Records the job and starts its supervisor; a spec with ``hyperparameters`` becomes a tuning job."""
+        if spec.training_input.hyperparameters is not None:
+            from toolkit.jobs.tuning._submit import plan_tuning
+            details, warnings = plan_tuning(spec, self.store, cwd=Path.cwd(), python=self.python)
+        else:
+            plan, warnings = plan_local(spec, cwd=Path.cwd(), python=self.python)
+            details = {"plan": plan.to_dict(), "tasks": plan.task_names}
         for warning in warnings:  # kept in the record too; the CLI prints them from there
             _log.info("%s: %s", spec.job_id, warning)
         self.store.create(spec.job_id, backend=self.name, spec=spec.to_dict(),
                           warnings=tuple(f"{w.field}: {w.message}" for w in spec.warnings) + tuple(warnings),
-                          details={"plan": plan.to_dict(), "tasks": plan.task_names})
+                          details=details)
         job_dir = self.store.job_dir(spec.job_id)
         job_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -94,8 +92,17 @@ class LocalBackend:
         record = self.store.get(name)
         if record.is_final or not self._supervisor_dead(record):
             return record
+        return self._reap(record)
+
+    def _reap(self, record: JobRecord) -> JobRecord:
+        """Ends a job whose supervisor died: its tasks, and a tuning job's live trials, are stopped."""
+        name = record.name
         info = self.store.supervisor(name)
         self._stop_tasks(name)
+        for trial in self.store.children(name):  # the trials shared the dead supervisor
+            child = self.store.get(trial)
+            if not child.is_final:
+                self._reap(child)
         target = JobState.CANCELLED if record.state is JobState.CANCELLING else JobState.FAILED
         try:
             return self.store.transition(name, target, error=f"supervisor died (pid {info.pid}); its tasks were "
@@ -114,6 +121,8 @@ class LocalBackend:
         record = self.describe(name)
         if record.is_final:
             raise JobStateError(f"job {name!r} already ended {record.state}; there is nothing to cancel.")
+        if record.parent_job is not None:
+            return self._cancel_trial(record, timeout=timeout)
         if record.state is not JobState.CANCELLING:
             try:
                 self.store.transition(name, JobState.CANCELLING, message="cancel requested")
@@ -135,6 +144,24 @@ class LocalBackend:
                                          message=f"forced: the supervisor did not stop within {timeout:g} s")
         except JobStateError:
             return self.store.get(name)
+
+    def _cancel_trial(self, record: JobRecord, *, timeout: float) -> JobRecord:
+        """Stops one trial of a tuning job: its tasks, not the supervisor that runs the other trials."""
+        name = record.name
+        if record.state is not JobState.CANCELLING:
+            try:
+                self.store.transition(name, JobState.CANCELLING, message="cancel requested")
+            except JobStateError:
+                return self._already_over(name)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._stop_tasks(name)
+            record = self.describe(name)
+            if record.is_final:
+                return record
+            time.sleep(0.2)
+        _log.warning("trial %s did not stop within %.0f s", name, timeout)
+        return self.store.get(name)
 
     def _already_over(self, name: str) -> JobRecord:
         record = self.store.get(name)

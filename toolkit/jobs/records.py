@@ -69,6 +69,7 @@ class JobRecord:
     tasks: tuple[TaskRecord, ...] = ()
     history: tuple[StateChange, ...] = ()
     details: Mapping[str, Any] = field(default_factory=lambda: types.MappingProxyType({}))
+    parent_job: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))
@@ -86,5 +87,6 @@ class JobRecord:
             "endTime": iso_time(self.ended_at), "errorMessage": self.error, "exitCode": self.exit_code,
             "jobDir": self.job_dir, "warnings": list(self.warnings),
             "tasks": [t.to_dict() for t in self.tasks], "history": [h.to_dict() for h in self.history],
-            "details": dict(self.details), **dict(self.spec),
+            "details": dict(self.details), **({"parentJob": self.parent_job} if self.parent_job else {}),
+            **dict(self.spec),
         }

@@ -9,8 +9,12 @@ store safe to use from the launcher's reader threads.
 
 Layout::
 
-    $TFDIST_HOME/jobs.db              jobs, tasks, state history, tuning trials
+    $TFDIST_HOME/jobs.db              jobs, tasks, state history; Optuna's study tables
     $TFDIST_HOME/jobs/<name>/         one directory per job (logs, outputs)
+
+Tuning studies live in the same file: Optuna's RDB storage adds its own tables
+(``studies``, ``trials``, ...) next to these, and a trial job points at its
+tuning job through ``parent_job``.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from toolkit.jobs.states import JobState, check_transition
 
 __all__ = ["JobStore", "SupervisorInfo", "default_home"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the unused placeholder `trials` table gave its name to Optuna's
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY, backend TEXT NOT NULL, state TEXT NOT NULL, spec TEXT NOT NULL,
@@ -44,10 +48,6 @@ CREATE TABLE IF NOT EXISTS tasks (
     log_path TEXT, updated_at REAL NOT NULL, PRIMARY KEY (job, name));
 CREATE TABLE IF NOT EXISTS history (
     job TEXT NOT NULL REFERENCES jobs(name), state TEXT NOT NULL, at REAL NOT NULL, message TEXT);
-CREATE TABLE IF NOT EXISTS trials (
-    job TEXT NOT NULL REFERENCES jobs(name), trial_id INTEGER NOT NULL, state TEXT NOT NULL,
-    params TEXT NOT NULL, objective REAL, trial_job TEXT REFERENCES jobs(name),
-    created_at REAL NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (job, trial_id));
 CREATE INDEX IF NOT EXISTS history_job ON history (job, at);
 """
 
@@ -78,8 +78,14 @@ class JobStore:
         self.home.mkdir(parents=True, exist_ok=True)
         with contextlib.closing(self._open()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
+            _drop_placeholder_trials(conn)
             conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    @property
+    def url(self) -> str:
+        """The database as an SQLAlchemy URL, for Optuna's storage."""
+        return f"sqlite:///{self.path.resolve()}"
 
     def job_dir(self, name: str) -> Path:
         """The job's directory; the name is validated because it becomes a path."""
@@ -188,6 +194,23 @@ class JobStore:
             conn.execute(f"UPDATE tasks SET {', '.join(f'{k} = ?' for k in values)} WHERE job = ? AND name = ?",
                          (*values.values(), job, task))
 
+    def update_details(self, name: str, **fields: Any) -> None:
+        """Sets top-level keys of the job's ``details`` (a tuning job's trial summary, for one)."""
+        with self._write() as conn:
+            row = conn.execute("SELECT details FROM jobs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise JobNotFoundError(f"no job named {name!r} in {self.path}.")
+            details = {**json.loads(row["details"]), **fields}
+            conn.execute("UPDATE jobs SET details = ?, updated_at = ? WHERE name = ?",
+                         (json.dumps(details), time.time(), name))
+
+    def children(self, parent: str) -> list[str]:
+        """The jobs started on behalf of ``parent`` (a tuning job's trials), oldest first."""
+        with contextlib.closing(self._open()) as conn:
+            rows = conn.execute("SELECT name FROM jobs WHERE parent_job = ? ORDER BY created_at, name",
+                                (parent,)).fetchall()
+        return [r["name"] for r in rows]
+
     def task_processes(self, job: str) -> list[tuple[str, int, int | None]]:
         """``(task, pid, start_ticks)`` of every task that ever had a process."""
         with contextlib.closing(self._open()) as conn:
@@ -208,6 +231,13 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
+def _drop_placeholder_trials(conn: sqlite3.Connection) -> None:
+    """Schema 1 reserved a ``trials`` table that nothing wrote; Optuna needs the name."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(trials)")}
+    if "trial_job" in columns and conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == 0:
+        conn.execute("DROP TABLE trials")
+
+
 def _record(row: sqlite3.Row, tasks: list[sqlite3.Row], history: list[sqlite3.Row]) -> JobRecord:
     return JobRecord(
         name=row["name"], backend=row["backend"], state=JobState(row["state"]), spec=json.loads(row["spec"]),
@@ -218,4 +248,5 @@ def _record(row: sqlite3.Row, tasks: list[sqlite3.Row], history: list[sqlite3.Ro
                                exit_code=t["exit_code"], log_path=t["log_path"], updated_at=t["updated_at"])
                     for t in tasks),
         history=tuple(StateChange(JobState(h["state"]), h["at"], h["message"]) for h in history),
+        parent_job=row["parent_job"],
     )

@@ -9,6 +9,10 @@ readers can tell a live supervisor from a dead one.
 
 SIGTERM (sent to its process group by ``cancel``) stops the launcher, which
 stops every task, and the job ends CANCELLED.
+
+A tuning job (its record has ``details["tuning"]``) runs its study instead
+(``toolkit.jobs.tuning``): trial jobs in threads of this process. There SIGTERM
+only sets ``cancelled``; the study loop then stops every running trial.
 """
 from __future__ import annotations
 
@@ -53,11 +57,13 @@ class Supervisor:
         self.store, self.name = store, name
         self.cancelled = threading.Event()
         self.job_dir = store.job_dir(name)
+        self._raise_on_signal = True  # a study stops its trials itself; a plain job unwinds the launcher
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         _log.info("signal %d: cancelling job %s", signum, self.name)
         self.cancelled.set()
-        raise _Cancelled()
+        if self._raise_on_signal:
+            raise _Cancelled()
 
     def _step(self, state: JobState, message: str | None = None) -> bool:
         """Moves the job on; False if a cancel got there first."""
@@ -86,7 +92,10 @@ class Supervisor:
             heartbeat.stopped.set()
 
     def _run(self) -> int:
-        plan = LocalBackend.plan_of(self.store.get(self.name))
+        record = self.store.get(self.name)
+        if "tuning" in record.details:
+            return self._run_study()
+        plan = LocalBackend.plan_of(record)
         if not self._step(JobState.PREPARING, "starting tasks"):
             return self._end_cancelled()
         (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -99,6 +108,19 @@ class Supervisor:
         if result.exit_code == 0:
             return self._end(JobState.SUCCEEDED, exit_code=0, message="every task finished")
         return self._end(JobState.FAILED, exit_code=result.exit_code, error=result.error)
+
+    def _run_study(self) -> int:
+        self._raise_on_signal = False
+        if not self._step(JobState.PREPARING, "opening the study"):
+            return self._end_cancelled()
+        from toolkit.jobs.tuning._study import StudyRunner
+        runner = StudyRunner(self.store, self.name, cancelled=self.cancelled)
+        if not self._step(JobState.RUNNING, f"up to {runner.hp.max_parallel_trials} trials at a time"):
+            return self._end_cancelled()
+        outcome = runner.run()
+        if outcome.state is JobState.CANCELLED or self.store.get(self.name).state is JobState.CANCELLING:
+            return self._end_cancelled()
+        return self._end(outcome.state, message=outcome.message, error=outcome.error)
 
     def _end_cancelled(self) -> int:
         state = self.store.get(self.name).state

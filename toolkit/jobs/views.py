@@ -1,13 +1,13 @@
 """Human-readable views of job records, for the CLI to print."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
 from toolkit.jobs.records import JobRecord, iso_time
 
-__all__ = ["format_record", "format_table", "format_list"]
+__all__ = ["format_record", "format_table", "format_list", "format_trials"]
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -35,9 +35,45 @@ def format_record(record: JobRecord) -> str:
         table = format_table(("TASK", "STATE", "PID", "RESTARTS", "EXIT_CODE"),
                              ((t.name, t.state, t.pid, t.restarts, t.exit_code) for t in record.tasks))
         lines += ["tasks:"] + [f"  {line}" for line in table.splitlines()]
+    output = record.details.get("trainingOutput")
+    if output:
+        lines += format_trials(output).splitlines()
+    if record.parent_job:
+        lines.append(f"parentJob: {record.parent_job}")
     if record.history:
         lines += ["history:"] + [f"  {iso_time(h.at)}  {h.state}" + (f"  {h.message}" if h.message else "")
                                  for h in record.history]
     if record.spec:
         lines.append(yaml.safe_dump(dict(record.spec), sort_keys=False).rstrip())
+    return "\n".join(lines)
+
+
+def _number(value: Any) -> str | None:
+    return None if value is None else f"{value:.6g}"
+
+
+def _note(trial: Mapping[str, Any]) -> str | None:
+    if trial.get("resumedFrom"):
+        return f"from {trial['resumedFrom']}"
+    error = (trial.get("error") or "").strip().splitlines()
+    return (error[0][:97] + "..." if len(error[0]) > 100 else error[0]) if error else None
+
+
+def format_trials(output: Mapping[str, Any]) -> str:
+    """A tuning job's trials, best first (the order the study stored them in), and its best parameters."""
+    lines = [f"trials: {output.get('completedTrialCount', 0)} succeeded, {output.get('failedTrialCount', 0)} "
+             f"failed, {output.get('runningTrialCount', 0)} running ({output.get('goal')} "
+             f"{output.get('hyperparameterMetricTag')!r}, {str(output.get('metricValue', 'FINAL')).lower()} value)"]
+    rows = [(t["trialId"], t["state"], _number((t.get("finalMetric") or {}).get("objectiveValue")),
+             None if t.get("durationSeconds") is None else f"{t['durationSeconds']:.1f}s",
+             " ".join(f"{k}={v}" for k, v in t.get("hyperparameters", {}).items()),
+             _note(t))
+            for t in output.get("trials", [])]
+    if rows:
+        table = format_table(("TRIAL", "STATE", "OBJECTIVE", "DURATION", "PARAMETERS", "NOTE"), rows)
+        lines += [f"  {line}" for line in table.splitlines()]
+    best = output.get("bestTrial")
+    if best:
+        params = ", ".join(f"{k}={v}" for k, v in best.get("hyperparameters", {}).items())
+        lines.append(f"bestTrial: {best['trialId']} ({_number(best['finalMetric']['objectiveValue'])}): {params}")
     return "\n".join(lines)

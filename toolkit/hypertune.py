@@ -1,0 +1,136 @@
+"""``report_metric``: hand a tuning trial its objective from code that does not use ``toolkit.fit``.
+
+``toolkit.fit`` already writes TensorBoard scalars that a tuning job reads by
+``hyperparameterMetricTag``. A trainer with its own loop (or none) calls
+``report_metric`` instead, as it would call cloudml-hypertune's
+``report_hyperparameter_tuning_metric`` on CMLE.
+
+Where it writes: CMLE's helper appends JSON lines to a file the service reads;
+ours writes the same scalar as a TensorBoard event, so the tuner has one way to
+read objectives and TensorBoard shows them too. The file is
+``events.out.tfevents.<time>.<host>.<pid>.hypertune`` in the trial's output
+directory, which a tuning job gives every trial task as ``TFDIST_TRIAL_DIR``
+(the same directory it passes as ``--job-dir``). Outside a tuning job nothing
+sets the variable, so the call logs and writes nothing unless ``directory`` is
+given: the same trainer runs untouched as a plain job.
+
+Only the chief (or ``master``) task writes, so a distributed trial reports once.
+TensorFlow is not imported.
+
+Example:
+    >>> from toolkit import report_metric                            # doctest: +SKIP
+    >>> for epoch in range(5):
+    ...     accuracy = train_one_epoch()
+    ...     report_metric("accuracy", accuracy, step=epoch)
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Mapping
+
+__all__ = ["report_metric", "MetricError", "ENV_TRIAL_DIR"]
+
+ENV_TRIAL_DIR = "TFDIST_TRIAL_DIR"
+_log = logging.getLogger(__name__)
+_files: dict[Path, Path] = {}   # directory -> this process's event file in it
+_lock = threading.Lock()
+
+
+class MetricError(ValueError):
+    """A bad argument to ``report_metric``; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _frame(payload: bytes) -> bytes:
+    """One TFRecord: length, its masked CRC, the payload, the payload's masked CRC."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    length = struct.pack("<Q", len(payload))
+    return (length + struct.pack("<I", masked_crc32c(length)) + payload
+            + struct.pack("<I", masked_crc32c(payload)))
+
+
+def _event_file(directory: Path) -> Path:
+    """This process's event file in ``directory``, created with its file-version header."""
+    from tensorboard.compat.proto import event_pb2
+
+    path = _files.get(directory)
+    if path is None:
+        directory.mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        path = directory / f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}.hypertune"
+        header = event_pb2.Event(wall_time=now, file_version="brain.Event:2")
+        with path.open("ab") as fh:
+            fh.write(_frame(header.SerializeToString()))
+        _files[directory] = path
+    return path
+
+
+def _check(tag: object, value: object, step: object) -> float:
+    if not isinstance(tag, str) or not tag:
+        raise MetricError("tag", f"report_metric `tag` received {tag!r}; expected a non-empty string such as "
+                                 "'accuracy'. Pass the job's hyperparameterMetricTag.")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        raise MetricError("value", f"report_metric `value` received {value!r}; expected a number. "
+                                   "Pass float(metric).")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise MetricError("step", f"report_metric `step` received {step!r}; expected an integer >= 0. "
+                                  "Pass the training step or epoch.")
+    number = float(value)
+    if math.isinf(number):
+        raise MetricError("value", f"report_metric `value` received {number}; expected a finite number "
+                                   "(NaN is accepted and fails the trial). Check the metric's computation.")
+    return number
+
+
+def _is_primary(environ: Mapping[str, str]) -> bool:
+    from tf_config import TFConfig
+    return TFConfig.from_env(environ).is_chief
+
+
+def report_metric(tag: str, value: float, step: int = 0, *, directory: str | os.PathLike | None = None,
+                  environ: Mapping[str, str] | None = None) -> Path | None:
+    """Records ``value`` of metric ``tag`` at ``step`` for the tuning job to read.
+
+    Args:
+        tag: the metric's name; the job's ``hyperparameterMetricTag`` selects it.
+        value: the metric (a NaN fails the trial when it is the final value).
+        step: training step or epoch; the tuner's FINAL value is the one at the largest step.
+        directory: where to write; default ``$TFDIST_TRIAL_DIR``.
+        environ: the environment to read (tests pass their own); default ``os.environ``.
+
+    Returns:
+        The event file written, or None when there is nowhere to write (not a
+        tuning trial) or this task is not the chief.
+
+    Raises:
+        MetricError: ``tag``, ``value`` or ``step`` is not usable.
+    """
+    number = _check(tag, value, step)
+    environ = os.environ if environ is None else environ
+    target = directory if directory is not None else environ.get(ENV_TRIAL_DIR)
+    if not target:
+        _log.info("report_metric(%r, %g): not a tuning trial (%s is unset); nothing written",
+                  tag, number, ENV_TRIAL_DIR)
+        return None
+    if not _is_primary(environ):
+        return None
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    event = event_pb2.Event(wall_time=time.time(), step=step, summary=summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag=tag, simple_value=number)]))
+    with _lock:
+        path = _event_file(Path(target).resolve())
+        with path.open("ab") as fh:
+            fh.write(_frame(event.SerializeToString()))
+    return path
