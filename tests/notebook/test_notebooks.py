@@ -35,6 +35,7 @@ class Case:
     files: tuple[str, ...] = ()
     cluster: bool = False
     min_accuracy: float | None = None
+    falling: tuple[str, ...] = ()   # regexes with two numbers (before, after): after must be lower
 
 
 CASES = (
@@ -47,6 +48,13 @@ CASES = (
                    "expected one of auto, parameter_server", "MirroredStrategy with 2 replicas",
                    "all-reduced gradient -35.000  (one replica on the whole batch: -35.000)", "176 steps"),
          plots=1, files=("runs/02-mirrored/ckpt-*.index",), min_accuracy=0.85),
+    Case("03_parameter_server.ipynb",
+         expected=("this kernel is chief-0", "global_step                  on /job:ps/replica:0/task:0",
+                   "global step on the ps: 300", "global step 132;",
+                   "server exit codes: {'ps-0': 0, 'worker-0': 0, 'worker-1': 0}",
+                   "ps-0: the chief said goodbye; exiting with 0"),
+         plots=1, files=("runs/03-parameter-server/digits/ckpt-132.index",), cluster=True, min_accuracy=0.85,
+         falling=(r"loss ([\d.]+) \(first 20 steps\) -> ([\d.]+) \(last 20\)",)),
 )
 
 
@@ -113,3 +121,6 @@ def test_notebook_runs(case: Case, kernel_path, tmp_path, monkeypatch, no_orphan
     if case.min_accuracy is not None:
         accuracies = [float(a) for a in re.findall(r"final test accuracy: (\d\.\d+)", text)]
         assert accuracies and min(accuracies) >= case.min_accuracy, (case.name, accuracies)
+    for pattern in case.falling:
+        pairs = [(float(a), float(b)) for a, b in re.findall(pattern, text)]
+        assert pairs and all(after < before for before, after in pairs), (case.name, pattern, pairs)
