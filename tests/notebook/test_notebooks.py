@@ -55,6 +55,13 @@ CASES = (
                    "ps-0: the chief said goodbye; exiting with 0"),
          plots=1, files=("runs/03-parameter-server/digits/ckpt-132.index",), cluster=True, min_accuracy=0.85,
          falling=(r"loss ([\d.]+) \(first 20 steps\) -> ([\d.]+) \(last 20\)",)),
+    Case("04_multi_worker_mirrored.ipynb",
+         expected=("[worker-0] worker-0: simulating a crash after epoch 3",
+                   "[worker-1] worker-1 start #2: resuming from ckpt-66",
+                   "[worker-0] worker-0 start #2: resuming from ckpt-66",
+                   "exit code 0 (succeeded)", "cluster restarts: 1", "at global step 132", "latest: ckpt-132"),
+         plots=1, files=("runs/04-mwms/model/ckpt-132.index", "runs/04-mwms/job/logs/worker-1.log"), cluster=True,
+         min_accuracy=0.85),
 )
 
 
