@@ -70,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     describe.add_argument("job")
     _add_backend(describe, default=None)
     describe.add_argument("--format", choices=("text", "json"), default="text")
+    describe.add_argument("--plot", metavar="PATH", help="tuning jobs: write a PNG of objective vs trial to PATH")
     describe.set_defaults(handler=_guard(_describe))
     logs = verbs.add_parser("stream-logs", help="follow a job's logs until it ends",
                             epilog=EXIT_CODES, formatter_class=fmt)
@@ -212,6 +213,19 @@ def _describe(args: argparse.Namespace) -> int:
     from toolkit.jobs.views import format_record
     record = api.describe(args.job, backend=args.backend, **_options(args))
     print(json.dumps(record.to_dict(), indent=2) if args.format == "json" else format_record(record))
+    if args.plot:
+        return _plot(record, args.plot)
+    return EXIT_OK
+
+
+def _plot(record: Any, path: str) -> int:
+    output = record.details.get("trainingOutput")
+    if not output:
+        print(f"ERROR: --plot: job {record.name!r} is not a hyperparameter tuning job; only those have trials "
+              "to plot. Remove --plot.", file=sys.stderr)
+        return EXIT_USAGE
+    from toolkit.jobs.tuning import plot_trials
+    print(f"plot written to {plot_trials(output, path)}", file=sys.stderr)
     return EXIT_OK
 
 

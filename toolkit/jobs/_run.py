@@ -65,9 +65,11 @@ def _task_env(pid: int) -> dict[str, str]:
 class _Watcher(threading.Thread):
     """Records the launcher's task processes in the store while the job runs."""
 
-    def __init__(self, store: JobStore, job: str, primary: str) -> None:
+    def __init__(self, store: JobStore, job: str, primary: str, job_dir: Path | None = None) -> None:
         super().__init__(name="task-watcher", daemon=True)
         self.store, self.job, self.primary = store, job, primary
+        # A tuning supervisor runs several jobs' launchers at once: a task is this job's if its job dir is.
+        self.job_dir = None if job_dir is None else str(job_dir.resolve())
         self.stopped = threading.Event()
         self.seen: dict[str, tuple[int, int | None]] = {}
 
@@ -78,7 +80,7 @@ class _Watcher(threading.Thread):
     def scan(self) -> None:
         for pid in _children(os.getpid()):
             env = _task_env(pid)
-            if "TFDIST_TASK_NAME" not in env:
+            if "TFDIST_TASK_NAME" not in env or self.job_dir not in (None, env.get("TFDIST_JOB_DIR")):
                 continue
             name = task_name(env["TFDIST_TASK_NAME"], self.primary)
             if self.seen.get(name, (None,))[0] != pid:
@@ -111,7 +113,7 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
 
     counts = plan.counts
     cmd = [plan.python, "-m", "toolkit.jobs._task_shim", "--", *plan.argv]
-    watcher = _Watcher(store, job, plan.primary) if store is not None else None
+    watcher = _Watcher(store, job, plan.primary, job_dir) if store is not None else None
     if watcher is not None:
         watcher.start()
     try:

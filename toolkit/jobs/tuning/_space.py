@@ -44,8 +44,16 @@ def _random(hp: HyperparameterSpec, seed: int | None) -> optuna.samplers.BaseSam
     return optuna.samplers.RandomSampler(seed=seed)
 
 
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler for ask/tell: Optuna's calls ``study.stop()`` when the grid is used up, which only
+    works inside ``study.optimize``; the tuning loop caps its trials at the grid's size instead."""
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        return None
+
+
 def _grid(hp: HyperparameterSpec, seed: int | None) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.GridSampler(grid_space(hp), seed=seed)
+    return _AskTellGridSampler(grid_space(hp), seed=seed)
 
 
 # algorithm name -> sampler builder; BAYESIAN_OPTIMIZATION is what CMLE's default does.

@@ -14,6 +14,7 @@ and its recorded process groups are signalled (SIGTERM, then SIGKILL after
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import math
 import signal
@@ -62,12 +63,22 @@ def study_seed(name: str) -> int:
 
 
 def open_study(store: JobStore, name: str, hp: HyperparameterSpec, *, seed: int | None = None) -> optuna.Study:
-    """The job's study in the store's SQLite file, created on first use."""
+    """The job's study in the store's SQLite file, created on first use.
+
+    Optuna creates its tables on first contact and two supervisors starting at
+    once would both try (a UNIQUE failure on ``alembic_version``), so opening
+    the storage is serialised across processes with a lock file beside the database.
+    """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.RDBStorage(store.url, engine_kwargs={"connect_args": {"timeout": 60}})
-    return optuna.create_study(storage=storage, study_name=name, load_if_exists=True,
-                               direction="maximize" if hp.goal == "MAXIMIZE" else "minimize",
-                               sampler=make_sampler(hp, seed=seed))
+    with (store.home / "optuna.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            storage = optuna.storages.RDBStorage(store.url, engine_kwargs={"connect_args": {"timeout": 60}})
+            return optuna.create_study(storage=storage, study_name=name, load_if_exists=True,
+                                       direction="maximize" if hp.goal == "MAXIMIZE" else "minimize",
+                                       sampler=make_sampler(hp, seed=seed))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class StudyRunner:
