@@ -62,6 +62,14 @@ CASES = (
                    "exit code 0 (succeeded)", "cluster restarts: 1", "at global step 132", "latest: ckpt-132"),
          plots=1, files=("runs/04-mwms/model/ckpt-132.index", "runs/04-mwms/job/logs/worker-1.log"), cluster=True,
          min_accuracy=0.85),
+    Case("05_model_parallelism.ipynb",
+         expected=("encoder/dense    /device:CPU:1", "head             /device:CPU:2",
+                   "item_embedding      0  ps-1 CPU:0", "item_embedding      1  ps-0 CPU:0",
+                   "sparse Adam steps: 300 (counter on /job:ps/",
+                   "server exit codes: {'ps-0': 0, 'ps-1': 0, 'worker-0': 0}"),
+         plots=1, cluster=True,
+         falling=(r"loss ([\d.]+) \(first 20 steps\) -> ([\d.]+) \(last 20\)",
+                  r"mse per epoch \[([\d.]+), [\d., ]*?([\d.]+)\]")),
 )
 
 
