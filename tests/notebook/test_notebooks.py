@@ -70,6 +70,14 @@ CASES = (
          plots=1, cluster=True,
          falling=(r"loss ([\d.]+) \(first 20 steps\) -> ([\d.]+) \(last 20\)",
                   r"mse per epoch \[([\d.]+), [\d., ]*?([\d.]+)\]")),
+    Case("06_estimator.ipynb",
+         expected=("task worker-0, chief: True, workers: 1, ps: 0", "global step 300:", "checkpoint: ckpt-300",
+                   "[local] global_step=300", "saved_model.pb", "export TF_CONFIG=",
+                   "ps-0      exit code 0", "worker-0  exit code 0", "worker-1  exit code 0",
+                   "chief-0   exit code 0  [chief-0] global_step=300"),
+         plots=1, files=("runs/06-estimator/cluster/ckpt-300.index", "runs/06-estimator/cluster/export/exporter/*"),
+         cluster=True, min_accuracy=0.85,
+         falling=(r"global step  25: loss ([\d.]+),[\s\S]*global step 300: loss ([\d.]+),",)),
 )
 
 
