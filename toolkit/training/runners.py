@@ -67,6 +67,13 @@ class Runner:
         self.strategy, self.step, self.global_step = strategy, step, global_step
         self.width = step.layout.width
         self._execute = tf.function(self._steps)
+        self._counts: dict[int, tf.Tensor] = {}
+
+    def _count(self, num_steps: int) -> tf.Tensor:
+        """The step count as a tensor, made once per value (an eager op per call adds up at 1 step per call)."""
+        if num_steps not in self._counts:
+            self._counts[num_steps] = tf.constant(num_steps, tf.int64)
+        return self._counts[num_steps]
 
     def _steps(self, iterator: Any, num_steps: tf.Tensor) -> tf.Tensor:
         totals = tf.zeros([self.width], tf.float32)
@@ -104,7 +111,7 @@ class SyncRunner(Runner):
         self._pending: list[tf.Tensor] = []
 
     def run(self, num_steps: int) -> None:
-        self._pending.append(self._execute(self._iterator, tf.constant(num_steps, tf.int64)))
+        self._pending.append(self._execute(self._iterator, self._count(num_steps)))
 
     def wait(self) -> np.ndarray:
         totals = np.zeros([self.width], np.float64)
@@ -155,7 +162,7 @@ class ParameterServerRunner(Runner):
 
     def run(self, num_steps: int) -> None:
         self._pending.append(self.coordinator.schedule(
-            self._execute, args=(self._iterator, tf.constant(num_steps, tf.int64))))
+            self._execute, args=(self._iterator, self._count(num_steps))))
 
     def wait(self) -> np.ndarray:
         self.coordinator.join()
