@@ -78,6 +78,12 @@ CASES = (
          plots=1, files=("runs/06-estimator/cluster/ckpt-300.index", "runs/06-estimator/cluster/export/exporter/*"),
          cluster=True, min_accuracy=0.85,
          falling=(r"global step  25: loss ([\d.]+),[\s\S]*global step 300: loss ([\d.]+),",)),
+    Case("07_jobs_and_tuning.ipynb",
+         expected=("digits-1 QUEUED", "state: SUCCEEDED", "tasks: [('chief-0', 0), ('worker-0', 0)]",
+                   "digits-1  local    SUCCEEDED", "trial 4 started as job digits-hp-trial-4", "study: SUCCEEDED",
+                   "trials: 4 succeeded, 0 failed", "best trial: ", "exit code: 0"),
+         plots=2, files=("runs/07-jobs/digits-hp/trials.png", "runs/07-jobs/digits-hp/4/validation/*"),
+         cluster=True, min_accuracy=0.5),
 )
 
 
