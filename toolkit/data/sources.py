@@ -156,10 +156,15 @@ def _load_tfds(name: str, split: str, *, data_dir: str | None, download: bool) -
     if not prepared:
         logger.warning("downloading TFDS dataset %s into %s (offline machines fail after minutes)", name, root)
         builder.download_and_prepare()
-    splits = builder.info.splits
+    splits, features = builder.info.splits, builder.info.features
     _check_split(split, valid=tuple(splits.keys()))
-    image_shape = tuple(builder.info.features["image"].shape)
-    num_classes = builder.info.features["label"].num_classes
+    if not {"image", "label"} <= set(features.keys()):
+        raise DataError(
+            f"TFDS dataset {name!r} has features {', '.join(features.keys())}; toolkit.data reads image "
+            "classification datasets with 'image' and 'label' features. Build your own dataset_fn with "
+            "toolkit.data.make_dataset_fn for other datasets.", field="name")
+    image_shape = tuple(features["image"].shape)
+    num_classes = features["label"].num_classes
     return TfdsData(
         name=name, split=split, data_dir=root, num_examples=splits[split].num_examples,
         num_classes=num_classes, input_shape=image_shape,

@@ -51,7 +51,8 @@ class FitConfig:
         keep_checkpoints: how many checkpoints ``tf.train.CheckpointManager`` keeps.
         log_every_steps: under parameter_server, the coordinator waits for the
             scheduled steps and reports progress this often (None: ten times an
-            epoch). Synchronous strategies report after every execution.
+            epoch, but at least four executions per worker between waits, so
+            no worker idles). Synchronous strategies report after every execution.
         summary_every_steps: TensorBoard scalars this often (plus every epoch end).
         validation_steps: batches per validation (None: the whole validation set).
         global_batch_size: examples per step over all replicas, used to average

@@ -156,8 +156,12 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     start = _restore(state, run.model_dir)
     state.model.stop_training = False
     step = TrainStep(state, run.forward, run.metrics, global_batch_size=config.global_batch_size)
+    workers = _num_workers(strategy, cfg)
+    # A parameter-server coordinator that waits too often leaves workers idle: keep every worker busy
+    # for a few executions between waits unless the user asked for a log interval.
+    sync_every = config.log_every_steps or max(config.log_interval, 4 * workers * config.steps_per_execution)
     runner = make_runner(strategy, step, state.global_step, dataset_fn=run.dataset_fn, skip_steps=start,
-                         num_workers=_num_workers(strategy, cfg), sync_every=config.log_interval)
+                         num_workers=workers, sync_every=sync_every)
     is_chief = cfg.is_chief or cfg.is_local
     validate = None
     if run.validation_fn is not None and is_chief:

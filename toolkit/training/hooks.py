@@ -45,7 +45,8 @@ class CheckpointHook:
 
     def __call__(self, event: LoopEvent) -> None:
         if event.kind == "train_begin":
-            self.last_saved = event.step if self.manager.latest_checkpoint else None
+            # The restored step is saved already; every task agrees on it, so saves stay in step.
+            self.last_saved = event.step
         elif event.kind == "steps_end" and event.step % self.every == 0:
             self._save(event.step)
         elif event.kind == "train_end":

@@ -66,23 +66,36 @@ class Runner:
     def __init__(self, strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable) -> None:
         self.strategy, self.step, self.global_step = strategy, step, global_step
         self.width = step.layout.width
+        self._iterator: Any = None  # set by subclasses
         self._execute = tf.function(self._steps)
+        self._execute_single = tf.function(self._single)
         self._counts: dict[int, tf.Tensor] = {}
 
-    def _count(self, num_steps: int) -> tf.Tensor:
-        """The step count as a tensor, made once per value (an eager op per call adds up at 1 step per call)."""
-        if num_steps not in self._counts:
-            self._counts[num_steps] = tf.constant(num_steps, tf.int64)
-        return self._counts[num_steps]
+    def _one(self, iterator: Any) -> tf.Tensor:
+        features, labels = _check_batch(next(iterator))
+        per_replica = self.strategy.run(self.step, args=(features, labels))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     def _steps(self, iterator: Any, num_steps: tf.Tensor) -> tf.Tensor:
         totals = tf.zeros([self.width], tf.float32)
         for _ in tf.range(num_steps):
-            features, labels = _check_batch(next(iterator))
-            per_replica = self.strategy.run(self.step, args=(features, labels))
-            totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            totals += self._one(iterator)
         self.global_step.assign_add(num_steps)
         return totals
+
+    def _single(self, iterator: Any) -> tf.Tensor:
+        """One step and no loop: at one step per call, a loop's own cost shows (most under MultiWorkerMirrored)."""
+        totals = self._one(iterator)
+        self.global_step.assign_add(1)
+        return totals
+
+    def _call(self, num_steps: int) -> tuple[Callable[..., tf.Tensor], tuple[Any, ...]]:
+        """The traced function for ``num_steps`` and its arguments (count tensors are made once per value)."""
+        if num_steps == 1:
+            return self._execute_single, (self._iterator,)
+        if num_steps not in self._counts:
+            self._counts[num_steps] = tf.constant(num_steps, tf.int64)
+        return self._execute, (self._iterator, self._counts[num_steps])
 
     def run(self, num_steps: int) -> None:
         raise NotImplementedError
@@ -111,7 +124,8 @@ class SyncRunner(Runner):
         self._pending: list[tf.Tensor] = []
 
     def run(self, num_steps: int) -> None:
-        self._pending.append(self._execute(self._iterator, self._count(num_steps)))
+        function, args = self._call(num_steps)
+        self._pending.append(function(*args))
 
     def wait(self) -> np.ndarray:
         totals = np.zeros([self.width], np.float64)
@@ -161,8 +175,8 @@ class ParameterServerRunner(Runner):
         self._pending: list[Any] = []
 
     def run(self, num_steps: int) -> None:
-        self._pending.append(self.coordinator.schedule(
-            self._execute, args=(self._iterator, self._count(num_steps))))
+        function, args = self._call(num_steps)
+        self._pending.append(self.coordinator.schedule(function, args=args))
 
     def wait(self) -> np.ndarray:
         self.coordinator.join()

@@ -103,6 +103,7 @@ def _metric_fn(metric: Any) -> tuple[str, MetricFn]:
                 field="metrics")
         return metric, fn
     if isinstance(metric, keras.metrics.MeanMetricWrapper):
+        # e.g. SparseCategoricalAccuracy(): a mean of its per-example function, which Keras keeps in _fn.
         return metric.name, functools.partial(metric._fn, **metric._fn_kwargs)
     if isinstance(metric, keras.metrics.Metric):
         raise TrainingError(
