@@ -205,7 +205,7 @@ def _cases(steps: int) -> dict[str, tuple[list[str], str | None]]:
         for spe in (1, 10):
             cluster = strategy if strategy in _CLUSTERS else None
             cases[f"toolkit/{strategy}/spe{spe}"] = (["toolkit", "--strategy", strategy, "--spe", str(spe)], cluster)
-    cases["toolkit/parameter_server/spe50"] = (["toolkit", "--strategy", "parameter_server", "--spe", "50"],
+    cases["toolkit/parameter_server/spe32"] = (["toolkit", "--strategy", "parameter_server", "--spe", "32"],
                                                "parameter_server")
     cases["tutorial_ps"] = (["tutorial_ps"], "parameter_server")
     cases["bare_mwms"] = (["bare_mwms"], "multi_worker_mirrored")
@@ -256,12 +256,12 @@ def main() -> None:
     print("ratios (targets in brackets):")
     print(f"  toolkit PS spe10 / tutorial PS (1 step per schedule) [>= 4x]: "
           f"{_ratio(rates, 'toolkit/parameter_server/spe10', 'tutorial_ps')}")
-    print(f"  toolkit PS spe50 / tutorial PS (1 step per schedule) [>= 4x]: "
-          f"{_ratio(rates, 'toolkit/parameter_server/spe50', 'tutorial_ps')}")
+    print(f"  toolkit PS spe32 / tutorial PS (1 step per schedule) [>= 4x]: "
+          f"{_ratio(rates, 'toolkit/parameter_server/spe32', 'tutorial_ps')}")
     print(f"  toolkit PS spe10 / single-process keras fit [>= 0.6x]:       "
           f"{_ratio(rates, 'toolkit/parameter_server/spe10', 'keras_fit')}")
-    print(f"  toolkit PS spe50 / single-process keras fit [>= 0.6x]:       "
-          f"{_ratio(rates, 'toolkit/parameter_server/spe50', 'keras_fit')}")
+    print(f"  toolkit PS spe32 / single-process keras fit [>= 0.6x]:       "
+          f"{_ratio(rates, 'toolkit/parameter_server/spe32', 'keras_fit')}")
     print(f"  toolkit MWMS spe1 / bare MWMS loop [>= 0.95x]:               "
           f"{_ratio(rates, 'toolkit/multi_worker_mirrored/spe1', 'bare_mwms')}")
     print(f"  toolkit MWMS spe10 / bare MWMS loop:                         "

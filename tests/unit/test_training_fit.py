@@ -130,12 +130,14 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(digits, tmp_path):
 
 def test_steps_per_execution_changes_speed_not_results(digits, tmp_path):
     train, _ = digits
-    one = _fit(train, tmp_path / "one", epochs=1, steps_per_execution=1)
-    seven = _fit(train, tmp_path / "seven", epochs=1, steps_per_execution=7)
-    assert one.global_step == seven.global_step == 22
-    assert one["loss"][0] == pytest.approx(seven["loss"][0], rel=1e-6)
-    for a, b in zip(one.model.get_weights(), seven.model.get_weights()):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+    runs = {spe: _fit(train, tmp_path / str(spe), epochs=1, steps_per_epoch=44, steps_per_execution=spe)
+            for spe in (1, 7, 40)}  # 40 is above UNROLL_LIMIT: a tf.range loop instead of straight steps
+    reference = runs[1]
+    for spe, history in runs.items():
+        assert history.global_step == 44, spe
+        assert history["loss"][0] == pytest.approx(reference["loss"][0], rel=1e-6)
+        for a, b in zip(history.model.get_weights(), reference.model.get_weights()):
+            np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_a_callback_can_stop_training(digits, tmp_path):
