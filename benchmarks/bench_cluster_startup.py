@@ -1,6 +1,6 @@
 """How long a trivial parameter-server job takes on a local cluster, and where the time goes.
 
-Launches 1 chief + 2 workers + 1 ps with ``toolkit.launch`` running a script
+Launches 1 chief + 2 workers + 1 ps with ``toolkit.launcher`` running a script
 that only builds the strategy and says goodbye, and measures from the launch:
 - every ps/worker listening (the TensorFlow import and server start, in parallel);
 - the chief connected (its own port answers once ParameterServerStrategy is up);
@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from toolkit.launch import launch
+from toolkit.launcher import launch
 
 _ENTRYPOINT = """\
 from strategies import chief_session, make_strategy, run_role

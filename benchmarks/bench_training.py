@@ -12,7 +12,7 @@ batch 64, synthetic data), measured on this machine in one run:
 * ``bare_mwms``: a bare MultiWorkerMirrored custom loop (tutorial style, one
   ``strategy.run`` per ``tf.function`` call, loss reduced every step).
 
-Each measurement runs in fresh processes (clusters through ``toolkit.launch``)
+Each measurement runs in fresh processes (clusters through ``toolkit.launcher``)
 and reports the best epoch after a warm-up epoch. Prints steps/s, examples/s
 and the ratios the targets are stated in. Not a test: the machine is shared,
 so expect +-30% between runs.
@@ -213,7 +213,7 @@ def _cases(steps: int) -> dict[str, tuple[list[str], str | None]]:
 
 
 def _measure(name: str, child_args: list[str], cluster: str | None, steps: int, work: Path) -> float | None:
-    from toolkit.launch import launch
+    from toolkit.launcher import launch
 
     slug = name.replace("/", "-")
     out = work / f"{slug}.json"

@@ -14,8 +14,8 @@ from typing import Any
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "launch": "toolkit.launch",
-    "LaunchResult": "toolkit.launch",
+    "launch": "toolkit.launcher",
+    "LaunchResult": "toolkit.launcher",
     "History": "toolkit.training",
     "fit": "toolkit.training",
     "ShardedEmbedding": "toolkit.layers",

@@ -57,7 +57,7 @@ def _client_main(out: Path) -> int:
 
 @pytest.mark.cluster
 def test_head_layer_and_its_slots_live_on_task_1(tmp_path, no_orphans):
-    from toolkit.launch import launch
+    from toolkit.launcher import launch
 
     out = tmp_path / "result.json"
     result = launch([sys.executable, __file__, str(out)], workers=2, ps=0, job_dir=tmp_path / "job",

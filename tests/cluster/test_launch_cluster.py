@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolkit.launch import launch
+from toolkit.launcher import launch
 
 pytestmark = pytest.mark.cluster
 SCRIPTS = Path(__file__).parent / "_scripts"

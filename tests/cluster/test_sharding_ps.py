@@ -97,7 +97,7 @@ def _chief_main(out: Path) -> int:
 
 @pytest.mark.cluster
 def test_embedding_tables_shard_train_and_checkpoint_across_two_ps(tmp_path, no_orphans):
-    from toolkit.launch import launch
+    from toolkit.launcher import launch
 
     out = tmp_path / "result.json"
     result = launch([sys.executable, __file__, str(out)], chief=1, workers=1, ps=2, job_dir=tmp_path / "job",

@@ -105,7 +105,7 @@ def _weights(path):
 
 
 def _launch(tmp_path, name, extra, **kwargs):
-    from toolkit.launch import launch
+    from toolkit.launcher import launch
 
     cmd = ["python", __file__, "--model-dir", str(tmp_path / name / "model"), "--out", str(tmp_path / name / "out"),
            *extra]

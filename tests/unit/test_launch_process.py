@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.launch import LaunchError, launch
+from toolkit.launcher import LaunchError, launch
 
 _FAKE_TASK = textwrap.dedent('''
     import json, os, signal, subprocess, sys, time

@@ -1,6 +1,6 @@
 """`tfdist demo`: train a real model on a local parameter-server cluster in about a minute.
 
-It launches 1 chief, 2 workers and 1 ps on 127.0.0.1 (``toolkit.launch``), each
+It launches 1 chief, 2 workers and 1 ps on 127.0.0.1 (``toolkit.launcher``), each
 running ``python -m toolkit.training.demo``, which trains a Keras 3 model on
 scikit-learn's 8x8 digits (shipped offline) with ``toolkit.fit``. No network is
 needed. TensorFlow is imported only by the tasks, never by this module.
@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from toolkit.launch import launch
+    from toolkit.launcher import launch
 
     run_dir = Path(args.dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
     model_dir = run_dir / "model"

@@ -2,7 +2,7 @@
 
 The entrypoint after ``--`` runs unchanged in every task, like torchrun or
 ``gcloud ai-platform local train --distributed``. This module is a thin layer
-over ``toolkit.launch.launch``; it does not import TensorFlow at all (the tasks
+over ``toolkit.launcher.launch``; it does not import TensorFlow at all (the tasks
 do).
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from toolkit.launch import LaunchError, launch
+    from toolkit.launcher import LaunchError, launch
     from tf_config import TFConfigError
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd

@@ -1,4 +1,4 @@
-"""Runs a LocalPlan's tasks through ``toolkit.launch.launch`` and reports them to the store.
+"""Runs a LocalPlan's tasks through ``toolkit.launcher.launch`` and reports them to the store.
 
 The launcher starts every task as a child of this process, in its own session,
 with ``TFDIST_TASK_NAME`` in its environment. A watcher thread finds those
@@ -109,7 +109,7 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
     with ``stream`` their prefixed output is echoed there as well as logged per task.
     ``env`` adds variables to every task (a tuning trial's number and directory).
     """
-    from toolkit.launch import launch
+    from toolkit.launcher import launch
 
     counts = plan.counts
     cmd = [plan.python, "-m", "toolkit.jobs._task_shim", "--", *plan.argv]
