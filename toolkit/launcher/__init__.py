@@ -7,7 +7,7 @@ chief ends; dead tasks are restarted according to the failure policy; nothing
 is left running afterwards. ``tfdist launch`` is the same from the shell.
 
 Example:
-    >>> from toolkit.launch import launch                         # doctest: +SKIP
+    >>> from toolkit.launcher import launch                         # doctest: +SKIP
     >>> result = launch(["python", "train.py"], workers=2, ps=1)
     >>> result.exit_code, [t.name for t in result.tasks]
     (0, ['ps-0', 'chief-0', 'worker-0', 'worker-1'])
@@ -22,16 +22,15 @@ import logging
 import secrets
 import sys
 import time
-import types
 from os import PathLike
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
-from toolkit.launch._result import (EXIT_INTERRUPTED, EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult,
+from toolkit.launcher._result import (EXIT_INTERRUPTED, EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult,
                                     TaskResult)
-from toolkit.launch._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
+from toolkit.launcher._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
                                   LaunchError, LaunchSpec)
-from toolkit.launch._supervisor import Job, supervise
+from toolkit.launcher._supervisor import Job, supervise
 
 __all__ = [
     "ENV_JOB_DIR",
@@ -108,18 +107,3 @@ def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps
     job = Job(spec, directory, env=env, stream=out)
     logger.info("launching %s in %s: %s", ", ".join(job.tasks), directory, " ".join(spec.cmd))
     return supervise(job)
-
-
-class _CallableModule(types.ModuleType):
-    """Lets ``toolkit.launch`` be called like the function it exports.
-
-    Importing the subpackage makes Python bind ``toolkit.launch`` to this
-    module, shadowing the lazily exported ``launch`` function; being callable
-    keeps ``from toolkit import launch; launch([...])`` working either way.
-    """
-
-    def __call__(self, cmd: Sequence[str], **kwargs: object) -> LaunchResult:
-        return launch(cmd, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

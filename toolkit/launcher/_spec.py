@@ -63,7 +63,7 @@ def resolve_command(cmd: Sequence[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """A validated launch request; see ``toolkit.launch.launch`` for the fields."""
+    """A validated launch request; see ``toolkit.launcher.launch`` for the fields."""
 
     cmd: tuple[str, ...]
     chief: int | None = None

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import IO, Iterator, Mapping
 
-from toolkit.launch._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, TaskResult
-from toolkit.launch._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
+from toolkit.launcher._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, TaskResult
+from toolkit.launcher._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
                                   LaunchSpec)
-from toolkit.launch._task import TaskProcess, describe_exit, shell_exit_code, stop_all
+from toolkit.launcher._task import TaskProcess, describe_exit, shell_exit_code, stop_all
 
 logger = logging.getLogger(__name__)
 
