@@ -238,3 +238,15 @@ def test_a_closed_console_does_not_block_the_tasks(fake, tmp_path, no_orphans):
                     grace_period=0.5)
     assert result.exit_code == 0
     assert "worker-0 last words" in result.task("worker-0").log_path.read_text()
+
+
+@pytest.mark.parametrize("override", [None, "0"])
+def test_tensorflow_info_chatter_is_off_by_default_and_the_caller_can_turn_it_on(
+        tmp_path, monkeypatch, no_orphans, override):
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    env = None if override is None else {"TF_CPP_MIN_LOG_LEVEL": override}
+    code = "import os; print('level=' + os.environ.get('TF_CPP_MIN_LOG_LEVEL', 'unset'))"
+    result = launch(["python", "-c", code], workers=1, job_dir=tmp_path / "job", stream=io.StringIO(), env=env)
+    assert result.exit_code == 0
+    log = (result.job_dir / "logs" / "worker-0.log").read_text()
+    assert f"level={override or '1'}" in log

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Iterator, Mapping
 
 from toolkit.launcher._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, TaskResult
-from toolkit.launcher._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
+from toolkit.launcher._spec import (ENV_JOB_DIR, TASK_ENV_DEFAULTS, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
                                   LaunchSpec)
 from toolkit.launcher._task import TaskProcess, describe_exit, shell_exit_code, stop_all
 
@@ -44,7 +44,7 @@ class Job:
     def __init__(self, spec: LaunchSpec, job_dir: Path, *, env: Mapping[str, str] | None,
                  stream: IO[str] | None) -> None:
         self.spec, self.job_dir = spec, job_dir
-        self.base_env = {**os.environ, **(env or {})}
+        self.base_env = {**TASK_ENV_DEFAULTS, **os.environ, **(env or {})}
         self.configs = self._generate()
         lock = threading.Lock()
         (job_dir / "logs").mkdir(parents=True, exist_ok=True)
