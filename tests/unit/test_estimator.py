@@ -95,12 +95,16 @@ def test_train_step_arguments(tmp_path, kwargs, text):
         _estimator(tmp_path).train(train_fn, **kwargs)
 
 
-def test_sync_replicas_is_refused_rather_than_ignored(tmp_path):
+def test_sync_replicas_without_parameter_servers_is_refused_rather_than_ignored(tmp_path):
+    from toolkit.training import TrainingError
+
     est = Estimator(model_fn, model_dir=str(tmp_path), params={"lr": 0.1}, config=RunConfig(
         tf_config={}, sync_replicas=True))
-    with pytest.raises(EstimatorError, match="would silently train asynchronously") as info:
+    with pytest.raises(TrainingError, match="`sync_replicas` is True but the strategy is _DefaultDistributionStrategy"
+                                            r" \('sync'\); .* only strategy='parameter_server'") as info:
         est.train(train_fn, max_steps=1)
-    assert info.value.field == "config.sync_replicas"
+    assert info.value.field == "sync_replicas"
+    assert est.latest_checkpoint() is None  # refused before training a single step
 
 
 def test_model_fn_must_build_the_same_layers_in_every_mode(tmp_path):

@@ -128,19 +128,13 @@ class Estimator:
         """Trains until the global step reaches ``max_steps`` (or ``steps`` more than now).
 
         In parameter-server ps and worker tasks this serves and exits the
-        process when the chief is done, like ``toolkit.fit``.
+        process when the chief is done, like ``toolkit.fit``. With
+        ``RunConfig(sync_replicas=True)`` each global step averages
+        ``replicas_to_aggregate`` worker contributions (parameter servers only).
         """
         from toolkit.training import fit
 
         target = self._max_steps(steps, max_steps)
-        if self.config.sync_replicas:
-            raise EstimatorError(
-                "config.sync_replicas",
-                "RunConfig `sync_replicas` is True, but the toolkit's training engine has no synchronous "
-                "parameter-server runner yet; Estimator.train would silently train asynchronously. Drop "
-                "sync_replicas, or use strategies.sync_replicas.SyncReplicas in a custom loop "
-                "(mnist_replica.py --sync_replicas shows one).",
-            )
         specs = element_spec(input_fn)
         self._features_spec = specs[0]
         probe = build_mode_model(self.model_fn, ModeKeys.TRAIN, specs, params=self.params, config=self.config)
@@ -158,6 +152,8 @@ class Estimator:
             keep_checkpoints=self.config.keep_checkpoint_max, log_every_steps=self.config.log_step_count_steps,
             summary_every_steps=self.config.save_summary_steps, strategy=self.config.train_distribute,
             tf_config=self.config.tf_config, export=False, verbose=0,
+            sync_replicas=self.config.sync_replicas,
+            replicas_to_aggregate=self.config.replicas_to_aggregate if self.config.sync_replicas else None,
         )
         if self.config.model_dir is None and history.model_dir:
             self.config = self.config.replace(model_dir=history.model_dir)

@@ -5,7 +5,8 @@ synchronous parameter-server mode) reuse them instead of writing a second loop:
 
 * ``build_state`` / ``TrainState``: model, optimizer and an atomic global step;
 * ``TrainStep`` / ``EvalStep`` with a pluggable ``Forward`` (per-example loss);
-* runners (``SyncRunner``, ``ParameterServerRunner``) chosen through ``RUNNERS``;
+* runners (``SyncRunner``, ``ParameterServerRunner``, ``SyncParameterServerRunner``) chosen through
+  ``RUNNERS``;
 * ``run_loop`` and its hooks (checkpoints, summaries, progress, callbacks).
 
 Example:
@@ -18,14 +19,16 @@ from toolkit.training.fit import fit
 from toolkit.training.history import History
 from toolkit.training.hooks import CallbackHook, CheckpointHook, LogHook, ProgressHook, SummaryHook
 from toolkit.training.loop import EVENT_KINDS, Hook, LoopEvent, LoopRecord, run_loop
-from toolkit.training.runners import RUNNERS, ParameterServerRunner, Runner, SyncRunner, make_runner, strategy_kind
+from toolkit.training.runners import (RUNNERS, ParameterServerRunner, Runner, SyncParameterServerRunner, SyncRunner,
+                                      make_runner, strategy_kind)
 from toolkit.training.state import GlobalStepSchedule, TrainState, build_state
 from toolkit.training.step import EvalStep, Forward, StatLayout, TrainStep, make_forward, resolve_metrics
 
 __all__ = [
     "EVENT_KINDS", "CallbackHook", "CheckpointHook", "EvalStep", "FitConfig", "Forward", "GlobalStepSchedule",
     "History", "Hook", "LogHook", "LoopEvent", "LoopRecord", "ParameterServerRunner", "ProgressHook", "RUNNERS",
-    "Runner", "StatLayout", "SummaryHook", "SyncRunner", "TrainState", "TrainStep", "TrainingError", "Validator",
+    "Runner", "StatLayout", "SummaryHook", "SyncParameterServerRunner", "SyncRunner", "TrainState", "TrainStep",
+    "TrainingError", "Validator",
     "build_state", "export_model", "fit", "make_forward", "make_runner", "resolve_metrics", "run_loop",
     "run_sidecar_evaluator", "strategy_kind",
 ]

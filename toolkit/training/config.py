@@ -57,6 +57,12 @@ class FitConfig:
         validation_steps: batches per validation (None: the whole validation set).
         global_batch_size: examples per step over all replicas, used to average
             the loss (None: inferred from the batch each replica receives).
+        sync_replicas: parameter_server only: average ``replicas_to_aggregate``
+            worker contributions into each update (TF1's SyncReplicasOptimizer)
+            instead of applying every worker's gradients as they arrive.
+            Contributions computed on an outdated global step are dropped.
+        replicas_to_aggregate: contributions per synchronous update (None: one
+            per worker). Only meaningful with ``sync_replicas``.
     """
 
     epochs: int = 1
@@ -68,6 +74,8 @@ class FitConfig:
     summary_every_steps: int = 100
     validation_steps: int | None = None
     global_batch_size: int | None = None
+    sync_replicas: bool = False
+    replicas_to_aggregate: int | None = None
 
     def __post_init__(self) -> None:
         _positive("epochs", self.epochs, "5")
@@ -79,6 +87,19 @@ class FitConfig:
         _positive("summary_every_steps", self.summary_every_steps, "100")
         _positive("validation_steps", self.validation_steps, "10", optional=True)
         _positive("global_batch_size", self.global_batch_size, "64", optional=True)
+        self._check_sync()
+
+    def _check_sync(self) -> None:
+        if not isinstance(self.sync_replicas, bool):
+            raise TrainingError(
+                f"`sync_replicas` must be True or False. Received: sync_replicas={self.sync_replicas!r}. "
+                "Pass sync_replicas=True for synchronous parameter-server updates.", field="sync_replicas")
+        _positive("replicas_to_aggregate", self.replicas_to_aggregate, "2", optional=True)
+        if self.replicas_to_aggregate is not None and not self.sync_replicas:
+            raise TrainingError(
+                f"`replicas_to_aggregate` is {self.replicas_to_aggregate!r} but sync_replicas=False, so nothing "
+                "would be aggregated. Pass sync_replicas=True as well, or drop replicas_to_aggregate.",
+                field="replicas_to_aggregate")
 
     @property
     def total_steps(self) -> int:

@@ -150,13 +150,37 @@ def _hooks(run: _Run, state: TrainState, *, is_chief: bool, runs_loop_alone: boo
     return hooks
 
 
+def _sync_replicas(state: TrainState, strategy: tf.distribute.Strategy, config: FitConfig, workers: int) -> Any:
+    """The ``SyncReplicas`` aggregator when ``sync_replicas`` is on, else None."""
+    if not config.sync_replicas:
+        return None
+    from strategies.sync_replicas import SyncReplicas
+
+    with strategy.scope():
+        return SyncReplicas(state.optimizer, state.model.trainable_variables,
+                            replicas_to_aggregate=config.replicas_to_aggregate or max(workers, 1),
+                            global_step=state.global_step)
+
+
+def _check_sync_strategy(strategy: tf.distribute.Strategy, config: FitConfig) -> None:
+    kind = strategy_kind(strategy)
+    if config.sync_replicas and kind != "parameter_server":
+        raise TrainingError(
+            f"`sync_replicas` is True but the strategy is {type(strategy).__name__} ({kind!r}); synchronous "
+            "replicas aggregate gradients on parameter servers, so only strategy='parameter_server' (a "
+            "TF_CONFIG with ps and worker jobs) accepts it. Drop sync_replicas (mirrored strategies are "
+            "already synchronous) or train with parameter servers.", field="sync_replicas")
+
+
 def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     cfg, config = run.cfg, run.config
+    _check_sync_strategy(strategy, config)
+    workers = _num_workers(strategy, cfg)
     state = build_state(strategy, run.model_fn, run.optimizer)
     start = _restore(state, run.model_dir)
     state.model.stop_training = False
-    step = TrainStep(state, run.forward, run.metrics, global_batch_size=config.global_batch_size)
-    workers = _num_workers(strategy, cfg)
+    step = TrainStep(state, run.forward, run.metrics, global_batch_size=config.global_batch_size,
+                     sync=_sync_replicas(state, strategy, config, workers))
     # A parameter-server coordinator that waits too often leaves workers idle: keep every worker busy
     # for a few executions between waits unless the user asked for a log interval.
     sync_every = config.log_every_steps or max(config.log_interval, 4 * workers * config.steps_per_execution)
@@ -175,13 +199,18 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
         if run.export:
             exports = export_model(state.model, run.model_fn, os.path.join(run.model_dir, "export"))
         write_done_marker(run.model_dir, record.final_step)
-    return _history(record, run, model=state.model, exports=exports, role="chief" if is_chief else cfg.task_type)
+    stats = runner.sync_stats()
+    if stats:
+        logger.info("synchronous updates: %s", " ".join(f"{k}={v}" for k, v in stats.items()))
+    return _history(record, run, model=state.model, exports=exports, role="chief" if is_chief else cfg.task_type,
+                    sync_stats=stats)
 
 
-def _history(record: LoopRecord, run: _Run, *, model: Any, exports: dict[str, str], role: str) -> History:
+def _history(record: LoopRecord, run: _Run, *, model: Any, exports: dict[str, str], role: str,
+             sync_stats: dict[str, int] | None = None) -> History:
     return History(history=record.history, epoch=record.epochs, rates=record.rates, model=model,
                    global_step=record.final_step, model_dir=run.model_dir, exports=exports, role=role,
-                   stopped_early=record.stopped_early)
+                   stopped_early=record.stopped_early, sync_stats=dict(sync_stats or {}))
 
 
 def _evaluate(run: _Run, timeout: float) -> History:
@@ -221,6 +250,8 @@ def fit(
     export: bool = True,
     verbose: int = 1,
     evaluator_timeout: float = 600.0,
+    sync_replicas: bool = False,
+    replicas_to_aggregate: int | None = None,
 ) -> History:
     """Trains ``model_fn()`` on ``dataset_fn`` under the strategy TF_CONFIG calls for.
 
@@ -263,19 +294,24 @@ def fit(
         verbose: 1 shows a progress bar on the chief, 0 only logs.
         evaluator_timeout: the evaluator gives up after this many seconds
             without a new checkpoint.
+        sync_replicas, replicas_to_aggregate: synchronous parameter-server
+            updates (see ``FitConfig``); async stays the default. Epochs,
+            checkpoints and schedules count aggregated updates (global steps).
 
     Returns:
         A ``History``. Parameter-server ps and worker tasks never return: they
         exit when the chief finishes.
 
     Raises:
-        TrainingError: a bad argument (names the argument and the fix).
+        TrainingError: a bad argument (names the argument and the fix), e.g.
+            ``sync_replicas`` under a strategy other than parameter_server.
         tf_config.TFConfigError: TF_CONFIG cannot run the chosen strategy.
     """
     config = FitConfig(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
                        checkpoint_every_steps=checkpoint_every_steps, keep_checkpoints=keep_checkpoints,
                        log_every_steps=log_every_steps, summary_every_steps=summary_every_steps,
-                       validation_steps=validation_steps, global_batch_size=global_batch_size)
+                       validation_steps=validation_steps, global_batch_size=global_batch_size,
+                       sync_replicas=sync_replicas, replicas_to_aggregate=replicas_to_aggregate)
     if forward is None and loss is None:
         raise TrainingError("`loss` is None and no `forward` was given. Pass e.g. "
                             "loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True).", field="loss")

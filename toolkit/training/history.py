@@ -22,6 +22,11 @@ class History:
         exports: ``{"keras": path, "saved_model": path}`` on the chief.
         role: ``chief``, ``worker``, ``evaluator`` (what this task did).
         stopped_early: a callback ended training before the last epoch.
+        sync_stats: with ``sync_replicas``, on the chief: ``replicas_to_aggregate``,
+            ``contributions`` (worker steps scheduled by this call), ``updates``
+            (global steps they made), ``stale`` (dropped) and ``pending``
+            (accumulated, not yet applied); ``contributions ==
+            replicas_to_aggregate * updates + stale + pending``. Empty otherwise.
     """
 
     history: dict[str, list[float]] = dataclasses.field(default_factory=dict)
@@ -33,6 +38,7 @@ class History:
     exports: dict[str, str] = dataclasses.field(default_factory=dict)
     role: str = "chief"
     stopped_early: bool = False
+    sync_stats: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, name: str) -> list[float]:
         return self.history[name]

@@ -11,8 +11,14 @@ They differ in who runs it:
   the function as a closure on whichever worker is free, over a per-worker
   iterator, and collects the stats from the closures' return values at
   ``wait()`` (which joins). Several steps per closure amortise the RPCs.
+* ``SyncParameterServerRunner`` (parameter_server with ``sync_replicas``):
+  the same, but each step is one contribution to a ``SyncReplicas``
+  aggregator, which advances the global step itself once per
+  ``replicas_to_aggregate`` fresh contributions; the runner tops up the
+  contributions until the global step reaches the loop's target exactly.
 
-``make_runner`` picks one through ``RUNNERS``, keyed by ``strategy_kind``.
+``make_runner`` picks one through ``RUNNERS``, keyed by ``strategy_kind``
+(prefixed ``sync_`` when the step carries a ``SyncReplicas``).
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ import tensorflow as tf
 from toolkit.training.config import TrainingError
 from toolkit.training.step import TrainStep
 
-__all__ = ["Runner", "SyncRunner", "ParameterServerRunner", "RUNNERS", "make_runner", "strategy_kind"]
+__all__ = ["Runner", "SyncRunner", "ParameterServerRunner", "SyncParameterServerRunner", "RUNNERS", "make_runner",
+           "strategy_kind"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +90,12 @@ class Runner:
         totals = tf.zeros([self.width], tf.float32)
         for _ in range(num_steps):  # a Python loop: traced into num_steps copies of the step
             totals += self._one(iterator)
-        self.global_step.assign_add(num_steps)
+        self._advance(num_steps)
         return totals
+
+    def _advance(self, num_steps: Any) -> None:
+        """Counts the steps just run; each one applied one update."""
+        self.global_step.assign_add(num_steps)
 
     def _straight_for(self, num_steps: int) -> Callable[[Any], tf.Tensor]:
         # A closure taking only the iterator: the coordinator calls traced functions with positional args only.
@@ -94,7 +105,7 @@ class Runner:
         totals = tf.zeros([self.width], tf.float32)
         for _ in tf.range(num_steps):
             totals += self._one(iterator)
-        self.global_step.assign_add(num_steps)
+        self._advance(num_steps)
         return totals
 
     def _call(self, num_steps: int) -> tuple[Callable[..., tf.Tensor], tuple[Any, ...]]:
@@ -122,6 +133,10 @@ class Runner:
     def agree(self, flag: bool) -> bool:
         """Whether any task raised ``flag``; only multi-worker runners need to ask the others."""
         return flag
+
+    def sync_stats(self) -> dict[str, int]:
+        """Synchronous-update counters (empty unless updates are aggregated)."""
+        return {}
 
 
 class SyncRunner(Runner):
@@ -203,12 +218,83 @@ class ParameterServerRunner(Runner):
         return totals
 
 
-RUNNERS: Mapping[str, type[Runner]] = {"sync": SyncRunner, "parameter_server": ParameterServerRunner}
+class SyncParameterServerRunner(ParameterServerRunner):
+    """Synchronous parameter-server training: ``run(n)`` means *n more global steps*.
+
+    A global step needs ``replicas_to_aggregate`` (N) fresh contributions, and a
+    contribution is dropped when an update lands while it is being computed, so
+    the number of worker steps a global step costs is only known afterwards.
+    ``run(n)`` schedules ``n * N`` contributions at once (every worker busy);
+    ``wait`` joins, reads the real global step and schedules ``(target - step)
+    * N`` more until the target is reached. That can never overshoot: at most
+    N - 1 contributions are pending from before, so ``k * N`` new ones make at
+    most ``k`` updates. The stats count every contribution, stale ones included
+    (their loss was computed), so logged means are over contributions.
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, *,
+                 dataset_fn: DatasetFn, skip_steps: int = 0, num_workers: int = 1,
+                 sync_every: int | None = None) -> None:
+        if step.sync is None:
+            raise TrainingError("SyncParameterServerRunner needs a TrainStep built with sync=SyncReplicas(...); "
+                                "pass sync_replicas=True to fit.", field="sync_replicas")
+        self.sync = step.sync
+        self.aggregate = self.sync.replicas_to_aggregate
+        # A global step consumed about N batches (stale contributions make it an estimate).
+        super().__init__(strategy, step, global_step, dataset_fn=dataset_fn, skip_steps=skip_steps * self.aggregate,
+                         num_workers=num_workers, sync_every=sync_every)
+        self.start = self._target = skip_steps
+        self.contributions = 0
+        self._per_call = 1
+
+    def _advance(self, num_steps: Any) -> None:
+        """Nothing: ``SyncReplicas`` adds 1 to the global step per aggregated update."""
+
+    def _schedule(self, contributions: int) -> None:
+        while contributions > 0:
+            count = min(self._per_call, contributions)
+            function, args = self._call(count)
+            self._pending.append(self.coordinator.schedule(function, args=args))
+            contributions -= count
+            self.contributions += count
+
+    def run(self, num_steps: int) -> None:
+        self._per_call = max(self._per_call, num_steps)
+        self._target += num_steps
+        self._schedule(num_steps * self.aggregate)
+
+    def wait(self) -> np.ndarray:
+        self.coordinator.join()
+        done = int(self.global_step.numpy())
+        while done < self._target:
+            logger.debug("global step %d of %d; scheduling %d more contributions", done, self._target,
+                         (self._target - done) * self.aggregate)
+            self._schedule((self._target - done) * self.aggregate)
+            self.coordinator.join()
+            done = int(self.global_step.numpy())
+        if done != self._target:
+            raise RuntimeError(f"synchronous updates overshot: global step {done}, expected {self._target}")
+        return super().wait()
+
+    def sync_stats(self) -> dict[str, int]:
+        """Contributions scheduled by this run and what became of them.
+
+        Always ``contributions == replicas_to_aggregate * updates + stale + pending``.
+        """
+        return {"replicas_to_aggregate": self.aggregate, "contributions": self.contributions,
+                "updates": int(self.global_step.numpy()) - self.start, "stale": int(self.sync.stale.numpy()),
+                "pending": int(self.sync.pending.numpy())}
+
+
+RUNNERS: Mapping[str, type[Runner]] = {"sync": SyncRunner, "parameter_server": ParameterServerRunner,
+                                       "sync_parameter_server": SyncParameterServerRunner}
 
 
 def make_runner(strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, **kwargs: Any) -> Runner:
-    """The runner for ``strategy``'s kind; ``kwargs`` go to its constructor."""
+    """The runner for ``strategy``'s kind (``sync_`` + kind if ``step.sync`` is set); ``kwargs`` go to it."""
     kind = strategy_kind(strategy)
+    if getattr(step, "sync", None) is not None:
+        kind = f"sync_{kind}"
     runner_cls = RUNNERS.get(kind)
     if runner_cls is None:
         raise TrainingError(f"No runner for strategy kind {kind!r}; known kinds: {', '.join(RUNNERS)}.",

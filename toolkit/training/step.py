@@ -162,24 +162,35 @@ class TrainStep(_Step):
 
     Returns the replica's stats vector (see ``StatLayout``). The reported loss
     includes the model's regularization losses, like Keras' ``fit``.
+
+    With ``sync`` (a ``strategies.sync_replicas.SyncReplicas``) the step is one
+    *contribution*: it reads the global step before the forward pass, so the
+    gradients can be dropped if an update lands meanwhile, and hands them to
+    ``sync`` instead of the optimizer. Its stats still count, because the
+    loss was really computed on those examples.
     """
 
     def __init__(self, state: TrainState, forward: Forward, metrics: Mapping[str, MetricFn], *,
-                 global_batch_size: int | None = None) -> None:
+                 global_batch_size: int | None = None, sync: Any = None) -> None:
         super().__init__(state.model, forward, metrics)
-        self.optimizer, self.global_batch_size = state.optimizer, global_batch_size
+        self.optimizer, self.global_batch_size, self.sync = state.optimizer, global_batch_size, sync
 
     def __call__(self, features: Any, labels: Any) -> tf.Tensor:
         model = self.model
-        with tf.GradientTape() as tape:
+        read_step = [] if self.sync is None else [self.sync.read_step()]
+        with tf.control_dependencies(read_step), tf.GradientTape() as tape:
             per_example, predictions = self.forward(model, features, labels, True)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch_size)
             regularization = tf.add_n([tf.constant(0.0), *model.losses])
             loss += tf.nn.scale_regularization_loss(regularization)
         variables = model.trainable_variables
         gradients = tape.gradient(loss, variables)
-        self.optimizer.apply_gradients(zip(gradients, variables))
-        return self._stats(labels, predictions, per_example, regularization)
+        if self.sync is None:
+            self.optimizer.apply_gradients(zip(gradients, variables))
+            return self._stats(labels, predictions, per_example, regularization)
+        accepted = self.sync.apply_gradients(zip(gradients, variables), read_step[0])
+        with tf.control_dependencies([accepted]):
+            return self._stats(labels, predictions, per_example, regularization)
 
 
 class EvalStep(_Step):
