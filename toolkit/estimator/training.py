@@ -19,7 +19,6 @@ cluster without an evaluator task still reports metrics.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -76,26 +75,17 @@ def _run_worker(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> t
     return None, []
 
 
-def _done_step(model_dir: str) -> int | None:
-    from toolkit.training.evaluation import DONE_FILE
-
-    try:
-        with open(os.path.join(model_dir, DONE_FILE), encoding="utf-8") as fh:
-            return int(json.load(fh)["global_step"])
-    except FileNotFoundError:
-        return None
-
-
 def _run_evaluator(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
     import tensorflow as tf
 
     from toolkit.estimator.estimator import _global_step_of
+    from toolkit.training.evaluation import read_done_marker
 
     time.sleep(eval_spec.start_delay_secs)
     model_dir, state = estimator.model_dir, {"last": time.monotonic(), "evaluated": None, "result": None}
 
     def finished() -> bool:
-        done = _done_step(model_dir)
+        done = read_done_marker(model_dir)
         if done is not None and state["evaluated"] == done:
             return True
         if time.monotonic() - state["last"] > _EVALUATOR_PATIENCE:
@@ -108,7 +98,7 @@ def _run_evaluator(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -
                                               timeout_fn=finished):
         state["last"] = time.monotonic()
         step = _global_step_of(path)
-        final = step >= train_spec.max_steps or step == _done_step(model_dir)
+        final = step >= train_spec.max_steps or step == read_done_marker(model_dir)
         if not final and time.monotonic() - last_eval < eval_spec.throttle_secs:
             logger.info("evaluator: skipping checkpoint at step %d (throttle_secs=%g)", step, eval_spec.throttle_secs)
             continue

@@ -25,7 +25,7 @@ import tensorflow as tf
 from toolkit.training.loop import LoopRecord
 from toolkit.training.step import EvalStep, Forward, MetricFn
 
-__all__ = ["Validator", "run_sidecar_evaluator", "DONE_FILE", "write_done_marker"]
+__all__ = ["Validator", "run_sidecar_evaluator", "DONE_FILE", "write_done_marker", "read_done_marker"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,8 @@ def write_done_marker(model_dir: str, step: int) -> None:
     os.replace(tmp, path)
 
 
-def _done_step(model_dir: str) -> int | None:
+def read_done_marker(model_dir: str) -> int | None:
+    """The final global step the chief recorded in ``model_dir``, or None while it still trains."""
     try:
         with open(os.path.join(model_dir, DONE_FILE), encoding="utf-8") as fh:
             return int(json.load(fh)["global_step"])
@@ -98,7 +99,7 @@ def run_sidecar_evaluator(model_fn: Callable[[], keras.Model], validation_fn: Ca
     record, last = LoopRecord(), {"path": None, "time": time.monotonic()}
 
     def finished() -> bool:
-        done = _done_step(model_dir)
+        done = read_done_marker(model_dir)
         if done is not None and tf.train.latest_checkpoint(model_dir) == last["path"]:
             return True
         if time.monotonic() - last["time"] > timeout:
@@ -119,7 +120,7 @@ def run_sidecar_evaluator(model_fn: Callable[[], keras.Model], validation_fn: Ca
         record.final_step = step
         last.update(path=path, time=time.monotonic())
         logger.info("evaluator: step %d %s", step, " ".join(f"{k}={v:.4f}" for k, v in logs.items()))
-        if step >= final_step or step == _done_step(model_dir):
+        if step >= final_step or step == read_done_marker(model_dir):
             break
     writer.close()
     return record
