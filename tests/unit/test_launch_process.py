@@ -250,3 +250,25 @@ def test_tensorflow_info_chatter_is_off_by_default_and_the_caller_can_turn_it_on
     assert result.exit_code == 0
     log = (result.job_dir / "logs" / "worker-0.log").read_text()
     assert f"level={override or '1'}" in log
+
+
+def test_on_task_reports_every_start_restart_and_exit_as_it_happens(fake, tmp_path, no_orphans):
+    events = []
+    plan = {"worker-0": [{"exit": 3}, {"exit": 0}], "ps-0": [{"sleep": 60}], "chief-0": [{"sleep": 1.5}]}
+    result, _ = _run(fake, plan, tmp_path, workers=1, ps=1, max_restarts=1, on_task=events.append)
+    assert result.exit_code == 0
+    worker = [(e.kind, e.restarts, e.exit_code) for e in events if e.name == "worker-0"]
+    assert worker == [("started", 0, None), ("exited", 0, 3), ("started", 1, None), ("exited", 1, 0)]
+    starts = {e.name: e.pid for e in events if e.kind == "started" and e.restarts == 0}
+    assert set(starts) == {"ps-0", "chief-0", "worker-0"}
+    assert all(e.log_path == result.job_dir / "logs" / f"{e.name}.log" for e in events)
+    ps_exit = [e for e in events if e.name == "ps-0" and e.kind == "exited"]
+    assert len(ps_exit) == 1 and ps_exit[0].pid == starts["ps-0"] and ps_exit[0].exit_code != 0  # stopped
+
+
+def test_a_failing_on_task_callback_does_not_break_the_job(fake, tmp_path, no_orphans):
+    def broken(event):
+        raise RuntimeError("observer bug")
+
+    result, _ = _run(fake, {"*": [{"exit": 0}]}, tmp_path, workers=1, on_task=broken)
+    assert result.exit_code == 0

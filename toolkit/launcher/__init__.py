@@ -24,10 +24,10 @@ import sys
 import time
 from os import PathLike
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO, Callable, Mapping, Sequence
 
 from toolkit.launcher._result import (EXIT_INTERRUPTED, EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult,
-                                    TaskResult)
+                                    TaskEvent, TaskResult)
 from toolkit.launcher._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
                                   LaunchError, LaunchSpec)
 from toolkit.launcher._supervisor import Job, supervise
@@ -43,6 +43,7 @@ __all__ = [
     "LaunchError",
     "LaunchResult",
     "LaunchSpec",
+    "TaskEvent",
     "TaskResult",
     "default_job_dir",
     "launch",
@@ -60,7 +61,7 @@ def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps
            evaluator: int = 0, job_dir: str | PathLike[str] | None = None, timeout: float | None = None,
            max_restarts: int = 0, restartable: bool = False, grace_period: float = 10.0,
            settle_period: float = 10.0, env: Mapping[str, str] | None = None, stream: IO[str] | None = None,
-           echo: bool = True) -> LaunchResult:
+           echo: bool = True, on_task: Callable[[TaskEvent], None] | None = None) -> LaunchResult:
     """Runs ``cmd`` as every task of a local cluster and waits for the job to end.
 
     Args:
@@ -89,6 +90,9 @@ def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps
         env: extra environment variables for every task.
         stream: where prefixed task output goes; default ``sys.stdout``.
         echo: False keeps task output in the log files only.
+        on_task: called with a ``TaskEvent`` each time a task starts (or
+            restarts) and each time one exits, from the launching thread, so
+            a caller can record pids, restarts and exit codes as they happen.
 
     Returns:
         A ``LaunchResult``; ``exit_code`` is the chief's on a normal end.
@@ -104,6 +108,6 @@ def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps
     directory = Path(job_dir if job_dir is not None else default_job_dir()).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     out = (stream if stream is not None else sys.stdout) if echo else None
-    job = Job(spec, directory, env=env, stream=out)
+    job = Job(spec, directory, env=env, stream=out, on_task=on_task)
     logger.info("launching %s in %s: %s", ", ".join(job.tasks), directory, " ".join(spec.cmd))
     return supervise(job)

@@ -11,6 +11,27 @@ EXIT_INTERRUPTED = 130    # SIGINT (Ctrl-C); SIGTERM gives 143 (128 + signal num
 
 
 @dataclass(frozen=True)
+class TaskEvent:
+    """A task started or ended: what ``launch(on_task=...)`` is told, as it happens.
+
+    Attributes:
+        name: ``chief-0``, ``worker-1``, ...
+        kind: ``started`` or ``exited``.
+        pid: the task's process id (also its process group id).
+        restarts: how many times the task was started before this run.
+        exit_code: the Popen return code once ``exited``; None when ``started``.
+        log_path: the task's log file.
+    """
+
+    name: str
+    kind: str
+    pid: int
+    restarts: int
+    exit_code: int | None
+    log_path: Path
+
+
+@dataclass(frozen=True)
 class TaskResult:
     """One task of the job.
 

@@ -25,9 +25,9 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterator, Mapping
+from typing import IO, Callable, Iterator, Mapping
 
-from toolkit.launcher._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, TaskResult
+from toolkit.launcher._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, TaskEvent, TaskResult
 from toolkit.launcher._spec import (ENV_JOB_DIR, TASK_ENV_DEFAULTS, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
                                   LaunchSpec)
 from toolkit.launcher._task import TaskProcess, describe_exit, shell_exit_code, stop_all
@@ -42,13 +42,14 @@ class Job:
     """One launch: its tasks, their TF_CONFIGs, restarts and the deaths seen so far."""
 
     def __init__(self, spec: LaunchSpec, job_dir: Path, *, env: Mapping[str, str] | None,
-                 stream: IO[str] | None) -> None:
+                 stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None) -> None:
         self.spec, self.job_dir = spec, job_dir
         self.base_env = {**TASK_ENV_DEFAULTS, **os.environ, **(env or {})}
         self.configs = self._generate()
         lock = threading.Lock()
         (job_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.tasks = {name: TaskProcess(name, log_path=job_dir / "logs" / f"{name}.log", stream=stream, lock=lock)
+        self.tasks = {name: TaskProcess(name, log_path=job_dir / "logs" / f"{name}.log", stream=stream, lock=lock,
+                                        on_event=on_task)
                       for name in self.configs}
         for task in self.tasks.values():
             (job_dir / "tasks" / task.name).mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,9 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO, Callable, Mapping, Sequence
+
+from toolkit.launcher._result import TaskEvent
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +41,10 @@ def shell_exit_code(code: int) -> int:
 class TaskProcess:
     """A task of the local cluster, restartable with the same name and log file."""
 
-    def __init__(self, name: str, *, log_path: Path, stream: IO[str] | None, lock: threading.Lock) -> None:
+    def __init__(self, name: str, *, log_path: Path, stream: IO[str] | None, lock: threading.Lock,
+                 on_event: Callable[[TaskEvent], None] | None = None) -> None:
         self.name = name
+        self.on_event = on_event
         self.task_type, _, index = name.rpartition("-")
         self.index = int(index)
         self.log_path = log_path
@@ -71,6 +75,17 @@ class TaskProcess:
                                        name=f"tfdist-launch-{self.name}")
         self.reader.start()
         logger.info("started %s (pid %d)", self.name, self.proc.pid)
+        self._emit("started")
+
+    def _emit(self, kind: str) -> None:
+        if self.on_event is None or self.proc is None:
+            return
+        event = TaskEvent(name=self.name, kind=kind, pid=self.proc.pid, restarts=self.starts - 1,
+                          exit_code=self.exit_code, log_path=self.log_path)
+        try:
+            self.on_event(event)
+        except Exception:  # an observer's bug must not take the cluster down with it
+            logger.exception("the on_task callback failed on %s %s", self.name, kind)
 
     def _pump(self, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
         prefix = f"[{self.name}] "
@@ -101,6 +116,7 @@ class TaskProcess:
             return None
         if self.exit_code is None and self.proc.poll() is not None:
             self.exit_code, self.ended_at = self.proc.returncode, time.monotonic()
+            self._emit("exited")
         return self.exit_code
 
     @property
