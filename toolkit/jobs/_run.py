@@ -1,10 +1,8 @@
 """Runs a LocalPlan's tasks through ``toolkit.launcher.launch`` and reports them to the store.
 
-The launcher starts every task as a child of this process, in its own session,
-with ``TFDIST_TASK_NAME`` in its environment. A watcher thread finds those
-children in ``/proc`` once a second and records each task's pid (with its
-start time, so a later reaper never kills a reused pid), its restarts and
-whether it is still running. When the launcher returns, its results give
+The launcher tells us (``on_task``) each time a task starts, restarts or exits;
+each start records the task's pid (with its start time, so a later reaper never
+kills a reused pid) and its restarts. When the launcher returns, its results give
 every task's exit code.
 """
 from __future__ import annotations
@@ -13,18 +11,18 @@ import json
 import os
 import re
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, TextIO
+from typing import TYPE_CHECKING, Callable, Mapping, TextIO
 
 import toolkit
 from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._procs import is_alive, start_ticks
+from toolkit.jobs._procs import start_ticks
 from toolkit.jobs._task_shim import ENV_CWD, ENV_JOB, ENV_PRIMARY
 from toolkit.jobs.store import JobStore
 
-_WATCH_INTERVAL = 1.0
+if TYPE_CHECKING:
+    from toolkit.launcher import TaskEvent
 
 
 @dataclass(frozen=True)
@@ -39,58 +37,18 @@ def task_name(launcher_name: str, primary: str) -> str:
     return f"{primary}-{index}" if kind == "chief" else launcher_name
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    if int(fh.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
+def _recorder(store: JobStore, job: str, primary: str) -> Callable[[TaskEvent], None]:
+    """An ``on_task`` callback that keeps the store's view of each task current."""
 
+    def on_task(event: TaskEvent) -> None:
+        name = task_name(event.name, primary)
+        if event.kind == "started":
+            store.update_task(job, name, state="RUNNING", pid=event.pid, pid_start=start_ticks(event.pid),
+                              restarts=event.restarts)
+        else:
+            store.update_task(job, name, state="EXITED")
 
-def _task_env(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            pairs = (item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
-            return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs
-                    if k.startswith(b"TFDIST_")}
-    except OSError:
-        return {}
-
-
-class _Watcher(threading.Thread):
-    """Records the launcher's task processes in the store while the job runs."""
-
-    def __init__(self, store: JobStore, job: str, primary: str, job_dir: Path | None = None) -> None:
-        super().__init__(name="task-watcher", daemon=True)
-        self.store, self.job, self.primary = store, job, primary
-        # A tuning supervisor runs several jobs' launchers at once: a task is this job's if its job dir is.
-        self.job_dir = None if job_dir is None else str(job_dir.resolve())
-        self.stopped = threading.Event()
-        self.seen: dict[str, tuple[int, int | None]] = {}
-
-    def run(self) -> None:
-        while not self.stopped.wait(_WATCH_INTERVAL):
-            self.scan()
-
-    def scan(self) -> None:
-        for pid in _children(os.getpid()):
-            env = _task_env(pid)
-            if "TFDIST_TASK_NAME" not in env or self.job_dir not in (None, env.get("TFDIST_JOB_DIR")):
-                continue
-            name = task_name(env["TFDIST_TASK_NAME"], self.primary)
-            if self.seen.get(name, (None,))[0] != pid:
-                self.seen[name] = (pid, start_ticks(pid))
-                self.store.update_task(self.job, name, state="RUNNING", pid=pid, pid_start=self.seen[name][1],
-                                       restarts=int(env.get("TFDIST_RESTART_COUNT", "0")))
-        for name, (pid, ticks) in list(self.seen.items()):
-            if not is_alive(pid, ticks):
-                self.store.update_task(self.job, name, state="EXITED")
-                del self.seen[name]
+    return on_task
 
 
 def _env(plan: LocalPlan) -> dict[str, str]:
@@ -113,18 +71,11 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
 
     counts = plan.counts
     cmd = [plan.python, "-m", "toolkit.jobs._task_shim", "--", *plan.argv]
-    watcher = _Watcher(store, job, plan.primary, job_dir) if store is not None else None
-    if watcher is not None:
-        watcher.start()
-    try:
-        result = launch(cmd, chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
-                        evaluator=counts.get("evaluator", 0), job_dir=job_dir, env={**_env(plan), **(env or {})},
-                        timeout=timeout if timeout is not None else plan.timeout, max_restarts=max_restarts,
-                        stream=stream or sys.stdout, echo=stream is not None)
-    finally:
-        if watcher is not None:
-            watcher.stopped.set()
-            watcher.join(timeout=10)
+    on_task = _recorder(store, job, plan.primary) if store is not None else None
+    result = launch(cmd, chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
+                    evaluator=counts.get("evaluator", 0), job_dir=job_dir, env={**_env(plan), **(env or {})},
+                    timeout=timeout if timeout is not None else plan.timeout, max_restarts=max_restarts,
+                    stream=stream or sys.stdout, echo=stream is not None, on_task=on_task)
     if store is not None:
         for task in result.tasks:
             state = "SUCCEEDED" if task.exit_code == 0 else ("STOPPED" if task.stopped else "FAILED")
