@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from toolkit.cli._types import positive_int
+
 _HELP = """\
 Train digits_mlp (or digits_cnn) on scikit-learn's digits with toolkit.fit on a
 local cluster: 1 chief (the coordinator, with the progress bar), 2 workers and
@@ -32,13 +34,6 @@ Exit codes:
 """
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text}")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `demo` verb."""
     parser = subparsers.add_parser("demo", help="train digits on a local parameter-server cluster",
@@ -46,10 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dir", default=None, metavar="DIR",
                         help="where the run goes (default runs/demo-<date>-<time>); the model is in DIR/model")
     parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp", help="which reference model (default mlp)")
-    parser.add_argument("--epochs", type=_positive, default=12, help="epochs of 22 steps (default 12)")
-    parser.add_argument("--workers", type=_positive, default=2, help="worker tasks (default 2)")
-    parser.add_argument("--ps", type=_positive, default=1, help="parameter servers (default 1)")
-    parser.add_argument("--timeout", type=_positive, default=600, metavar="S", help="stop after S seconds (default 600)")
+    parser.add_argument("--epochs", type=positive_int, default=12, help="epochs of 22 steps (default 12)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="worker tasks (default 2)")
+    parser.add_argument("--ps", type=positive_int, default=1, help="parameter servers (default 1)")
+    parser.add_argument("--timeout", type=positive_int, default=600, metavar="S", help="stop after S seconds (default 600)")
     parser.set_defaults(handler=_demo)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from toolkit.cli._types import non_negative_int, positive_seconds
+
 _HELP = """\
 Start a local cluster (chief, workers, ps, evaluator) on 127.0.0.1 with free
 ports, run CMD in every task with its own TF_CONFIG, and wait for the chief.
@@ -37,37 +39,23 @@ Exit codes:
 """
 
 
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, received {text}")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `launch` verb."""
     parser = subparsers.add_parser("launch", help="run a command as every task of a local cluster",
                                    description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chief", type=_count, default=None, metavar="N",
+    parser.add_argument("--chief", type=non_negative_int, default=None, metavar="N",
                         help="0 or 1 (default: 1 when --ps > 0, else 0: worker 0 is the chief)")
-    parser.add_argument("--workers", type=_count, default=1, metavar="N", help="worker tasks (default 1)")
-    parser.add_argument("--ps", type=_count, default=0, metavar="N", help="parameter-server tasks (default 0)")
+    parser.add_argument("--workers", type=non_negative_int, default=1, metavar="N", help="worker tasks (default 1)")
+    parser.add_argument("--ps", type=non_negative_int, default=0, metavar="N", help="parameter-server tasks (default 0)")
     parser.add_argument("--evaluator", action="store_true", help="add an evaluator task")
     parser.add_argument("--job-dir", default=None, metavar="DIR",
                         help="job directory for logs/ and tasks/ (default runs/launch-<time>-<id>)")
-    parser.add_argument("--timeout", type=_seconds, default=None, metavar="S", help="stop the job after S seconds")
-    parser.add_argument("--max-restarts", type=_count, default=0, metavar="N",
+    parser.add_argument("--timeout", type=positive_seconds, default=None, metavar="S", help="stop the job after S seconds")
+    parser.add_argument("--max-restarts", type=non_negative_int, default=0, metavar="N",
                         help="restarts allowed per ps worker, and for the whole cluster (default 0)")
     parser.add_argument("--restartable", action="store_true",
                         help="CMD resumes from its last checkpoint, so the whole cluster may be restarted")
-    parser.add_argument("--grace-period", type=_seconds, default=10.0, metavar="S",
+    parser.add_argument("--grace-period", type=positive_seconds, default=10.0, metavar="S",
                         help="seconds the other tasks get to exit after the chief ends (default 10)")
     parser.add_argument("--quiet", action="store_true", help="keep task output in the log files only")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",

@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from toolkit.cli._types import non_negative_int
+
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 _STRATEGIES = ("parameter_server", "multi_worker_mirrored", "mirrored", "one_device", "default", "auto")
 
@@ -58,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("--strategy", choices=_STRATEGIES,
                             help="also apply this strategy's rules (auto: the one the cluster implies)")
         if name == "explain":
-            parser.add_argument("--gpus", type=_non_negative, default=0, metavar="N",
+            parser.add_argument("--gpus", type=non_negative_int, default=0, metavar="N",
                                 help="GPUs on this machine, for the `auto` recommendation (default 0)")
         parser.set_defaults(handler=handler)
 
@@ -66,18 +68,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _register_generate(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("generate", help="print one TF_CONFIG per task, ready to paste",
                             description=_GENERATE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chief", type=_non_negative, default=1, metavar="N", help="0 or 1 (default 1)")
-    parser.add_argument("--workers", type=_non_negative, default=2, metavar="N", help="default 2")
-    parser.add_argument("--ps", type=_non_negative, default=1, metavar="N", help="default 1")
-    parser.add_argument("--evaluator", type=_non_negative, default=0, metavar="N", help="0 or 1 (default 0)")
+    parser.add_argument("--chief", type=non_negative_int, default=1, metavar="N", help="0 or 1 (default 1)")
+    parser.add_argument("--workers", type=non_negative_int, default=2, metavar="N", help="default 2")
+    parser.add_argument("--ps", type=non_negative_int, default=1, metavar="N", help="default 1")
+    parser.add_argument("--evaluator", type=non_negative_int, default=0, metavar="N", help="0 or 1 (default 0)")
     parser.add_argument("--dialect", choices=("tf2", "cmle", "tfjob"), default="tf2",
                         help="tf2: chief; cmle: master + environment cloud + job block; "
                              "tfjob: <job>-<type>-<i>.<namespace>.svc:PORT (default tf2)")
     parser.add_argument("--hosts", type=_host_list, metavar="H1,H2[:PORT],...",
                         help="hosts assigned round-robin in task order (default: 127.0.0.1, free ports)")
-    parser.add_argument("--port", type=_non_negative, default=2222,
+    parser.add_argument("--port", type=non_negative_int, default=2222,
                         help="port for --hosts entries without one, and for tfjob (default 2222)")
-    parser.add_argument("--base-port", type=_non_negative, metavar="N",
+    parser.add_argument("--base-port", type=non_negative_int, metavar="N",
                         help="loopback only: consecutive ports from N instead of free ones (reproducible)")
     parser.add_argument("--job-name", default="tfdist", help="tfjob: the TFJob's name (default tfdist)")
     parser.add_argument("--namespace", default="default", help="tfjob: Kubernetes namespace (default default)")
@@ -87,16 +89,6 @@ def _register_generate(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--output-dir", type=Path, metavar="DIR",
                         help="write one file per task, <type>-<index>.<ext>, instead of printing")
     parser.set_defaults(handler=_generate)
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {value}")
-    return value
 
 
 def _host_list(text: str) -> list[str]:
