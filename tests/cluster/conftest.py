@@ -30,8 +30,12 @@ class HandCluster:
         self.procs: dict[str, subprocess.Popen] = {}
         self.ended: dict[str, tuple[int, float]] = {}  # name -> (exit code, monotonic end time)
 
-    def start(self, name: str, cmd: list[str], tf_config_json: str) -> None:
-        env = {**os.environ, "TF_CONFIG": tf_config_json, "PYTHONUNBUFFERED": "1"}
+    def start(self, name: str, cmd: list[str], tf_config_json: str | None = None) -> None:
+        """Runs ``python CMD`` as task ``name``, with ``tf_config_json`` exported as TF_CONFIG if given."""
+        env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
+        env["PYTHONUNBUFFERED"] = "1"
+        if tf_config_json is not None:
+            env["TF_CONFIG"] = tf_config_json
         log = open(self.log_dir / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen([sys.executable, *cmd], env=env, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)

@@ -7,10 +7,7 @@ included, end by themselves with exit code 0.
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,30 +18,17 @@ _ROOT = Path(__file__).resolve().parents[2]
 _TIMEOUT = 240
 
 
-def _start(cfg, model_dir: Path, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "TF_CONFIG": cfg.to_json(), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    args = [sys.executable, str(_ROOT / "estimator.py"), "--model_dir", str(model_dir), "--train_steps", "200",
-            "--save_checkpoints_steps", "50", "--batch_size", "32", "-v"]
-    return subprocess.Popen(args, env=env, cwd=str(log.parent), stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-
 @pytest.mark.cluster
-def test_four_terminals_and_an_evaluator_all_exit_zero(tmp_path, no_orphans):
-    configs = generate(chief=1, workers=2, ps=1, evaluator=1)
+def test_four_terminals_and_an_evaluator_all_exit_zero(tmp_path, no_orphans, hand_cluster, quiet_tf):
     model_dir = tmp_path / "model"
-    procs = {}
-    try:
-        for cfg in configs:
-            name = f"{cfg.task_type}-{cfg.task_index}"
-            procs[name] = (_start(cfg, model_dir, tmp_path / f"{name}.log"), tmp_path / f"{name}.log")
-        codes = {name: proc.wait(timeout=_TIMEOUT) for name, (proc, _) in procs.items()}
-    finally:
-        for proc, _ in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    logs = {name: log.read_text() for name, (_, log) in procs.items()}
-    assert codes == {name: 0 for name in procs}, {n: logs[n][-2000:] for n, c in codes.items() if c}
+    args = [str(_ROOT / "estimator.py"), "--model_dir", str(model_dir), "--train_steps", "200",
+            "--save_checkpoints_steps", "50", "--batch_size", "32", "-v"]
+    for cfg in generate(chief=1, workers=2, ps=1, evaluator=1):
+        hand_cluster.start(f"{cfg.task_type}-{cfg.task_index}", args, cfg.to_json())
+    codes = {name: code for name, (code, _) in hand_cluster.wait(_TIMEOUT).items()}
+    procs = hand_cluster.procs
+    logs = {name: hand_cluster.log(name) for name in procs}
+    assert codes == {name: 0 for name in procs}, {n: logs[n][-2000:] for n in procs if codes.get(n) != 0}
     assert set(procs) == {"ps-0", "chief-0", "worker-0", "worker-1", "evaluator-0"}
     assert (model_dir / "checkpoint").exists() and list(model_dir.glob("ckpt-200.index"))
     chief = re.search(r"\[chief-0\] global_step=200 accuracy=([0-9.]+)", logs["chief-0"])

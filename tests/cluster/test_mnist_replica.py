@@ -7,8 +7,6 @@ global-step arithmetic of async and synchronous training, and where variables li
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import portpicker
@@ -24,24 +22,16 @@ def _hosts(n: int) -> str:
     return ",".join(f"localhost:{portpicker.pick_unused_port()}" for _ in range(n))
 
 
-def _run(tmp_path: Path, *, ps: int, workers_started: int, extra: list[str]) -> tuple[dict, dict]:
+def _run(cluster, *, ps: int, workers_started: int, extra: list[str]) -> tuple[dict, dict]:
     """Starts ps tasks, workers 1.., then worker 0; returns exit codes and logs by task name."""
     flags = ["--num_gpus=0", f"--ps_hosts={_hosts(ps)}", f"--worker_hosts={_hosts(2)}", *extra]
     tasks = [("ps", i) for i in range(ps)] + [("worker", i) for i in range(workers_started - 1, -1, -1)]
-    procs = {}
-    try:
-        for job, index in tasks:
-            log = tmp_path / f"{job}-{index}.log"
-            args = [sys.executable, str(_ROOT / "mnist_replica.py"), f"--job_name={job}", f"--task_index={index}",
-                    *flags, *(["-v"] if (job, index) == ("worker", 0) else [])]
-            procs[f"{job}-{index}"] = (subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT), log)
-        codes = {name: proc.wait(timeout=_TIMEOUT) for name, (proc, _) in procs.items()}
-    finally:
-        for proc, _ in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return codes, {name: log.read_text() for name, (_, log) in procs.items()}
+    for job, index in tasks:
+        cluster.start(f"{job}-{index}", [str(_ROOT / "mnist_replica.py"), f"--job_name={job}",
+                                         f"--task_index={index}", *flags,
+                                         *(["-v"] if (job, index) == ("worker", 0) else [])])
+    codes = {name: code for name, (code, _) in cluster.wait(_TIMEOUT).items()}
+    return codes, {name: cluster.log(name) for name in cluster.procs}
 
 
 def _report(logs: dict) -> dict:
@@ -53,8 +43,8 @@ def _report(logs: dict) -> dict:
 
 
 @pytest.mark.cluster
-def test_async_two_ps_shares_global_steps_and_spreads_variables(tmp_path, no_orphans):
-    codes, logs = _run(tmp_path, ps=2, workers_started=2, extra=["--train_steps=200"])
+def test_async_two_ps_shares_global_steps_and_spreads_variables(no_orphans, hand_cluster):
+    codes, logs = _run(hand_cluster, ps=2, workers_started=2, extra=["--train_steps=200"])
     assert codes == {"ps-0": 0, "ps-1": 0, "worker-1": 0, "worker-0": 0}, {n: logs[n][-2000:] for n in codes}
     report = _report(logs)
     assert report["mode"] == "async" and report["global"] == 200
@@ -68,8 +58,8 @@ def test_async_two_ps_shares_global_steps_and_spreads_variables(tmp_path, no_orp
 
 
 @pytest.mark.cluster
-def test_sync_two_workers_aggregate_contributions_into_global_steps(tmp_path, no_orphans):
-    codes, logs = _run(tmp_path, ps=1, workers_started=2, extra=["--train_steps=100", "--sync_replicas"])
+def test_sync_two_workers_aggregate_contributions_into_global_steps(no_orphans, hand_cluster):
+    codes, logs = _run(hand_cluster, ps=1, workers_started=2, extra=["--train_steps=100", "--sync_replicas"])
     assert codes == {"ps-0": 0, "worker-1": 0, "worker-0": 0}, {n: logs[n][-2000:] for n in codes}
     report = _report(logs)
     assert report["mode"] == "sync aggregate=2" and report["global"] == 100
@@ -79,8 +69,8 @@ def test_sync_two_workers_aggregate_contributions_into_global_steps(tmp_path, no
 
 
 @pytest.mark.cluster
-def test_sync_with_only_the_chief_worker_takes_two_steps_per_global_step(tmp_path, no_orphans):
-    codes, logs = _run(tmp_path, ps=1, workers_started=1,
+def test_sync_with_only_the_chief_worker_takes_two_steps_per_global_step(no_orphans, hand_cluster):
+    codes, logs = _run(hand_cluster, ps=1, workers_started=1,
                        extra=["--train_steps=60", "--sync_replicas", "--worker_wait_secs=2"])
     assert codes == {"ps-0": 0, "worker-0": 0}, {n: logs[n][-2000:] for n in codes}
     report = _report(logs)
