@@ -59,3 +59,11 @@ def _no_tf_config_leak(monkeypatch):
     """Tests never inherit the developer's TF_CONFIG, and never leak one."""
     monkeypatch.delenv("TF_CONFIG", raising=False)
     yield
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A private ``$TFDIST_HOME`` (job store, logs) and working directory for one test."""
+    monkeypatch.setenv("TFDIST_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "home"

@@ -26,13 +26,6 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
 TRAINER = str(FIXTURES / "trainer")
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFDIST_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "home"
-
-
 def _wait(predicate, *, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

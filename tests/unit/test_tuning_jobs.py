@@ -25,13 +25,6 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
 TRAINER = str(FIXTURES / "trainer")
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFDIST_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "home"
-
-
 def _submit(name: str, *args: str, job_dir: str | None = None, **hyper) -> None:
     doc = yaml.safe_load((FIXTURES / "tune_probe.yaml").read_text())
     doc["trainingInput"]["hyperparameters"].update(hyper)
