@@ -178,13 +178,23 @@ def _submit(args: argparse.Namespace) -> int:
         print(_FOLLOW_UP.format(job=args.job))
         return EXIT_OK
     print(f"Job [{args.job}] submitted successfully.", file=sys.stderr)
-    return _follow(args.job, None, args.backend, True, _options(args))
+    return _follow(args.job, None, args.backend, True, _options(args), verbose=args.verbose > 0)
 
 
-def _follow(job: str, task: str | None, backend: str | None, follow: bool, options: dict[str, Any]) -> int:
+def _follow(job: str, task: str | None, backend: str | None, follow: bool, options: dict[str, Any], *,
+            verbose: bool) -> int:
+    import os
+
     from toolkit.jobs import api
-    record = api.stream_logs(job, task=task, follow=follow, backend=backend,
-                             sink=lambda line: print(line, flush=True), **options)
+    from toolkit.launcher import console_filter
+
+    hide = console_filter(os.environ, verbose=verbose)  # TensorFlow's start-up noise stays in the log files
+
+    def sink(line: str) -> None:
+        if hide is None or not hide(line.split("] ", 1)[-1]):
+            print(line, flush=True)
+
+    record = api.stream_logs(job, task=task, follow=follow, backend=backend, sink=sink, **options)
     if not record.is_final:
         return EXIT_OK
     print(f"Job [{job}] ended {record.state}" + (f": {record.error}" if record.error else "."), file=sys.stderr)
@@ -192,7 +202,7 @@ def _follow(job: str, task: str | None, backend: str | None, follow: bool, optio
 
 
 def _stream_logs(args: argparse.Namespace) -> int:
-    return _follow(args.job, args.task, args.backend, args.follow, _options(args))
+    return _follow(args.job, args.task, args.backend, args.follow, _options(args), verbose=args.verbose > 0)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -30,8 +30,15 @@ from toolkit.jobs.errors import JobSpecError, Problem, show
 from toolkit.jobs.spec import JobSpec, ReplicaConfig
 from toolkit.jobs.tiers import resources_for
 
-__all__ = ["KubernetesOptions", "render_tfjob", "validate_tfjob", "pod_tf_configs", "to_yaml", "REPLICA_TYPES",
-           "TFJOB_PORT"]
+__all__ = [
+    "REPLICA_TYPES",
+    "TFJOB_PORT",
+    "KubernetesOptions",
+    "pod_tf_configs",
+    "render_tfjob",
+    "to_yaml",
+    "validate_tfjob",
+]
 
 TFJOB_PORT = 2222
 REPLICA_TYPES = {"chief": "Chief", "master": "Master", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
