@@ -266,8 +266,10 @@ class TFConfig:
 
 
 def _task(task: Mapping[str, Any]) -> Task:
-    return Task(type=task["type"], index=index_value(task["index"]), trial=task.get("trial"),
-                cloud=task.get("cloud"))
+    """A validated task mapping as a Task, its index as the int TensorFlow reads."""
+    index = index_value(task["index"])
+    assert index is not None, "validated before"
+    return Task(type=task["type"], index=index, trial=task.get("trial"), cloud=task.get("cloud"))
 
 
 def _raise_or_log(problems: list[Problem]) -> None:

@@ -101,6 +101,7 @@ class NetworkNamespace:
         self.holder = subprocess.Popen(
             ["unshare", "--user", "--net", "--map-root-user", sys.executable, "-I", "-c", _HOLDER],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        assert self.holder.stdout is not None and self.holder.stderr is not None  # the pipes were asked for
         ready, _, _ = select.select([self.holder.stdout], [], [], _START_TIMEOUT)
         line = self.holder.stdout.readline() if ready else b""
         if line.strip() != b"ready":
