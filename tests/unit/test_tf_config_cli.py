@@ -172,3 +172,13 @@ def test_import_and_validate_cli_never_import_tensorflow(tmp_path, no_orphans):
     lines = result.stdout.splitlines()
     assert lines[0] == "[]"  # import tf_config: no TensorFlow, no yaml, no portpicker
     assert lines[-1] == "0 False False"  # the validate CLI path ran, valid, and TensorFlow stayed out
+
+
+def test_validate_strict_turns_what_tensorflow_accepts_into_errors(capsys, tmp_path):
+    path = tmp_path / "tf.json"
+    path.write_text(json.dumps({**GOOD, "task": {"type": "worker", "index": "0"}}))
+    code, out, _ = _run(capsys, "validate", str(path))
+    assert code == 0 and out.splitlines()[-1] == f"TF_CONFIG from {path} is valid: 0 error(s), 1 warning(s)."
+    code, out, _ = _run(capsys, "validate", "--strict", str(path))
+    assert code == 1 and out.startswith("error: task.index: TF_CONFIG `task.index` is str '0'")
+    assert out.splitlines()[-1] == f"TF_CONFIG from {path} is invalid (strict): 1 error(s), 0 warning(s)."
