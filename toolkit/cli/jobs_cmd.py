@@ -188,10 +188,13 @@ def _follow(job: str, task: str | None, backend: str | None, follow: bool, optio
     from toolkit.jobs import api
     from toolkit.launcher import console_filter
 
-    hide = console_filter(os.environ, verbose=verbose)  # TensorFlow's start-up noise stays in the log files
+    noise = console_filter(os.environ, verbose=verbose)  # TensorFlow's start-up noise stays in the log files
+    filters: dict[str, Any] = {}
 
     def sink(line: str) -> None:
-        if hide is None or not hide(line.split("] ", 1)[-1]):
+        task, _, text = line.partition("] ")
+        hide = filters.setdefault(task, noise()) if noise is not None else None
+        if hide is None or not hide(text):
             print(line, flush=True)
 
     record = api.stream_logs(job, task=task, follow=follow, backend=backend, sink=sink, **options)

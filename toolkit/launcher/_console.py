@@ -34,12 +34,51 @@ def is_tensorflow_noise(line: str) -> bool:
     return any(pattern.match(line) for pattern in _NOISY_LINES)
 
 
-def console_filter(env: Mapping[str, str], *, verbose: bool) -> Callable[[str], bool] | None:
-    """The predicate of lines to keep off the console, or None to show every line.
+# A protobuf text dump continuing a C++ line ("SessionOptions: ..." then "device_count {", ...).
+_PROTO_OPEN = re.compile(r"[a-z_][a-z0-9_]* \{")
+_PROTO_FIELD = re.compile(r"[a-z_][a-z0-9_]*: (?:true|false|-?[0-9.e+-]+|\".*\"|[A-Z_][A-Z0-9_]*)")
+
+
+class NoiseFilter:
+    """Says which lines of one task's output to keep off the console.
+
+    One per task: a C++ log message may go on over several lines (a protobuf
+    dump of the session options), and those lines go with it.
+    """
+
+    def __init__(self) -> None:
+        self._depth: int | None = None  # None: not after noise; -1: a dump may start; n: inside one
+
+    def __call__(self, line: str) -> bool:
+        if self._depth is not None and self._continues(line.strip()):
+            return True
+        self._depth = None
+        if is_tensorflow_noise(line):
+            self._depth = -1 if _CPP_LINE.match(line) else None
+            return True
+        return False
+
+    def _continues(self, text: str) -> bool:
+        depth = self._depth if self._depth is not None else -1
+        if _PROTO_OPEN.fullmatch(text):
+            self._depth = max(depth, 0) + 1
+            return True
+        if depth < 0:  # only a message opener starts a dump
+            return False
+        if text == "}":
+            self._depth = depth - 1
+            return depth > 0
+        if depth > 0:  # inside a message: its fields
+            return True
+        return not text or bool(_PROTO_FIELD.fullmatch(text))  # between top-level fields
+
+
+def console_filter(env: Mapping[str, str], *, verbose: bool) -> Callable[[], Callable[[str], bool]] | None:
+    """A factory of per-task filters of lines to keep off the console, or None to show every line.
 
     ``env`` is the tasks' environment: a ``TF_CPP_MIN_LOG_LEVEL`` there is the
     user's own choice, and TensorFlow applies it.
     """
     if verbose or env.get("TF_CPP_MIN_LOG_LEVEL", "").strip():
         return None
-    return is_tensorflow_noise
+    return NoiseFilter

@@ -48,12 +48,12 @@ class Job:
         self.spec, self.job_dir = spec, job_dir
         self.base_env = {**TASK_ENV_DEFAULTS, **os.environ, **(env or {})}
         self.wrap = wrap  # runs a task's command inside the private network namespace, if any
-        hide = console_filter(self.base_env, verbose=verbose)
+        noise = console_filter(self.base_env, verbose=verbose)
         self.configs = self._generate()
         lock = threading.Lock()
         (job_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.tasks = {name: TaskProcess(name, log_path=job_dir / "logs" / f"{name}.log", stream=stream, lock=lock,
-                                        on_event=on_task, hide=hide)
+                                        on_event=on_task, hide=noise() if noise is not None else None)
                       for name in self.configs}
         for task in self.tasks.values():
             (job_dir / "tasks" / task.name).mkdir(parents=True, exist_ok=True)
