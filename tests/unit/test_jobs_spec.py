@@ -265,3 +265,11 @@ def test_invalid_job_names_explain_and_suggest(name, why, suggestion):
     assert why.replace("'M', 'J'", "'J', 'M'") in message
     assert f"Use {suggestion!r} instead." in message
     assert validate_job_name(suggest_job_name(name)) == suggestion
+
+
+def test_vertex_tpu_pools_are_refused_naming_the_backends():
+    errors = _errors({"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "cloud-tpu", "acceleratorType": "TPU_V3", "acceleratorCount": 8},
+        "replicaCount": 1, "pythonPackageSpec": {"pythonModule": "trainer.task"}}]})
+    for field in ("workerPoolSpecs[0].machineSpec.machineType", "workerPoolSpecs[0].machineSpec.acceleratorType"):
+        assert "TPU jobs cannot run on the local and kubernetes backends" in errors[field]

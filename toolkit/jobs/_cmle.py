@@ -26,7 +26,7 @@ ROLE_FIELDS = {
 RECORDED_KEYS = ("serviceAccount", "network", "encryptionConfig", "enableWebAccess")
 # ReplicaConfig fields recorded the same way (as "<role>Config.<field>").
 _RECORDED_CONFIG_KEYS = ("diskConfig", "tpuTfVersion")
-TPU_MACHINE_TYPES = ("cloud_tpu", "standard_tpu", "basic_tpu")
+TPU_MACHINE_TYPES = ("cloud_tpu", "standard_tpu", "basic_tpu", "cloud-tpu")  # the last: Vertex's name
 TPU_BACKENDS = "the local and kubernetes backends"
 _TI_KEYS = (("scaleTier", "pythonModule", "packageUris", "packagePath", "args", "jobDir", "region",
              "runtimeVersion", "pythonVersion", "useChiefInTfConfig", "hyperparameters",
