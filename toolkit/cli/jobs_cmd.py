@@ -13,6 +13,8 @@ import json
 import sys
 from typing import Any, Callable
 
+from toolkit.cli.launch_cmd import add_isolate_flag, isolate_children
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CANCELLED = 0, 1, 2, 3, 4
 EXIT_CODES = """\
 Exit codes:
@@ -115,6 +117,7 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", help="kubernetes: container image holding the trainer package")
     parser.add_argument("--dry-run", action="store_true", help="kubernetes: print the TFJob YAML, submit nothing")
     parser.add_argument("--stream-logs", action="store_true", help="follow the logs until the job ends")
+    add_isolate_flag(parser)
     parser.set_defaults(handler=_guard(_submit))
 
 
@@ -155,6 +158,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _submit(args: argparse.Namespace) -> int:
     from toolkit.jobs import JobSpec, api, names
     names.validate_job_name(args.job)
+    isolate_children(args.isolate)  # the local backend's supervisor inherits it
     overrides = _overrides(args)
     if args.config:
         spec = JobSpec.from_file(args.config, job_id=args.job, overrides=overrides)

@@ -13,13 +13,29 @@ import sys
 from toolkit.cli._types import non_negative_int, positive_seconds
 
 
+def add_isolate_flag(parser: argparse.ArgumentParser) -> None:
+    """``--isolate/--no-isolate``: every verb that starts a local cluster has it."""
+    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                        help="run the local cluster in a private network namespace (default: wherever the "
+                             "kernel allows it; TFDIST_ISOLATE=0 turns the default off)")
+
+
+def isolate_children(isolate: bool | None) -> None:
+    """Passes --isolate/--no-isolate on to clusters started by a process this one spawns (a job's supervisor)."""
+    import os
+
+    from toolkit.launcher import ENV_ISOLATE
+
+    if isolate is not None:
+        os.environ[ENV_ISOLATE] = "1" if isolate else "0"
+
+
 def add_console_flags(parser: argparse.ArgumentParser) -> None:
     """``--verbose`` and ``--isolate/--no-isolate``, shared by the verbs that start a local cluster."""
     parser.add_argument("--verbose", dest="show_tf_noise", action="store_true",
                         help="also show TensorFlow's C++ start-up noise on the console (always in the logs)")
-    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                        help="run the cluster in a private network namespace (default: wherever the kernel "
-                             "allows it; TFDIST_ISOLATE=0 turns the default off)")
+    add_isolate_flag(parser)
+
 
 _HELP = """\
 Start a local cluster (chief, workers, ps, evaluator) on 127.0.0.1 with free

@@ -31,11 +31,12 @@ from toolkit.launcher._result import (EXIT_INTERRUPTED, EXIT_TASK_FAILED, EXIT_T
 from toolkit.launcher._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
                                   LaunchError, LaunchSpec)
 from toolkit.launcher._console import console_filter
-from toolkit.launcher._isolation import IsolationError, NetworkNamespace
+from toolkit.launcher._isolation import ENV_ISOLATE, IsolationError, NetworkNamespace
 from toolkit.launcher._isolation import resolve as resolve_isolation
 from toolkit.launcher._supervisor import Job, supervise
 
 __all__ = [
+    "ENV_ISOLATE",
     "ENV_JOB_DIR",
     "ENV_RESTART_COUNT",
     "ENV_TASK_DIR",
