@@ -58,6 +58,6 @@ def parse_address(text: str) -> tuple[Address | None, str | None]:
     if not port_text.isascii() or not port_text.isdigit():
         return None, f"has port {port_text!r} (not an integer); expected 1..65535. Fix the port."
     port = int(port_text)
-    if not 1 <= port <= 65535:
+    if port > 65535:  # port 0 parses: it is legal, and the rules warn about it
         return None, f"has port {port}, outside 1..65535. Pick a port in that range."
     return Address(host, port), None

@@ -8,6 +8,7 @@ from ._errors import errors_of
 from ._model import TFConfig, recommend_strategy
 from ._validate import validate
 
+_CUSTOM_ROLE = "a custom job: only code that places ops on it uses it"
 _ROLES = {
     "chief": "coordinates training, writes checkpoints and summaries",
     "master": "the TF1/CMLE name for the chief: coordinates, writes checkpoints",
@@ -64,7 +65,7 @@ def _describe(cfg: TFConfig, num_local_gpus: int) -> list[str]:
     )
     return [
         header,
-        f"  role:          {cfg.task_type} - {_ROLES[cfg.task_type]}",
+        f"  role:          {cfg.task_type} - {_ROLES.get(cfg.task_type, _CUSTOM_ROLE)}",
         f"  address:       {cfg.address or '-'}",
         f"  is_chief:      {chief}",
         f"  cluster:       {counts}",

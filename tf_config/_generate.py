@@ -10,8 +10,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ._errors import Problem, TFConfigError
+from ._errors import Problem, TFConfigError, errors_of
 from ._model import Task, TFConfig
+from ._validate import validate
 
 LOOPBACK_HOST = "127.0.0.1"  # not "localhost": it may resolve to ::1 while the port was checked on IPv4
 TFJOB_PORT = 2222
@@ -80,6 +81,11 @@ def generate(
     cluster: dict[str, list[str]] = {}
     for (task_type, _), address in zip(listed, layout.addresses(listed, request)):
         cluster.setdefault(task_type, []).append(address)
+    # What we write ourselves must pass the strict reading (e.g. no loopback beside other hosts).
+    t0, i0 = slots[0]
+    strict = errors_of(validate({"cluster": cluster, "task": Task(t0, i0).to_dict(), **layout.extras}, strict=True))
+    if strict:
+        raise TFConfigError(strict)
     return [
         TFConfig.from_dict({"cluster": cluster, "task": Task(t, i).to_dict(), **layout.extras})
         for t, i in slots

@@ -18,11 +18,13 @@ from typing import Any
 
 from ._errors import Problem, TFConfigError, errors_of
 from ._rules_strategy import auto_strategy
+from ._rules_task import index_value, single_task
 from ._validate import validate
 
 logger = logging.getLogger(__name__)
 
 _CHIEF_JOBS = ("chief", "master")
+_EXTRA_KEYS = ("rpc_layer", "environment", "job", "session_master", "eval_session_master", "model_dir", "service")
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,10 @@ class TFConfig:
     """A validated TF_CONFIG.
 
     ``cluster`` is stored read-only (job -> tuple of addresses). The CMLE
-    extras (``environment``, ``job``, ``session_master``, ``task.trial``) and
-    ``service`` are kept so that ``to_json`` gives back what was read.
+    extras (``environment``, ``job``, ``session_master``, ``task.trial``),
+    RunConfig's ``model_dir`` and ``eval_session_master``, and ``service`` are
+    kept so that ``to_json`` gives back what was read. A task index TensorFlow
+    casts (``"1"``) is stored as the int it means.
 
     Example:
         >>> cfg = TFConfig.from_json('{"cluster": {"chief": ["127.0.0.1:2222"], '
@@ -72,6 +76,8 @@ class TFConfig:
     job: dict | None = None
     session_master: str | None = None
     service: dict | None = None
+    eval_session_master: str | None = None
+    model_dir: str | None = None
 
     def __post_init__(self) -> None:
         cluster = self.cluster
@@ -87,8 +93,9 @@ class TFConfig:
         if errors:
             raise TFConfigError(errors)
         if isinstance(self.task, Mapping):  # a task given as a dict: now known to be valid
-            task = self.task
-            object.__setattr__(self, "task", Task(task["type"], task["index"], task.get("trial"), task.get("cloud")))
+            object.__setattr__(self, "task", _task(self.task))
+        elif isinstance(self.task, Task) and not isinstance(self.task.index, int):
+            object.__setattr__(self, "task", dataclasses.replace(self.task, index=index_value(self.task.index)))
 
     def __hash__(self) -> int:
         return hash(self.to_json())
@@ -133,10 +140,8 @@ class TFConfig:
         task = data.get("task")
         return cls(
             cluster=dict(data.get("cluster") or {}),
-            task=None if task is None else Task(
-                type=task["type"], index=task["index"], trial=task.get("trial"), cloud=task.get("cloud"),
-            ),
-            **{k: data.get(k) for k in ("rpc_layer", "environment", "job", "session_master", "service")},
+            task=None if task is None else _task(task),
+            **{k: data.get(k) for k in _EXTRA_KEYS},
         )
 
     # ---- writers ------------------------------------------------------------------
@@ -145,7 +150,7 @@ class TFConfig:
         out["cluster"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.cluster.items()}
         if self.task is not None:
             out["task"] = self.task.to_dict() if isinstance(self.task, Task) else self.task
-        for name in ("rpc_layer", "environment", "job", "session_master", "service"):
+        for name in _EXTRA_KEYS:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out
@@ -162,13 +167,14 @@ class TFConfig:
         """The same cluster seen from another task (validated again)."""
         return dataclasses.replace(self, task=Task(type=type, index=index))
 
-    def check(self, strategy: str | None = None) -> TFConfig:
+    def check(self, strategy: str | None = None, *, strict: bool = False) -> TFConfig:
         """Re-validate with the rules of ``strategy``; returns self for chaining.
 
         Raises:
-            TFConfigError: the cluster cannot run ``strategy`` (or the name is unknown).
+            TFConfigError: the cluster cannot run ``strategy`` (or the name is
+                unknown); with ``strict``, also a risky form TensorFlow accepts.
         """
-        problems = validate(self._raw_dict(), strategy=strategy)
+        problems = validate(self._raw_dict(), strategy=strategy, strict=strict)
         if errors_of(problems):
             raise TFConfigError(problems)
         return self
@@ -181,7 +187,11 @@ class TFConfig:
 
     @property
     def task_type(self) -> str:
-        return self.task.type if self.task is not None else "worker"
+        """``task.type``; without a task, the only task of a one-task cluster, else ``worker``."""
+        if self.task is not None:
+            return self.task.type
+        implied = single_task(dict(self.cluster))
+        return implied[0] if implied else "worker"
 
     @property
     def task_index(self) -> int:
@@ -236,14 +246,16 @@ class TFConfig:
     def global_id(self) -> int | None:
         """Estimator's global id: chief 0, other non-ps jobs alphabetically, ps last.
 
-        The evaluator is not part of the training cluster, so its id is None.
+        As TensorFlow computes it (``RunConfig.global_id_in_cluster``): an
+        evaluator listed in the cluster takes its place in the alphabetical
+        order, but the evaluator's own id is None (it is not part of training).
         """
         if self.is_evaluator:
             return None
         if self.is_local:
             return 0
-        chief = next((j for j in _CHIEF_JOBS if j in self.cluster), "chief")
-        order = [chief] + sorted(j for j in self.cluster if j not in (chief, "ps", "evaluator"))
+        chief = self.chief_job or "chief"
+        order = [chief] + sorted(j for j in self.cluster if j not in (chief, "ps"))
         order.append("ps")
         offset = 0
         for job in order:
@@ -251,6 +263,13 @@ class TFConfig:
                 return offset + self.task_index
             offset += len(self.cluster.get(job, ()))
         return None
+
+
+def _task(task: Mapping[str, Any]) -> Task:
+    """A validated task mapping as a Task, its index as the int TensorFlow reads."""
+    index = index_value(task["index"])
+    assert index is not None, "validated before"
+    return Task(type=task["type"], index=index, trial=task.get("trial"), cloud=task.get("cloud"))
 
 
 def _raise_or_log(problems: list[Problem]) -> None:

@@ -15,7 +15,7 @@ from ._suggest import show
 DOC = "TF_CONFIG"
 
 
-def parse_document(doc: Any) -> tuple[dict | None, list[Problem]]:
+def parse_document(doc: Any, *, strict: bool = False) -> tuple[dict | None, list[Problem]]:
     """Return ``(top-level dict or None, problems)``; None means nothing more can be checked."""
     to_dict = getattr(doc, "to_dict", None)
     if callable(to_dict) and not isinstance(doc, Mapping):
@@ -26,7 +26,7 @@ def parse_document(doc: Any) -> tuple[dict | None, list[Problem]]:
         except UnicodeDecodeError as exc:
             return None, [Problem("error", DOC, f"TF_CONFIG is not UTF-8 text ({exc.reason}). Save it as UTF-8.")]
     if isinstance(doc, str):
-        return _parse_text(doc)
+        return _parse_text(doc, strict)
     if isinstance(doc, Mapping):
         return dict(doc), []
     return None, [_not_an_object(doc)]
@@ -40,7 +40,7 @@ def _not_an_object(value: Any) -> Problem:
     )
 
 
-def _parse_text(text: str) -> tuple[dict | None, list[Problem]]:
+def _parse_text(text: str, strict: bool) -> tuple[dict | None, list[Problem]]:
     if not text.strip():
         return None, [Problem(
             "error", DOC,
@@ -65,7 +65,7 @@ def _parse_text(text: str) -> tuple[dict | None, list[Problem]]:
         return None, [Problem("error", DOC, "TF_CONFIG nests too deeply to be a TF_CONFIG. Flatten it.")]
     problems = [
         Problem(
-            "error", DOC,
+            "error" if strict else "warning", DOC,
             f"TF_CONFIG has the key {key!r} twice in one object; JSON keeps only the last one. "
             "Merge the two entries into one.",
         )

@@ -11,6 +11,7 @@ from ._errors import Problem
 
 STRATEGIES = ("parameter_server", "multi_worker_mirrored", "mirrored", "one_device", "default", "auto")
 _ONE_PROCESS = ("mirrored", "one_device", "default")
+_STRATEGY_JOBS = ("chief", "worker", "ps", "evaluator")
 
 
 def _plural(n: int, word: str) -> str:
@@ -111,9 +112,14 @@ def _check_one_process(name: str, cluster: dict, task_type: object) -> list[Prob
 
 
 def _no_master(name: str, cluster: dict) -> list[Problem]:
+    problems = [
+        _err(f"{name} refuses the custom job {job!r}: TensorFlow's multi-worker strategies only accept "
+             "chief, worker, ps and evaluator. Rename the job, or use a one-process strategy.", f"cluster.{job}")
+        for job in cluster if job not in (*_STRATEGY_JOBS, "master")
+    ]
     if "master" not in cluster:
-        return []
-    return [_err(
+        return problems
+    return problems + [_err(
         f"{name} does not accept a `master` job (the TF1/CMLE name); TF2 strategies expect "
         "`chief`. Rename it (CMLE: set useChiefInTfConfig), or generate with `--dialect tf2`.",
         "cluster.master",

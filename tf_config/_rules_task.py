@@ -1,26 +1,53 @@
-"""Rules about ``task`` and how it fits the cluster (Estimator's RunConfig rules, stricter)."""
+"""Rules about ``task`` and how it fits the cluster (Estimator's RunConfig rules).
+
+What TensorFlow reads and then works with (a string index it casts with
+``int``, a custom job name) is a warning; ``strict`` makes it an error.
+"""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
 from ._errors import Problem
-from ._rules_cluster import TASK_TYPES
+from ._rules_cluster import TASK_TYPES, risky
 from ._suggest import did_you_mean, show
 
 TASK_KEYS = ("type", "index", "trial", "cloud")
 
 
-def check_task(data: dict, clean: dict[str, list[str]]) -> list[Problem]:
+def index_value(index: Any) -> int | None:
+    """The task index as TensorFlow reads it (``int(index)``), or None when ``int`` would fail or lie."""
+    if isinstance(index, bool):
+        return None
+    if isinstance(index, int):
+        return index
+    if isinstance(index, float) and index.is_integer():
+        return int(index)
+    if isinstance(index, str) and index.strip().lstrip("-").isdigit():
+        return int(index)
+    return None
+
+
+def single_task(cluster: Any) -> tuple[str, int] | None:
+    """The only task of a one-task cluster, which TensorFlow lets TF_CONFIG leave out."""
+    if not isinstance(cluster, Mapping):
+        return None
+    tasks = [(job, i) for job, addresses in cluster.items() if isinstance(addresses, (list, tuple))
+             for i in range(len(addresses))]
+    return tasks[0] if len(tasks) == 1 and len(cluster) == 1 else None
+
+
+def check_task(data: dict, clean: dict[str, list[str]], *, strict: bool = False) -> list[Problem]:
     """Check ``data["task"]`` against the usable part of the cluster."""
     has_cluster = isinstance(data.get("cluster"), Mapping) and bool(data["cluster"])
     if "task" not in data:
-        if not has_cluster:
+        if not has_cluster or (single_task(data["cluster"]) and not strict):
             return []
+        count = sum(len(a) for a in clean.values())
         return [Problem(
             "error", "task",
-            "TF_CONFIG has a `cluster` but no `task`, so this process cannot tell which "
-            'task it is. Add e.g. "task": {"type": "worker", "index": 0}.',
+            f"TF_CONFIG has a `cluster` of {count} tasks but no `task`, so this process cannot tell "
+            'which task it is. Add e.g. "task": {"type": "worker", "index": 0}.',
         )]
     task = data["task"]
     if not isinstance(task, Mapping):
@@ -29,11 +56,12 @@ def check_task(data: dict, clean: dict[str, list[str]]) -> list[Problem]:
             f"TF_CONFIG `task` must be an object like {{\"type\": \"worker\", \"index\": 0}}; "
             f"received {type(task).__name__} {show(task)}. Write it as an object.",
         )]
-    problems = _unknown_task_keys(task) + _check_extras(task)
+    problems = _unknown_task_keys(task) + _check_extras(task, strict)
     type_ok, type_problems = _check_type(task, clean, has_cluster)
     problems += type_problems
-    problems += _check_index(task, clean if type_ok else {}, has_cluster)
-    if not any(p.is_error for p in problems) and not has_cluster and (task["type"], task["index"]) != ("worker", 0):
+    problems += _check_index(task, clean if type_ok else {}, strict)
+    if not any(p.is_error for p in problems) and not has_cluster \
+            and (task["type"], index_value(task["index"])) != ("worker", 0):
         problems.append(Problem(
             "error", "task",
             f"TF_CONFIG has no `cluster`, so the task must be worker:0; received "
@@ -60,10 +88,10 @@ def _unknown_task_keys(task: Mapping) -> list[Problem]:
     ]
 
 
-def _check_extras(task: Mapping) -> list[Problem]:
+def _check_extras(task: Mapping, strict: bool) -> list[Problem]:
     return [
         Problem(
-            "error", f"task.{key}",
+            risky(strict), f"task.{key}",
             f"TF_CONFIG `task.{key}` is {type(task[key]).__name__} {show(task[key])}; expected a "
             f"string (CMLE writes e.g. \"{key}\": \"1\"). Quote the value.",
         )
@@ -81,11 +109,12 @@ def _check_type(task: Mapping, clean: dict, has_cluster: bool) -> tuple[bool, li
             'Set it, e.g. "type": "worker".',
         )]
     task_type = task["type"]
-    if not isinstance(task_type, str) or task_type not in TASK_TYPES:
+    if not isinstance(task_type, str) or (task_type not in TASK_TYPES and task_type not in clean):
         return False, [Problem(
             "error", "task.type",
             f"TF_CONFIG `task.type` is {show(task_type)}; valid types are "
-            f"{', '.join(TASK_TYPES)}.{did_you_mean(task_type, TASK_TYPES)} Fix the type.",
+            f"{', '.join(TASK_TYPES)} or a custom job of `cluster`.{did_you_mean(task_type, TASK_TYPES)} "
+            "Fix the type.",
         )]
     if not has_cluster or task_type in clean:
         return task_type in clean, []
@@ -99,32 +128,39 @@ def _check_type(task: Mapping, clean: dict, has_cluster: bool) -> tuple[bool, li
     )]
 
 
-def _check_index(task: Mapping, clean: dict, has_cluster: bool) -> list[Problem]:
+def _check_index(task: Mapping, clean: dict, strict: bool) -> list[Problem]:
     if "index" not in task or task["index"] is None:
         return [Problem(
             "error", "task.index",
             "TF_CONFIG `task.index` is missing; expected an integer >= 0. "
             'Set it, e.g. "index": 0.',
         )]
-    index: Any = task["index"]
-    if isinstance(index, bool) or not isinstance(index, int):
-        hint = ""
-        if isinstance(index, str) and index.strip().lstrip("-").isdigit():
-            hint = f" Write it without quotes: \"index\": {int(index)}."
-        elif isinstance(index, float) and index.is_integer():
-            hint = f" Write it as a whole number: \"index\": {int(index)}."
+    received: Any = task["index"]
+    index = index_value(received)
+    if index is None:
         return [Problem(
             "error", "task.index",
-            f"TF_CONFIG `task.index` is {type(index).__name__} {show(index)}; expected an "
-            f"integer >= 0.{hint or ' Use the task number, e.g. 0.'}",
+            f"TF_CONFIG `task.index` is {type(received).__name__} {show(received)}; expected an "
+            "integer >= 0. Use the task number, e.g. 0.",
         )]
+    problems = []
+    if not isinstance(received, int):
+        how = "without quotes" if isinstance(received, str) else "as a whole number"
+        problems.append(Problem(
+            risky(strict), "task.index",
+            f"TF_CONFIG `task.index` is {type(received).__name__} {show(received)}; TensorFlow reads "
+            f"it as {index}, but expected an integer >= 0. Write it {how}: \"index\": {index}.",
+        ))
+    return problems + _check_index_range(task.get("type"), index, clean)
+
+
+def _check_index_range(task_type: Any, index: int, clean: dict) -> list[Problem]:
     if index < 0:
         return [Problem(
             "error", "task.index",
             f"TF_CONFIG `task.index` is {index}; expected an integer >= 0. Use the task's "
             "position in its job's address list.",
         )]
-    task_type = task.get("type")
     if task_type == "evaluator" and index > 0:
         return [Problem(
             "error", "task.index",

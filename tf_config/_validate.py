@@ -11,23 +11,29 @@ from ._rules_strategy import STRATEGIES, check_strategy
 from ._rules_task import check_task
 from ._suggest import did_you_mean, show
 
-TOP_LEVEL_KEYS = ("cluster", "task", "rpc_layer", "environment", "job", "session_master", "service")
-_STRING_KEYS = ("rpc_layer", "environment", "session_master")
+# Every top-level key TensorFlow (cluster resolver, RunConfig, CMLE) reads.
+TOP_LEVEL_KEYS = ("cluster", "task", "rpc_layer", "environment", "job", "session_master",
+                  "eval_session_master", "model_dir", "service")
+_STRING_KEYS = ("rpc_layer", "environment", "session_master", "eval_session_master", "model_dir")
 _OBJECT_KEYS = ("job", "service")
 
 
-def validate(doc: Any, *, strategy: str | None = None) -> list[Problem]:
+def validate(doc: Any, *, strategy: str | None = None, strict: bool = False) -> list[Problem]:
     """Check a TF_CONFIG and return every problem, errors and warnings.
 
     Unlike TensorFlow's TFConfigClusterResolver, which accepts anything and
-    fails later (or never), this rejects a bad TF_CONFIG up front and says how
-    to fix it.
+    fails later (or never), this rejects up front what would fail and says how
+    to fix it. What TensorFlow accepts and runs (a string index, a custom job
+    name, a one-task cluster without ``task``) is a warning at most.
 
     Args:
         doc: JSON text, a mapping, or a ``TFConfig``.
         strategy: also apply the rules of this strategy (``parameter_server``,
             ``multi_worker_mirrored``, ``mirrored``, ``one_device``, ``default``
             or ``auto``).
+        strict: report the risky forms TensorFlow accepts (string or float
+            index, custom job names, port 0, duplicate JSON keys, loopback next
+            to other hosts, a one-task cluster without ``task``) as errors.
 
     Returns:
         Problems in document order; empty when the TF_CONFIG is fine.
@@ -37,15 +43,15 @@ def validate(doc: Any, *, strategy: str | None = None) -> list[Problem]:
         ...     print(problem)
         error: task.index: TF_CONFIG `task.index` is 1 but `cluster.worker` has 1 address (valid: 0). Fix the index or add an address.
     """
-    data, problems = parse_document(doc)
+    data, problems = parse_document(doc, strict=strict)
     if data is None:
         if strategy is not None and strategy not in STRATEGIES:
             problems += check_strategy(strategy, {}, None)
         return problems
     problems += _check_top_level(data)
-    cluster_problems, clean = check_cluster(data)
+    cluster_problems, clean = check_cluster(data, strict=strict)
     problems += cluster_problems
-    problems += check_task(data, clean)
+    problems += check_task(data, clean, strict=strict)
     if strategy is not None:
         task = data.get("task")
         task_type = task.get("type") if isinstance(task, Mapping) else None
@@ -77,4 +83,13 @@ def _check_top_level(data: dict) -> list[Problem]:
                 f"TF_CONFIG `{key}` is {type(data[key]).__name__} {show(data[key])}; expected an "
                 "object. Fix the value or remove the key.",
             ))
+    task = data.get("task")
+    task_type = task.get("type") if isinstance(task, Mapping) else None
+    if "eval_session_master" in data and task_type != "evaluator":
+        problems.append(Problem(
+            "error", "eval_session_master",
+            f"TF_CONFIG `eval_session_master` is set but `task.type` is {show(task_type)}; "
+            "TensorFlow's RunConfig refuses it for any task but the evaluator. Remove it from "
+            "this task's TF_CONFIG.",
+        ))
     return problems

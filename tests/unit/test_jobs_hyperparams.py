@@ -36,7 +36,10 @@ def test_study_level_errors():
     assert "received 0; expected an integer >= 1" in errors[".maxTrials"]
     assert "ALGORITHM_UNSPECIFIED, GRID_SEARCH, RANDOM_SEARCH" in errors[".algorithm"]
     assert "a non-empty list of parameters" in errors[".params"]
-    assert "Did you mean 'maxTrials'?" in errors[".maxTrial"]
+    warnings = {w.field: w.message for w in JobSpec.from_dict({"trainingInput": {"pythonModule": "m", "hyperparameters": {
+        "goal": "MAXIMIZE", "maxTrial": 3, "params": [{"parameterName": "a", "type": "CATEGORICAL",
+                                                       "categoricalValues": ["x"]}]}}}).warnings}
+    assert "Did you mean 'maxTrials'?" in warnings["trainingInput.hyperparameters.maxTrial"]
     assert "is missing" in _errors({"params": [{"parameterName": "a", "type": "CATEGORICAL",
                                                 "categoricalValues": ["x"]}]})[".goal"]
 
@@ -59,11 +62,27 @@ def test_parameter_errors(fields, field, text):
 
 def test_parameter_names_must_be_flags_and_unique():
     errors = _errors({"goal": "MAXIMIZE", "params": [
-        {"parameterName": "learning-rate", "type": "DOUBLE", "minValue": 0, "maxValue": 1},
+        {"parameterName": "-lr", "type": "DOUBLE", "minValue": 0, "maxValue": 1},
         {"parameterName": "units", "type": "INTEGER", "minValue": 1, "maxValue": 9},
-        {"parameterName": "units", "type": "INTEGER", "minValue": 1, "maxValue": 9}]})
-    assert "letters, digits and '_'" in errors[".params[0].parameterName"]
+        {"parameterName": "units", "type": "INTEGER", "minValue": 1, "maxValue": 9},
+        {"parameterName": "batch size", "type": "INTEGER", "minValue": 1, "maxValue": 9}]})
+    assert "letters, digits, '_' and '-', not starting with '-'" in errors[".params[0].parameterName"]
+    assert "unchanged as --<parameterName>=<value>" in errors[".params[0].parameterName"]
     assert "'units' is listed twice" in errors[".params[2].parameterName"]
+    assert "received 'batch size'" in errors[".params[3].parameterName"]
+
+
+def test_published_cmle_sample_config_with_hyphenated_names():
+    """The official census sample's hptuning_config.yaml: hyphenated names, no metric tag."""
+    spec = JobSpec.from_file(FIXTURES / "cmle_sample_hptuning.yaml")
+    hp = spec.training_input.hyperparameters
+    assert [p.parameter_name for p in hp.params] == [
+        "first-layer-size", "num-layers", "scale-factor", "learning-rate", "train-batch-size"]
+    assert hp.hyperparameter_metric_tag == "training/hptuning/metric"  # CMLE's default when absent
+    assert [w.field for w in spec.warnings] == ["trainingInput.useChiefInTfConfig"]  # STANDARD_1 names `master`
+    from toolkit.jobs.tuning._space import trial_args
+    assert trial_args({"first-layer-size": 64, "learning-rate": 0.01}) == [
+        "--first-layer-size=64", "--learning-rate=0.01"]
 
 
 def test_grid_search_cannot_enumerate_doubles():

@@ -100,12 +100,61 @@ def test_custom_workers_need_a_worker_type_and_ps_a_ps_type():
     assert "parameterServerCount 1 needs one" in errors["trainingInput.parameterServerType"]
 
 
-def test_unknown_keys_get_did_you_mean_at_every_level():
-    errors = _errors({"traningInput": {}, "trainingInput": {"pythonModule": "m", "workrCount": 2,
-                                                           "masterConfig": {"imageUrl": "x"}}})
-    assert "Did you mean 'trainingInput'?" in errors["traningInput"]
-    assert "Did you mean 'workerCount'?" in errors["trainingInput.workrCount"]
-    assert "Did you mean 'imageUri'?" in errors["trainingInput.masterConfig.imageUrl"]
+def test_unknown_keys_are_warnings_with_did_you_mean_at_every_level():
+    spec = JobSpec.from_dict({"traningInput": {}, "trainingInput": {"pythonModule": "m", "workrCount": 2,
+                                                                   "masterConfig": {"imageUrl": "x"}}})
+    warnings = {w.field: w.message for w in spec.warnings}
+    assert "unknown field 'traningInput' is ignored. Did you mean 'trainingInput'?" in warnings["traningInput"]
+    assert "Did you mean 'workerCount'?" in warnings["trainingInput.workrCount"]
+    assert "Did you mean 'imageUri'?" in warnings["trainingInput.masterConfig.imageUrl"]
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"scaleTier": "CUSTOM", "masterType": "cloud_tpu"}, "trainingInput.masterType"),
+    ({"scaleTier": "CUSTOM", "masterType": "standard", "workerType": "cloud_tpu", "workerCount": 1},
+     "trainingInput.workerType"),
+    ({"scaleTier": "BASIC_TPU"}, "trainingInput.scaleTier"),
+    ({"scaleTier": "CUSTOM", "masterType": "n1-standard-8",
+      "masterConfig": {"acceleratorConfig": {"count": 8, "type": "TPU_V3"}}},
+     "trainingInput.masterConfig.acceleratorConfig.type"),
+])
+def test_tpu_jobs_are_refused_naming_the_backends(fields, field):
+    msg = _errors(_ti(**fields))[field]
+    assert "TPU jobs cannot run on the local and kubernetes backends, which have no TPUs" in msg
+    assert "unknown machine type" not in msg
+
+
+def test_every_published_field_is_honoured_recorded_or_refused():
+    """A job as `gcloud ai-platform jobs describe --format json` prints it, with every trainingInput field."""
+    doc = {"jobId": "census-1", "createTime": "2019-01-01T00:00:00Z", "state": "SUCCEEDED", "etag": "x",
+           "trainingOutput": {"consumedMLUnits": 1.2},
+           "trainingInput": {
+               "scaleTier": "CUSTOM", "masterType": "n1-standard-8", "workerType": "n1-standard-8",
+               "workerCount": "2", "parameterServerType": "n1-highmem-8", "parameterServerCount": "1",
+               "evaluatorType": "n1-standard-4", "evaluatorCount": "1", "useChiefInTfConfig": True,
+               "masterConfig": {"imageUri": "gcr.io/p/trainer:1", "diskConfig": {"bootDiskSizeGb": 200},
+                                "acceleratorConfig": {"count": "1", "type": "NVIDIA_TESLA_T4"}},
+               "packageUris": ["gs://b/trainer-0.1.tar.gz"], "pythonModule": "trainer.task",
+               "args": ["--train-steps", "1000"], "region": "us-central1", "jobDir": "gs://b/out",
+               "runtimeVersion": "2.11", "pythonVersion": "3.7", "serviceAccount": "sa@p.iam",
+               "network": "projects/1/global/networks/n", "encryptionConfig": {"kmsKeyName": "k"},
+               "enableWebAccess": True, "scheduling": {"maxRunningTime": "3600s", "maxWaitTime": "60s",
+                                                       "priority": 5}}}
+    spec = JobSpec.from_dict(doc)
+    ti = spec.training_input
+    assert ti.task_counts == {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}
+    assert (ti.master.accelerator_count, ti.max_running_seconds, ti.args) == (1, 3600, ("--train-steps", "1000"))
+    warned = {w.field for w in spec.warnings}
+    assert warned == {"createTime", "state", "etag", "trainingOutput", "trainingInput.masterConfig.diskConfig",
+                      "trainingInput.serviceAccount", "trainingInput.network", "trainingInput.encryptionConfig",
+                      "trainingInput.enableWebAccess", "trainingInput.scheduling.maxWaitTime",
+                      "trainingInput.scheduling.priority"}
+    assert ti.recorded["masterConfig.diskConfig"] == {"bootDiskSizeGb": 200}
+    back = ti.to_dict()
+    assert back["masterConfig"]["diskConfig"] == {"bootDiskSizeGb": 200}
+    assert back["scheduling"] == {"maxRunningTime": "3600s", "maxWaitTime": "60s", "priority": 5}
+    assert JobSpec.from_dict({"trainingInput": back}).training_input == ti
+    assert "training jobs only" in _errors({"predictionInput": {}, **_ti()})["predictionInput"]
 
 
 def test_predefined_tier_rejects_counts_and_warns_about_machine_types():
@@ -216,3 +265,11 @@ def test_invalid_job_names_explain_and_suggest(name, why, suggestion):
     assert why.replace("'M', 'J'", "'J', 'M'") in message
     assert f"Use {suggestion!r} instead." in message
     assert validate_job_name(suggest_job_name(name)) == suggestion
+
+
+def test_vertex_tpu_pools_are_refused_naming_the_backends():
+    errors = _errors({"workerPoolSpecs": [{
+        "machineSpec": {"machineType": "cloud-tpu", "acceleratorType": "TPU_V3", "acceleratorCount": 8},
+        "replicaCount": 1, "pythonPackageSpec": {"pythonModule": "trainer.task"}}]})
+    for field in ("workerPoolSpecs[0].machineSpec.machineType", "workerPoolSpecs[0].machineSpec.acceleratorType"):
+        assert "TPU jobs cannot run on the local and kubernetes backends" in errors[field]

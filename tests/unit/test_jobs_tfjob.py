@@ -136,3 +136,56 @@ def test_embedded_schema_is_the_crd_subset_and_small():
         "properties"]["template"]["properties"]["spec"]
     assert pod["required"] == ["containers"]
     assert set(pod["properties"]["containers"]["items"]["properties"]) >= {"name", "image", "ports", "resources"}
+
+
+def _as_dict(cluster_spec):
+    """``cluster_spec`` as {job: [addresses]}: a dict here, a ClusterSpec in TF (``.as_dict()``)."""
+    as_dict = getattr(cluster_spec, "as_dict", None)
+    return {job: list(addrs) for job, addrs in (as_dict() if callable(as_dict) else cluster_spec).items()}
+
+
+def test_each_pod_gets_the_operators_tf_config_and_the_runconfig_kubeflow_expects():
+    """chief + 2 ps + 2 workers + evaluator: TF_CONFIG as the v1 operator writes it, RunConfig as
+    Kubeflow's estimator_runconfig e2e test checks it (task_type, task_id, cluster_spec, is_chief,
+    master, num_worker_replicas, num_ps_replicas) in every pod."""
+    from toolkit.estimator.run_config import RunConfig
+    from toolkit.jobs.tfjob import pod_tf_configs
+
+    spec = JobSpec.from_dict({"trainingInput": {
+        "scaleTier": "CUSTOM", "masterType": "standard", "useChiefInTfConfig": True, "pythonModule": "trainer.task",
+        "workerType": "standard", "workerCount": 2, "parameterServerType": "standard", "parameterServerCount": 2,
+        "evaluatorType": "standard", "evaluatorCount": 1}}, job_id="dist-mnist")
+    manifest, _ = render_tfjob(spec, options=KubernetesOptions(namespace="kubeflow-test"))
+    configs = pod_tf_configs(manifest)
+    assert sorted(configs) == ["dist-mnist-chief-0", "dist-mnist-evaluator-0", "dist-mnist-ps-0", "dist-mnist-ps-1",
+                               "dist-mnist-worker-0", "dist-mnist-worker-1"]
+
+    def svc(kind, i):
+        return f"dist-mnist-{kind}-{i}.kubeflow-test.svc:2222"
+
+    cluster = {"chief": [svc("chief", 0)], "evaluator": [svc("evaluator", 0)],
+               "ps": [svc("ps", 0), svc("ps", 1)], "worker": [svc("worker", 0), svc("worker", 1)]}
+    for pod, text in configs.items():
+        kind, index = pod.split("-")[-2], int(pod.split("-")[-1])
+        # The operator marshals a Go struct: cluster (keys sorted), task, environment, in that order.
+        assert text == json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}, "environment": "cloud"})
+        config = RunConfig(tf_config=text)
+        expected = {"task_type": kind, "task_id": index, "cluster_spec": cluster, "is_chief": kind == "chief",
+                    "master": f"grpc://{svc(kind, index)}", "num_worker_replicas": 3, "num_ps_replicas": 2,
+                    "evaluation_master": ""}
+        if kind == "evaluator":  # not part of the training cluster
+            expected.update(task_id=0, cluster_spec={}, master="", num_worker_replicas=0, num_ps_replicas=0)
+        actual = {key: getattr(config, key) for key in expected}
+        actual["cluster_spec"] = _as_dict(actual["cluster_spec"])
+        assert actual == expected, pod
+    # TF's global ids: chief 0, then evaluator and worker alphabetically, ps last.
+    ids = {pod: RunConfig(tf_config=text).global_id_in_cluster for pod, text in configs.items()}
+    assert ids == {"dist-mnist-chief-0": 0, "dist-mnist-evaluator-0": None, "dist-mnist-worker-0": 2,
+                   "dist-mnist-worker-1": 3, "dist-mnist-ps-0": 4, "dist-mnist-ps-1": 5}
+
+
+def test_a_single_replica_tfjob_gets_no_tf_config():
+    from toolkit.jobs.tfjob import pod_tf_configs
+
+    manifest, _ = render_tfjob(_spec("basic"))
+    assert pod_tf_configs(manifest) == {}

@@ -61,3 +61,25 @@ def test_the_cli_module_does_not_import_tensorflow(no_orphans):
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("flags, env, isolated", [
+    ([], None, True), (["--no-isolate"], None, False), ([], "0", False), (["--isolate"], "0", True),
+])
+def test_isolation_is_on_by_default_and_can_be_turned_off(tmp_path, capsys, monkeypatch, no_orphans,
+                                                          flags, env, isolated):
+    import os
+
+    from toolkit.launcher._isolation import unavailable_reason
+
+    if unavailable_reason() is not None:
+        pytest.skip(f"no network isolation here: {unavailable_reason()}")
+    monkeypatch.delenv("TFDIST_ISOLATE", raising=False)
+    if env is not None:
+        monkeypatch.setenv("TFDIST_ISOLATE", env)
+    code = main(["launch", "--workers", "2", *flags, "--job-dir", str(tmp_path / "job"), "--",
+                 "python", "-c", "import os; print('netns', os.readlink('/proc/self/ns/net'))"])
+    out = capsys.readouterr().out
+    namespaces = {line.split("netns ", 1)[1] for line in out.splitlines() if "netns " in line}
+    assert code == 0 and len(namespaces) == 1  # both tasks share one namespace...
+    assert (namespaces != {os.readlink("/proc/self/ns/net")}) == isolated  # ...a private one, or ours

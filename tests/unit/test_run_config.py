@@ -121,3 +121,20 @@ def test_replace_validates_again():
     assert config.replace(model_dir="b").model_dir == "b"
     with pytest.raises(RunConfigError):
         config.replace(save_checkpoints_steps=0)
+
+
+def test_master_evaluation_master_and_model_dir_as_tensorflow_reads_them():
+    config = _config("worker", 1)
+    assert (config.master, config.evaluation_master) == ("grpc://h:3", "")
+    doc = {"cluster": _CLUSTER, "task": {"type": "worker", "index": 0}, "session_master": "grpc://m:1",
+           "model_dir": "gs://b/model"}
+    config = RunConfig(tf_config=doc)
+    assert (config.master, config.model_dir) == ("grpc://m:1", "gs://b/model")
+    with pytest.raises(RunConfigError, match="TF_CONFIG `model_dir` is 'gs://b/model'; they must agree"):
+        RunConfig(tf_config=doc, model_dir="elsewhere")
+    evaluator = RunConfig(tf_config={"cluster": _CLUSTER, "task": {"type": "evaluator", "index": 0},
+                                     "eval_session_master": "grpc://e:1"})
+    assert (evaluator.master, evaluator.evaluation_master, evaluator.cluster_spec) == ("", "grpc://e:1", {})
+    assert (evaluator.is_chief, evaluator.global_id_in_cluster) == (False, None)
+    assert RunConfig(tf_config={"cluster": {"chief": ["h:1"]}, "task": {"type": "chief", "index": 0}}).master == ""
+    assert RunConfig(tf_config={}).master == ""

@@ -87,14 +87,16 @@ def test_validate_reads_tf_config_env(capsys, monkeypatch):
 
 def test_validate_prints_every_problem_and_exits_1(capsys, tmp_path):
     path = tmp_path / "bad.json"
-    path.write_text('{"clustr": 1, "cluster": {"workers": ["a:1"]}, "task": {"type": "worker", "index": "0"}}')
+    path.write_text('{"clustr": 1, "cluster": {"wrker": ["a:1"], "worker": ["a:2"]}, '
+                    '"task": {"type": "worker", "index": "1"}}')
     code, out, _ = _run(capsys, "validate", str(path))
     lines = out.splitlines()
     assert code == 1
     assert lines[0].startswith("warning: clustr:")
-    assert any(line.startswith("error: cluster.workers:") and "Did you mean 'worker'?" in line for line in lines)
-    assert any(line.startswith("error: task.index:") for line in lines)
-    assert lines[-1] == f"TF_CONFIG from {path} is invalid: 3 error(s), 1 warning(s)."
+    assert any(line.startswith("warning: cluster.wrker:") and "Did you mean 'worker'?" in line for line in lines)
+    assert any(line.startswith("warning: task.index:") and "reads it as 1" in line for line in lines)
+    assert any(line.startswith("error: task.index:") and "valid: 0" in line for line in lines)
+    assert lines[-1] == f"TF_CONFIG from {path} is invalid: 1 error(s), 3 warning(s)."
 
 
 def test_validate_stdin_and_strategy(capsys, monkeypatch):
@@ -170,3 +172,13 @@ def test_import_and_validate_cli_never_import_tensorflow(tmp_path, no_orphans):
     lines = result.stdout.splitlines()
     assert lines[0] == "[]"  # import tf_config: no TensorFlow, no yaml, no portpicker
     assert lines[-1] == "0 False False"  # the validate CLI path ran, valid, and TensorFlow stayed out
+
+
+def test_validate_strict_turns_what_tensorflow_accepts_into_errors(capsys, tmp_path):
+    path = tmp_path / "tf.json"
+    path.write_text(json.dumps({**GOOD, "task": {"type": "worker", "index": "0"}}))
+    code, out, _ = _run(capsys, "validate", str(path))
+    assert code == 0 and out.splitlines()[-1] == f"TF_CONFIG from {path} is valid: 0 error(s), 1 warning(s)."
+    code, out, _ = _run(capsys, "validate", "--strict", str(path))
+    assert code == 1 and out.startswith("error: task.index: TF_CONFIG `task.index` is str '0'")
+    assert out.splitlines()[-1] == f"TF_CONFIG from {path} is invalid (strict): 1 error(s), 0 warning(s)."

@@ -45,9 +45,18 @@ def test_single_quotes_get_a_double_quote_hint():
     assert "line 1 column 2" in msg and "double quotes" in msg
 
 
-def test_duplicate_json_key_is_an_error():
-    msg = _one(validate('{"cluster": {"worker": ["a:1"], "worker": ["a:2"]}, "task": {"type": "worker", "index": 0}}'),
-               "TF_CONFIG")
+def _lax_and_strict(doc, field):
+    """A risky form TensorFlow accepts: a warning, and the same message as an error under strict."""
+    lax, strict = validate(doc), validate(doc, strict=True)
+    assert _errors(lax) == [], [str(p) for p in lax]
+    msg = _one(lax, field, "warning")
+    assert _one(strict, field) == msg
+    return msg
+
+
+def test_duplicate_json_key_is_a_warning_json_keeps_the_last():
+    msg = _lax_and_strict('{"cluster": {"worker": ["a:1"], "worker": ["a:2"]}, "task": {"type": "worker", "index": 0}}',
+                          "TF_CONFIG")
     assert "'worker' twice" in msg and "Merge" in msg
 
 
@@ -74,11 +83,24 @@ def test_cluster_must_be_a_mapping():
     assert "must be an object" in msg and "received list ['a:1']" in msg
 
 
-def test_job_name_typo_suggests_the_right_name():
+def test_job_name_typo_is_a_custom_job_with_a_hint():
     problems = validate(_doc({"workers": ["a:1"]}, {"type": "worker", "index": 0}))
-    msg = _one(problems, "cluster.workers")
-    assert "job named 'workers'" in msg and "Did you mean 'worker'?" in msg
-    assert "chief, worker, ps, evaluator, master" in msg
+    msg = _one(problems, "cluster.workers", "warning")
+    assert "custom job named 'workers'" in msg and "Did you mean 'worker'?" in msg
+    assert "chief, worker, ps, evaluator" in msg
+    # ...and the task that names the real job cannot find it: that is fatal.
+    assert "has no 'worker' job" in _one(problems, "task.type")
+
+
+def test_custom_job_names_are_accepted_as_tensorflow_does():
+    doc = _doc({"chief": ["a:1"], "worker": ["a:2"], "reader": ["a:3"]}, {"type": "reader", "index": 0})
+    msg = _lax_and_strict(doc, "cluster.reader")
+    assert "custom job named 'reader'" in msg and "Keep it only if your code places ops on it" in msg
+
+
+def test_job_names_tensorflow_cannot_parse_are_errors():
+    msg = _one(validate(_doc({"my-job": ["a:1"]}, {"type": "my-job", "index": 0})), "cluster.my-job")
+    assert "cannot use in a device name" in msg and "Rename the job" in msg
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -100,7 +122,6 @@ def test_job_entries_must_be_strings():
     ("localhost", "has no port"),
     (":2222", "empty host"),
     ("a:http", "port 'http' (not an integer)"),
-    ("a:0", "port 0, outside 1..65535"),
     ("a:70000", "port 70000, outside 1..65535"),
     ("grpc://a:1", "URL scheme"),
     ("::1:2222", "IPv6 address without brackets"),
@@ -128,10 +149,14 @@ def test_localhost_and_127_are_the_same_endpoint():
     assert "same endpoint" in _one(problems, "cluster.worker[0]")
 
 
+def test_port_0_is_a_warning():
+    msg = _lax_and_strict(_doc({"worker": ["a:0"]}, {"type": "worker", "index": 0}), "cluster.worker[0]")
+    assert "'a:0'" in msg and "port 0" in msg and "one-task test" in msg
+
+
 def test_loopback_mixed_with_real_hosts():
-    problems = validate(_doc({"chief": ["localhost:2222"], "worker": ["10.0.0.7:2222"]},
-                             {"type": "chief", "index": 0}))
-    msg = _one(problems, "cluster")
+    msg = _lax_and_strict(_doc({"chief": ["localhost:2222"], "worker": ["10.0.0.7:2222"]},
+                               {"type": "chief", "index": 0}), "cluster")
     assert "mixes loopback addresses (localhost:2222 in `cluster.chief[0]`)" in msg
     assert "10.0.0.7:2222" in msg and "would dial" in msg
 
@@ -144,7 +169,17 @@ def test_zero_address_is_a_warning():
 
 def test_task_missing_while_cluster_set():
     msg = _one(validate(_doc(PS_CHIEF_2W)), "task")
-    assert "has a `cluster` but no `task`" in msg
+    assert "has a `cluster` of 4 tasks but no `task`" in msg
+
+
+def test_task_may_be_left_out_of_a_one_task_cluster():
+    from tf_config import TFConfig
+
+    doc = _doc({"chief": ["a:1"]})
+    assert validate(doc) == []
+    assert "no `task`" in _one(validate(doc, strict=True), "task")
+    cfg = TFConfig.from_dict(doc)
+    assert (cfg.task_type, cfg.task_index, cfg.is_chief, cfg.address) == ("chief", 0, True, "a:1")
 
 
 def test_task_must_be_an_object():
@@ -181,8 +216,25 @@ def test_task_index_missing():
 
 
 @pytest.mark.parametrize("index, expected", [
-    ("0", 'is str \'0\'; expected an integer >= 0. Write it without quotes: "index": 0.'),
+    ("1", 'is str \'1\'; TensorFlow reads it as 1, but expected an integer >= 0. Write it without quotes: "index": 1.'),
     (1.0, 'Write it as a whole number: "index": 1.'),
+])
+def test_task_index_tensorflow_casts_is_a_warning(index, expected):
+    from tf_config import TFConfig
+
+    doc = _doc(PS_CHIEF_2W, {"type": "worker", "index": index})
+    assert expected in _lax_and_strict(doc, "task.index")
+    assert TFConfig.from_dict(doc).task_index == 1
+
+
+def test_string_index_out_of_range_is_still_an_error():
+    msg = _one(validate(_doc(PS_CHIEF_2W, {"type": "worker", "index": "2"})), "task.index")
+    assert "is 2 but `cluster.worker` has 2 addresses (valid: 0..1)" in msg
+
+
+@pytest.mark.parametrize("index, expected", [
+    ("one", "is str 'one'; expected an integer >= 0"),
+    (1.5, "is float 1.5; expected an integer >= 0"),
     (True, "is bool True"),
     ([0], "is list [0]"),
 ])
@@ -247,7 +299,7 @@ def test_no_cluster_and_worker_0_is_fine():
 
 def test_cluster_without_any_trainer():
     doc = _doc({"ps": ["a:1"]}, {"type": "ps", "index": 0})
-    assert "no chief or worker" in _one(validate(doc), "cluster")
+    assert "no chief or worker" in _lax_and_strict(doc, "cluster")
 
 
 @pytest.mark.parametrize("key, value, expected", [
@@ -255,14 +307,27 @@ def test_cluster_without_any_trainer():
     ("environment", "", "expected a non-empty string"),
     ("session_master", ["x"], "expected a non-empty string"),
     ("job", "BASIC", "expected an object"),
+    ("model_dir", 3, "expected a non-empty string"),
 ])
 def test_typed_top_level_keys(key, value, expected):
     doc = _doc(PS_CHIEF_2W, {"type": "ps", "index": 0}, **{key: value})
     assert expected in _one(validate(doc), key)
 
 
-def test_trial_must_be_a_string():
-    msg = _one(validate(_doc(PS_CHIEF_2W, {"type": "ps", "index": 0, "trial": 3})), "task.trial")
+def test_every_key_tensorflow_reads_is_known():
+    doc = _doc(PS_CHIEF_2W, {"type": "worker", "index": 0}, rpc_layer="grpc", environment="cloud",
+               session_master="grpc://h:1", model_dir="gs://b/m", job={"scaleTier": "CUSTOM"}, service={})
+    assert validate(doc) == []
+    assert validate({**doc, "task": {"type": "evaluator", "index": 0}, "eval_session_master": "grpc://e:1"}) == []
+
+
+def test_eval_session_master_is_for_the_evaluator_only():
+    doc = _doc(PS_CHIEF_2W, {"type": "worker", "index": 0}, eval_session_master="grpc://e:1")
+    assert "refuses it for any task but the evaluator" in _one(validate(doc), "eval_session_master")
+
+
+def test_trial_should_be_a_string():
+    msg = _lax_and_strict(_doc(PS_CHIEF_2W, {"type": "ps", "index": 0, "trial": 3}), "task.trial")
     assert "is int 3" in msg and '"trial": "1"' in msg
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from toolkit.cli._types import positive_int
+from toolkit.cli.launch_cmd import add_console_flags
 
 _HELP = """\
 Train digits_mlp (or digits_cnn) on scikit-learn's digits with toolkit.fit on a
@@ -45,19 +46,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=positive_int, default=2, help="worker tasks (default 2)")
     parser.add_argument("--ps", type=positive_int, default=1, help="parameter servers (default 1)")
     parser.add_argument("--timeout", type=positive_int, default=600, metavar="S", help="stop after S seconds (default 600)")
+    add_console_flags(parser)
     parser.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from toolkit.launcher import launch
+    from toolkit.launcher import LaunchError, launch
 
     run_dir = Path(args.dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
     model_dir = run_dir / "model"
     cmd = ["python", "-m", "toolkit.training.demo", "--model-dir", str(model_dir.resolve()), "--model", args.model,
            "--epochs", str(args.epochs)]
     print(f"launching 1 chief, {args.workers} workers, {args.ps} ps: {' '.join(cmd)}", flush=True)
-    quiet = {"TF_CPP_MIN_LOG_LEVEL": "2"}  # TensorFlow's C++ start-up chatter would bury the progress bar
-    result = launch(cmd, chief=1, workers=args.workers, ps=args.ps, job_dir=run_dir, timeout=args.timeout, env=quiet)
+    try:
+        result = launch(cmd, chief=1, workers=args.workers, ps=args.ps, job_dir=run_dir, timeout=args.timeout,
+                        verbose=args.show_tf_noise or args.verbose > 0, isolate=args.isolate)
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not result.ok:
         print(f"demo failed: {result.message}", file=sys.stderr)
         return result.exit_code or 1

@@ -13,6 +13,8 @@ import json
 import sys
 from typing import Any, Callable
 
+from toolkit.cli.launch_cmd import add_isolate_flag, isolate_children
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CANCELLED = 0, 1, 2, 3, 4
 EXIT_CODES = """\
 Exit codes:
@@ -115,6 +117,7 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", help="kubernetes: container image holding the trainer package")
     parser.add_argument("--dry-run", action="store_true", help="kubernetes: print the TFJob YAML, submit nothing")
     parser.add_argument("--stream-logs", action="store_true", help="follow the logs until the job ends")
+    add_isolate_flag(parser)
     parser.set_defaults(handler=_guard(_submit))
 
 
@@ -155,6 +158,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _submit(args: argparse.Namespace) -> int:
     from toolkit.jobs import JobSpec, api, names
     names.validate_job_name(args.job)
+    isolate_children(args.isolate)  # the local backend's supervisor inherits it
     overrides = _overrides(args)
     if args.config:
         spec = JobSpec.from_file(args.config, job_id=args.job, overrides=overrides)
@@ -178,13 +182,26 @@ def _submit(args: argparse.Namespace) -> int:
         print(_FOLLOW_UP.format(job=args.job))
         return EXIT_OK
     print(f"Job [{args.job}] submitted successfully.", file=sys.stderr)
-    return _follow(args.job, None, args.backend, True, _options(args))
+    return _follow(args.job, None, args.backend, True, _options(args), verbose=args.verbose > 0)
 
 
-def _follow(job: str, task: str | None, backend: str | None, follow: bool, options: dict[str, Any]) -> int:
+def _follow(job: str, task: str | None, backend: str | None, follow: bool, options: dict[str, Any], *,
+            verbose: bool) -> int:
+    import os
+
     from toolkit.jobs import api
-    record = api.stream_logs(job, task=task, follow=follow, backend=backend,
-                             sink=lambda line: print(line, flush=True), **options)
+    from toolkit.launcher import console_filter
+
+    noise = console_filter(os.environ, verbose=verbose)  # TensorFlow's start-up noise stays in the log files
+    filters: dict[str, Any] = {}
+
+    def sink(line: str) -> None:
+        task, _, text = line.partition("] ")
+        hide = filters.setdefault(task, noise()) if noise is not None else None
+        if hide is None or not hide(text):
+            print(line, flush=True)
+
+    record = api.stream_logs(job, task=task, follow=follow, backend=backend, sink=sink, **options)
     if not record.is_final:
         return EXIT_OK
     print(f"Job [{job}] ended {record.state}" + (f": {record.error}" if record.error else "."), file=sys.stderr)
@@ -192,7 +209,7 @@ def _follow(job: str, task: str | None, backend: str | None, follow: bool, optio
 
 
 def _stream_logs(args: argparse.Namespace) -> int:
-    return _follow(args.job, args.task, args.backend, args.follow, _options(args))
+    return _follow(args.job, args.task, args.backend, args.follow, _options(args), verbose=args.verbose > 0)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -12,9 +12,42 @@ import sys
 
 from toolkit.cli._types import non_negative_int, positive_seconds
 
+
+def add_isolate_flag(parser: argparse.ArgumentParser) -> None:
+    """``--isolate/--no-isolate``: every verb that starts a local cluster has it."""
+    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                        help="run the local cluster in a private network namespace (default: wherever the "
+                             "kernel allows it; TFDIST_ISOLATE=0 turns the default off)")
+
+
+def isolate_children(isolate: bool | None) -> None:
+    """Passes --isolate/--no-isolate on to clusters started by a process this one spawns (a job's supervisor)."""
+    import os
+
+    from toolkit.launcher import ENV_ISOLATE
+
+    if isolate is not None:
+        os.environ[ENV_ISOLATE] = "1" if isolate else "0"
+
+
+def add_console_flags(parser: argparse.ArgumentParser) -> None:
+    """``--verbose`` and ``--isolate/--no-isolate``, shared by the verbs that start a local cluster."""
+    parser.add_argument("--verbose", dest="show_tf_noise", action="store_true",
+                        help="also show TensorFlow's C++ start-up noise on the console (always in the logs)")
+    add_isolate_flag(parser)
+
+
 _HELP = """\
 Start a local cluster (chief, workers, ps, evaluator) on 127.0.0.1 with free
 ports, run CMD in every task with its own TF_CONFIG, and wait for the chief.
+
+The cluster runs in a private network namespace (--isolate, the default where
+the kernel allows unprivileged user namespaces): TensorFlow's servers listen
+on every interface without authentication, and inside the namespace no other
+host or namespace can reach them. --no-isolate (or TFDIST_ISOLATE=0) turns it
+off. TensorFlow's C++ start-up noise (oneDNN, CUDA probes, absl notices) is
+kept off the console but not out of the logs; --verbose, or your own
+TF_CPP_MIN_LOG_LEVEL, shows it.
 
 Every output line is prefixed with its task ([chief-0], [worker-1], [ps-0]);
 each task's full log is kept in JOB_DIR/logs/<task>.log. With --ps and no
@@ -58,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--grace-period", type=positive_seconds, default=10.0, metavar="S",
                         help="seconds the other tasks get to exit after the chief ends (default 10)")
     parser.add_argument("--quiet", action="store_true", help="keep task output in the log files only")
+    add_console_flags(parser)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                         help="the entrypoint, run in every task")
     parser.set_defaults(handler=_launch)
@@ -75,7 +109,8 @@ def _launch(args: argparse.Namespace) -> int:
     try:
         result = launch(cmd, chief=args.chief, workers=args.workers, ps=args.ps, evaluator=int(args.evaluator),
                         job_dir=args.job_dir, timeout=args.timeout, max_restarts=args.max_restarts,
-                        restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet)
+                        restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
+                        verbose=args.show_tf_noise or args.verbose > 0, isolate=args.isolate)
     except (LaunchError, TFConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from toolkit.cli.jobs_cmd import UserArgsParser
+from toolkit.cli.launch_cmd import add_isolate_flag, isolate_children
 
 EXIT_CODES = """\
 Exit codes:
@@ -43,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--use-chief-in-tf-config", action="store_true",
                        help="name the primary task `chief` in TF_CONFIG instead of `master`")
     train.add_argument("--timeout", type=float, default=None, help="stop every task after this many seconds")
+    add_isolate_flag(train)
     train.set_defaults(handler=_train)
 
 
@@ -50,6 +52,7 @@ def _train(args: argparse.Namespace) -> int:
     from toolkit.jobs.errors import JobError
     from toolkit.jobs.local_train import local_train
 
+    isolate_children(args.isolate)
     counts = {"workerCount": args.worker_count, "parameterServerCount": args.parameter_server_count,
               "evaluatorCount": args.evaluator_count}
     if not args.distributed and any(v is not None for v in counts.values()):

@@ -26,8 +26,11 @@ uses --port, and a host used again gets the next port up.
 Exit codes: 0 printed/written, 2 usage error (bad counts, hosts, names or flags).
 """
 _VALIDATE_HELP = """\
-Check a TF_CONFIG against every rule (stricter than TensorFlow) and print each
-problem, errors and warnings, one per line, then a summary.
+Check a TF_CONFIG against every rule and print each problem, errors and
+warnings, one per line, then a summary. An error is what makes TensorFlow or
+tfdist fail; what TensorFlow accepts but is risky (a string index, a custom job
+name, port 0, a one-task cluster without `task`...) is a warning, or an error
+with --strict.
 
 Input: FILE (JSON, an `export TF_CONFIG=...` or `TF_CONFIG=...` line, or .yaml),
 `-` for stdin, or $TF_CONFIG when no FILE is given.
@@ -59,6 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("file", nargs="?", metavar="FILE|-", help="TF_CONFIG file, or - for stdin")
         parser.add_argument("--strategy", choices=_STRATEGIES,
                             help="also apply this strategy's rules (auto: the one the cluster implies)")
+        if name == "validate":
+            parser.add_argument("--strict", action="store_true",
+                                help="report what TensorFlow accepts but is risky as errors")
         if name == "explain":
             parser.add_argument("--gpus", type=non_negative_int, default=0, metavar="N",
                                 help="GPUs on this machine, for the `auto` recommendation (default 0)")
@@ -165,13 +171,14 @@ def _validate(args: argparse.Namespace) -> int:
     if doc is None and not problems:
         return EXIT_USAGE
     if doc is not None:
-        problems = validate(doc, strategy=args.strategy)
+        problems = validate(doc, strategy=args.strategy, strict=args.strict)
     for problem in problems:
         print(problem)
     errors = sum(p.is_error for p in problems)
     warnings = len(problems) - errors
     verdict = "invalid" if errors else "valid"
     rules = f" for {args.strategy}" if args.strategy else ""
+    rules += " (strict)" if args.strict else ""
     print(f"TF_CONFIG from {source} is {verdict}{rules}: {errors} error(s), {warnings} warning(s).")
     return EXIT_INVALID if errors else EXIT_OK
 

@@ -125,6 +125,11 @@ class RunConfig:
                                  "expected True or False.")
         cfg = _as_tf_config(self.tf_config)
         _estimator_rules(cfg)
+        if cfg.model_dir is not None:  # TF's RunConfig also reads model_dir from TF_CONFIG
+            if self.model_dir is not None and os.fspath(self.model_dir) != cfg.model_dir:
+                raise RunConfigError("model_dir", f"RunConfig `model_dir` is {self.model_dir!r} but TF_CONFIG "
+                                     f"`model_dir` is {cfg.model_dir!r}; they must agree. Drop one of them.")
+            object.__setattr__(self, "model_dir", cfg.model_dir)
         if self.train_distribute != "auto":
             cfg.check(strategy=self.train_distribute)
         if self.sync_replicas and cfg.num_ps == 0 and not cfg.is_local:
@@ -164,8 +169,30 @@ class RunConfig:
 
     @property
     def cluster_spec(self) -> dict[str, list[str]]:
-        """The cluster as ``{job: [addresses]}`` (``tf.train.ClusterSpec(config.cluster_spec)`` if needed)."""
+        """The cluster as ``{job: [addresses]}``; empty for the evaluator, which is not part of training."""
+        if self.tf_config.is_evaluator:
+            return {}
         return {job: list(addresses) for job, addresses in self.tf_config.cluster.items()}
+
+    @property
+    def master(self) -> str:
+        """This task's session target as TF computes it: ``session_master``, else ``grpc://<address>``.
+
+        Empty for a one-process run, a one-task cluster and the evaluator.
+        """
+        cfg = self.tf_config
+        if cfg.is_evaluator:
+            return ""
+        if cfg.session_master is not None:
+            return cfg.session_master
+        if sum(len(a) for a in cfg.cluster.values()) <= 1 or cfg.address is None:
+            return ""
+        return f"grpc://{cfg.address}"
+
+    @property
+    def evaluation_master(self) -> str:
+        """The evaluator's ``eval_session_master`` from TF_CONFIG; empty otherwise."""
+        return (self.tf_config.eval_session_master or "") if self.tf_config.is_evaluator else ""
 
     @property
     def is_evaluator(self) -> bool:

@@ -12,6 +12,9 @@ from toolkit.jobs.spec import MODULE_PATTERN, ReplicaConfig, TrainingInput
 from toolkit.jobs.tiers import MACHINE_TYPE_HELP, MACHINE_TYPES, SCALE_TIERS, machine_for
 
 _TOP_KEYS = ("jobId", "labels", "trainingInput")
+# What `gcloud ai-platform jobs describe --format json` adds: CMLE fills these in, a new job ignores them.
+_OUTPUT_KEYS = ("createTime", "startTime", "endTime", "state", "errorMessage", "etag",
+                "trainingOutput", "predictionOutput", "jobPosition")
 # role -> (count field, machine type field, config field)
 ROLE_FIELDS = {
     "master": (None, "masterType", "masterConfig"),
@@ -21,11 +24,15 @@ ROLE_FIELDS = {
 }
 # Accepted, kept in TrainingInput.recorded, not acted on.
 RECORDED_KEYS = ("serviceAccount", "network", "encryptionConfig", "enableWebAccess")
+# ReplicaConfig fields recorded the same way (as "<role>Config.<field>").
+_RECORDED_CONFIG_KEYS = ("diskConfig", "tpuTfVersion")
+TPU_MACHINE_TYPES = ("cloud_tpu", "standard_tpu", "basic_tpu", "cloud-tpu")  # the last: Vertex's name
+TPU_BACKENDS = "the local and kubernetes backends"
 _TI_KEYS = (("scaleTier", "pythonModule", "packageUris", "packagePath", "args", "jobDir", "region",
              "runtimeVersion", "pythonVersion", "useChiefInTfConfig", "hyperparameters",
              "scheduling") + RECORDED_KEYS
             + tuple(k for keys in ROLE_FIELDS.values() for k in keys if k))
-_CONFIG_KEYS = ("imageUri", "acceleratorConfig")
+_CONFIG_KEYS = ("imageUri", "acceleratorConfig") + _RECORDED_CONFIG_KEYS
 _NO_COMMAND = ("is not supported: every task runs `python -m <pythonModule> <args>`. Remove it and "
                "put the arguments in trainingInput.args.")
 _DURATION = re.compile(r"(\d+(\.\d+)?)s")
@@ -36,7 +43,13 @@ _ACCELERATOR = re.compile(r"[A-Z][A-Z0-9_]*")
 def read_cmle(reader: FieldReader, doc: Mapping[str, Any],
               overrides: Mapping[str, Any]) -> tuple[dict[str, Any], object, object]:
     """Returns TrainingInput keyword arguments, the raw labels and the raw jobId."""
-    reader.check_keys(doc, "", _TOP_KEYS)
+    if "predictionInput" in doc:
+        reader.fail("predictionInput", "is a batch prediction job; tfdist runs training jobs only. "
+                                       "Submit it to a prediction service, or give a trainingInput.")
+    for key in _OUTPUT_KEYS:
+        if key in doc:
+            reader.warn(key, "is an output field CMLE fills in for a submitted job; it is ignored.")
+    reader.check_keys({k: v for k, v in doc.items() if k not in (*_OUTPUT_KEYS, "predictionInput")}, "", _TOP_KEYS)
     ti = dict(reader.mapping(doc.get("trainingInput"), "trainingInput"))
     ti.update(overrides)
     return read_training_input(reader, ti, "trainingInput"), doc.get("labels"), doc.get("jobId")
@@ -44,8 +57,13 @@ def read_cmle(reader: FieldReader, doc: Mapping[str, Any],
 
 def read_training_input(reader: FieldReader, ti: Mapping[str, Any], path: str) -> dict[str, Any]:
     reader.check_keys(ti, path, _TI_KEYS)
+    if isinstance(ti.get("scaleTier"), str) and ti["scaleTier"].upper() == "BASIC_TPU":
+        reader.fail(f"{path}.scaleTier", f"is BASIC_TPU: TPU jobs cannot run on {TPU_BACKENDS}, which "
+                                         "have no TPUs. Use BASIC, BASIC_GPU or CUSTOM with CPU or GPU machines.")
+        ti = {k: v for k, v in ti.items() if k != "scaleTier"}
     tier = reader.choice(ti, "scaleTier", path, SCALE_TIERS, default="BASIC")
-    replicas = _read_replicas(reader, ti, path, tier)
+    recorded: dict[str, Any] = {}
+    replicas = _read_replicas(reader, ti, path, tier, recorded)
     module = reader.string(ti, "pythonModule", path, pattern=MODULE_PATTERN,
                            expected="a dotted Python module name such as trainer.task",
                            fix="Name the module that `python -m` should run.")
@@ -62,9 +80,10 @@ def read_training_input(reader: FieldReader, ti: Mapping[str, Any], path: str) -
         reader.warn(f"{path}.useChiefInTfConfig", "is false, so TF_CONFIG names the primary task `master` "
                     "(CMLE's default). TF2 distribution strategies need `chief`: set `useChiefInTfConfig: true` "
                     "unless the trainer expects `master`.")
-    recorded = {k: ti[k] for k in RECORDED_KEYS if k in ti}
-    for key in recorded:
-        reader.warn(f"{path}.{key}", "is recorded with the job but tfdist does not act on it.")
+    for key in RECORDED_KEYS:
+        if key in ti:
+            recorded[key] = ti[key]
+            reader.warn(f"{path}.{key}", "is recorded with the job but tfdist does not act on it.")
     max_running = _read_scheduling(reader, ti.get("scheduling"), f"{path}.scheduling", recorded)
     return dict(
         python_module=module, scale_tier=tier or "BASIC", **replicas,
@@ -86,12 +105,17 @@ def read_training_input(reader: FieldReader, ti: Mapping[str, Any], path: str) -
 
 
 def _read_replicas(reader: FieldReader, ti: Mapping[str, Any], path: str,
-                   tier: str | None) -> dict[str, ReplicaConfig]:
+                   tier: str | None, recorded: dict[str, Any]) -> dict[str, ReplicaConfig]:
     preset = SCALE_TIERS.get(tier or "BASIC")
     out = {}
     for role, (count_key, type_key, config_key) in ROLE_FIELDS.items():
         machine = read_machine_type(reader, ti, type_key, path)
         image, accel_type, accel_count = _read_config(reader, ti.get(config_key), f"{path}.{config_key}")
+        config = ti.get(config_key)
+        for key in _RECORDED_CONFIG_KEYS:
+            if isinstance(config, Mapping) and key in config:
+                recorded[f"{config_key}.{key}"] = config[key]
+                reader.warn(f"{path}.{config_key}.{key}", "is recorded with the job but tfdist does not act on it.")
         if preset is None:
             count = 1 if count_key is None else _read_count(reader, ti, count_key, path)
             if count and type_key not in ti:
@@ -129,6 +153,10 @@ def _read_count(reader: FieldReader, ti: Mapping[str, Any], key: str, path: str)
 
 def read_machine_type(reader: FieldReader, doc: Mapping[str, Any], key: str, path: str) -> str | None:
     name = reader.string(doc, key, path)
+    if name is not None and name.lower() in TPU_MACHINE_TYPES:
+        reader.fail(f"{path}.{key}", f"is {name!r}, a TPU machine: TPU jobs cannot run on {TPU_BACKENDS}, "
+                                     f"which have no TPUs. Use a CPU or GPU machine type ({MACHINE_TYPE_HELP}).")
+        return None
     if name is not None and machine_for(name) is None:
         reader.error(f"{path}.{key}", name, f"a known machine type ({MACHINE_TYPE_HELP})",
                      f"Pick one of those.{did_you_mean(name, MACHINE_TYPES)}")
@@ -148,6 +176,10 @@ def _read_config(reader: FieldReader, value: object, path: str) -> tuple[str | N
     count = reader.integer(accel, "count", f"{path}.acceleratorConfig", default=0, minimum=1) or 0
     kind = reader.string(accel, "type", f"{path}.acceleratorConfig", pattern=_ACCELERATOR,
                          expected="an accelerator name such as NVIDIA_TESLA_T4")
+    if kind is not None and kind.startswith("TPU"):
+        reader.fail(f"{path}.acceleratorConfig.type", f"is {kind!r}: TPU jobs cannot run on {TPU_BACKENDS}, "
+                                                      "which have no TPUs. Use a GPU such as NVIDIA_TESLA_T4.")
+        kind = None
     if accel and (not count or not kind):
         reader.fail(f"{path}.acceleratorConfig", "needs both `count` and `type`, e.g. "
                                                  "{count: 1, type: NVIDIA_TESLA_T4}.")
@@ -156,10 +188,13 @@ def _read_config(reader: FieldReader, value: object, path: str) -> tuple[str | N
 
 def _read_scheduling(reader: FieldReader, value: object, path: str, recorded: dict[str, Any]) -> int | None:
     doc = reader.mapping(value, path)
-    reader.check_keys(doc, path, ("maxRunningTime", "maxWaitTime"))
+    reader.check_keys(doc, path, ("maxRunningTime", "maxWaitTime", "priority"))
     if "maxWaitTime" in doc:
         recorded["scheduling.maxWaitTime"] = doc["maxWaitTime"]
         reader.warn(f"{path}.maxWaitTime", "is recorded but tfdist starts jobs at once.")
+    if "priority" in doc:
+        recorded["scheduling.priority"] = doc["priority"]
+        reader.warn(f"{path}.priority", "is recorded but tfdist runs every job as soon as it is submitted.")
     if "maxRunningTime" not in doc:
         return None
     text = doc["maxRunningTime"]
@@ -195,14 +230,12 @@ def training_input_to_dict(ti: TrainingInput) -> dict[str, Any]:
         doc["useChiefInTfConfig"] = True
     if ti.hyperparameters is not None:
         doc["hyperparameters"] = ti.hyperparameters.to_dict()
-    scheduling = {}
     if ti.max_running_seconds:
-        scheduling["maxRunningTime"] = f"{ti.max_running_seconds}s"
+        doc["scheduling"] = {"maxRunningTime": f"{ti.max_running_seconds}s"}
     for key, value in ti.recorded.items():
-        if key.startswith("scheduling."):
-            scheduling[key.split(".", 1)[1]] = value
+        parent, dot, child = key.partition(".")
+        if dot:  # a field of a nested object: scheduling.maxWaitTime, masterConfig.diskConfig
+            doc.setdefault(parent, {})[child] = value
         else:
             doc[key] = value
-    if scheduling:
-        doc["scheduling"] = scheduling
     return doc

@@ -52,12 +52,16 @@ class FieldReader:
         return value
 
     def check_keys(self, doc: Mapping[str, Any], path: str, allowed: Iterable[str]) -> None:
-        """Reports every key of ``doc`` not in ``allowed``, with a did-you-mean hint."""
+        """Warns about every key of ``doc`` not in ``allowed``, with a did-you-mean hint.
+
+        A warning, not an error: CMLE adds fields over time, and a config that
+        runs there must not be turned away here for a field tfdist ignores.
+        """
         allowed = sorted(allowed)
         for key in doc:
             if key not in allowed:
                 where = f"{path}.{key}" if path else key
-                self.fail(where, f"unknown field {key!r}.{did_you_mean(key, allowed)} "
+                self.warn(where, f"unknown field {key!r} is ignored.{did_you_mean(key, allowed)} "
                                  f"Valid fields{' of ' + path if path else ''}: {', '.join(allowed)}.")
 
     def integer(self, doc: Mapping[str, Any], key: str, path: str, *, default: int | None,

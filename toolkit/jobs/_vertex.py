@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from toolkit.jobs._cmle import read_machine_type
+from toolkit.jobs._cmle import TPU_BACKENDS, read_machine_type
 from toolkit.jobs._fields import FieldReader
 from toolkit.jobs.spec import MODULE_PATTERN, ReplicaConfig
 
@@ -71,6 +71,10 @@ def _read_pools(reader: FieldReader, pools: list, path: str) -> dict[str, Any]:
         machine_spec = reader.mapping(pool.get("machineSpec"), f"{where}.machineSpec")
         reader.check_keys(machine_spec, f"{where}.machineSpec", ("machineType", "acceleratorType", "acceleratorCount"))
         machine = read_machine_type(reader, machine_spec, "machineType", f"{where}.machineSpec")
+        accelerator = machine_spec.get("acceleratorType")
+        if isinstance(accelerator, str) and accelerator.upper().startswith("TPU"):
+            reader.fail(f"{where}.machineSpec.acceleratorType", f"is {accelerator!r}: TPU jobs cannot run on "
+                        f"{TPU_BACKENDS}, which have no TPUs. Use a GPU such as NVIDIA_TESLA_T4.")
         image, pool_entry = _read_entrypoint(reader, pool, where)
         if pool and count and entry is not None and pool_entry[:2] != entry[:2] and pool_entry[0] is not None:
             reader.fail(where, f"runs {pool_entry[0]!r} with args {list(pool_entry[1])}, but pool 0 runs "

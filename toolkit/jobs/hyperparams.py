@@ -28,12 +28,17 @@ _STUDY_KEYS = ("goal", "hyperparameterMetricTag", "maxTrials", "maxParallelTrial
                "resumePreviousJobId", "hyperparameterMetricValue")
 _PARAM_KEYS = ("parameterName", "type", "minValue", "maxValue", "categoricalValues",
                "discreteValues", "scaleType")
-_PARAM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+# CMLE passes the name through unchanged as --NAME=value, so hyphens are common
+# (the official samples use first-layer-size, learning-rate, train-batch-size).
+_PARAM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
 
 
 @dataclass(frozen=True)
 class ParameterSpec:
-    """One tuned parameter; passed to the trainer as ``--<parameter_name>=<value>``."""
+    """One tuned parameter; passed to the trainer unchanged as ``--<parameter_name>=<value>``.
+
+    Names are letters, digits, ``_`` and ``-``, not starting with ``-``.
+    """
 
     parameter_name: str
     type: str
@@ -163,8 +168,8 @@ def _read_param(reader: FieldReader, doc: Mapping[str, Any], path: str) -> Param
     reader.check_keys(doc, path, _PARAM_KEYS)
     before = len(reader.problems)
     name = reader.string(doc, "parameterName", path, pattern=_PARAM_NAME,
-                         expected="a name of letters, digits and '_' starting with a letter",
-                         fix="It becomes the trainer flag --<parameterName>.")
+                         expected="a name of letters, digits, '_' and '-', not starting with '-'",
+                         fix="It is passed to the trainer unchanged as --<parameterName>=<value>.")
     if "parameterName" not in doc:
         reader.missing(f"{path}.parameterName", "a parameter name", "Add `parameterName: learning_rate`.")
     kind = reader.choice(doc, "type", path, PARAM_TYPES, default=None)

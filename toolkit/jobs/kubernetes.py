@@ -18,7 +18,8 @@ from toolkit.jobs.records import JobRecord, TaskRecord
 from toolkit.jobs.spec import JobSpec
 from toolkit.jobs.states import JobState, advance_path
 from toolkit.jobs.store import JobStore
-from toolkit.jobs.tfjob import KubernetesOptions, render_tfjob, to_yaml, validate_tfjob
+from tf_config import validate
+from toolkit.jobs.tfjob import KubernetesOptions, pod_tf_configs, render_tfjob, to_yaml, validate_tfjob
 
 __all__ = ["KubernetesBackend", "state_from_tfjob"]
 
@@ -68,6 +69,11 @@ class KubernetesBackend:
         errors = validate_tfjob(manifest)
         if errors:
             raise BackendError("the rendered TFJob does not validate against the CRD schema:\n  "
+                               + "\n  ".join(errors))
+        errors = [f"{pod}: {p}" for pod, text in pod_tf_configs(manifest).items()
+                  for p in validate(text) if p.is_error]
+        if errors:
+            raise BackendError("the operator would give these pods a TF_CONFIG TensorFlow cannot use:\n  "
                                + "\n  ".join(errors))
         return to_yaml(manifest), warnings
 

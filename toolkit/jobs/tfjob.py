@@ -6,6 +6,10 @@ cased: ``chief``/``master``, ``worker``, ``ps``, ``evaluator``), so choosing
 every replica runs the same container, named ``tensorflow`` with port 2222
 named ``tfjob-port`` as the operator expects, and ``python -m <module> <args>``.
 
+``pod_tf_configs`` gives the TF_CONFIG the operator sets in each pod (its
+``genTFConfigJSONStr``), so what a pod will read can be checked before anything
+is applied.
+
 ``validate_tfjob`` checks a manifest against the CRD's OpenAPI schema embedded
 in ``schemas/tfjob-v1.json`` with strict field validation (as ``kubectl apply``
 does by default), plus the rules the operator's admission webhook enforces.
@@ -26,7 +30,15 @@ from toolkit.jobs.errors import JobSpecError, Problem, show
 from toolkit.jobs.spec import JobSpec, ReplicaConfig
 from toolkit.jobs.tiers import resources_for
 
-__all__ = ["KubernetesOptions", "render_tfjob", "validate_tfjob", "to_yaml", "REPLICA_TYPES", "TFJOB_PORT"]
+__all__ = [
+    "REPLICA_TYPES",
+    "TFJOB_PORT",
+    "KubernetesOptions",
+    "pod_tf_configs",
+    "render_tfjob",
+    "to_yaml",
+    "validate_tfjob",
+]
 
 TFJOB_PORT = 2222
 REPLICA_TYPES = {"chief": "Chief", "master": "Master", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
@@ -161,6 +173,45 @@ def _warnings(spec: JobSpec) -> list[str]:
         out.append(f"jobDir {ti.job_dir!r} is a local path; every pod must be able to write it "
                    "(a mounted volume or a gs:// or s3:// URI).")
     return out
+
+
+def pod_tf_configs(manifest: dict[str, Any]) -> dict[str, str]:
+    """The TF_CONFIG the TFJob operator puts in each pod, keyed by pod name.
+
+    As the operator (kubeflow.org/v1) builds it: every replica type, the
+    evaluator included, is listed under its lower-cased name with one
+    ``{job}-{type}-{i}.{namespace}.svc:{port}`` service per replica, the port
+    being the ``tfjob-port`` of the ``tensorflow`` container (default 2222);
+    the task is the pod's own, and ``environment`` is ``cloud``. A job with a
+    single replica in all gets no TF_CONFIG (the operator treats it as local).
+
+    Example:
+        >>> manifest = {"metadata": {"name": "mnist", "namespace": "ml"}, "spec": {"tfReplicaSpecs": {
+        ...     "Chief": {"replicas": 1}, "Worker": {"replicas": 1}}}}
+        >>> pod_tf_configs(manifest)["mnist-worker-0"]
+        '{"cluster": {"chief": ["mnist-chief-0.ml.svc:2222"], "worker": ["mnist-worker-0.ml.svc:2222"]}, \
+"task": {"type": "worker", "index": 0}, "environment": "cloud"}'
+    """
+    meta, specs = manifest["metadata"], manifest["spec"]["tfReplicaSpecs"]
+    name, namespace = meta["name"], meta.get("namespace", "default")
+    counts = {kind.lower(): int(spec.get("replicas", 1)) for kind, spec in specs.items()}
+    if sum(counts.values()) == 1:
+        return {}
+    cluster = {kind: [f"{name}-{kind}-{i}.{namespace}.svc:{_port(specs[kind_])}" for i in range(counts[kind])]
+               for kind_, kind in sorted(((k, k.lower()) for k in specs), key=lambda pair: pair[1])}
+    return {f"{name}-{kind}-{i}": json.dumps({"cluster": cluster, "task": {"type": kind, "index": i},
+                                              "environment": "cloud"})
+            for kind, count in counts.items() for i in range(count)}
+
+
+def _port(replica: dict[str, Any]) -> int:
+    """The operator's GetPortFromTFJob: the ``tfjob-port`` of the ``tensorflow`` container."""
+    for container in replica.get("template", {}).get("spec", {}).get("containers", []):
+        if container.get("name") == "tensorflow":
+            for port in container.get("ports", []):
+                if port.get("name") == "tfjob-port":
+                    return int(port["containerPort"])
+    return TFJOB_PORT
 
 
 def to_yaml(manifest: dict[str, Any]) -> str:

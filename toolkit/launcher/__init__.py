@@ -30,9 +30,13 @@ from toolkit.launcher._result import (EXIT_INTERRUPTED, EXIT_TASK_FAILED, EXIT_T
                                     TaskEvent, TaskResult)
 from toolkit.launcher._spec import (ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
                                   LaunchError, LaunchSpec)
+from toolkit.launcher._console import console_filter
+from toolkit.launcher._isolation import ENV_ISOLATE, IsolationError, NetworkNamespace
+from toolkit.launcher._isolation import resolve as resolve_isolation
 from toolkit.launcher._supervisor import Job, supervise
 
 __all__ = [
+    "ENV_ISOLATE",
     "ENV_JOB_DIR",
     "ENV_RESTART_COUNT",
     "ENV_TASK_DIR",
@@ -45,6 +49,7 @@ __all__ = [
     "LaunchSpec",
     "TaskEvent",
     "TaskResult",
+    "console_filter",
     "default_job_dir",
     "launch",
 ]
@@ -61,7 +66,8 @@ def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps
            evaluator: int = 0, job_dir: str | PathLike[str] | None = None, timeout: float | None = None,
            max_restarts: int = 0, restartable: bool = False, grace_period: float = 10.0,
            settle_period: float = 10.0, env: Mapping[str, str] | None = None, stream: IO[str] | None = None,
-           echo: bool = True, on_task: Callable[[TaskEvent], None] | None = None) -> LaunchResult:
+           echo: bool = True, on_task: Callable[[TaskEvent], None] | None = None, verbose: bool = False,
+           isolate: bool | None = None) -> LaunchResult:
     """Runs ``cmd`` as every task of a local cluster and waits for the job to end.
 
     Args:
@@ -90,6 +96,15 @@ def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps
         env: extra environment variables for every task.
         stream: where prefixed task output goes; default ``sys.stdout``.
         echo: False keeps task output in the log files only.
+        verbose: also echo TensorFlow's C++ start-up noise (oneDNN and CPU
+            notices, CUDA probes, absl's pre-init warning), which is otherwise
+            kept off the console, unless ``TF_CPP_MIN_LOG_LEVEL`` is set in the
+            environment. The log files always keep every line.
+        isolate: run the whole cluster in a private network namespace, so no
+            task port is reachable from another host or namespace (TensorFlow's
+            servers listen on every interface). None: wherever the kernel
+            allows unprivileged user namespaces (``TFDIST_ISOLATE=0`` turns the
+            default off), with a warning where it does not; True: required.
         on_task: called with a ``TaskEvent`` each time a task starts (or
             restarts) and each time one exits, from the launching thread, so
             a caller can record pids, restarts and exit codes as they happen.
@@ -98,16 +113,28 @@ def launch(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps
         A ``LaunchResult``; ``exit_code`` is the chief's on a normal end.
 
     Raises:
-        LaunchError: a bad argument (nothing was started).
+        LaunchError: a bad argument, or ``isolate=True`` on a machine that
+            cannot isolate (nothing was started).
         tf_config.TFConfigError: the cluster shape cannot be generated.
     """
     spec = LaunchSpec(cmd=tuple(cmd) if not isinstance(cmd, str) else cmd, chief=chief, workers=workers,
                       ps=ps, evaluator=evaluator, timeout=timeout, max_restarts=max_restarts,
                       restartable=restartable, grace_period=grace_period,
                       settle_period=settle_period)
+    try:
+        isolated = resolve_isolation(isolate)
+    except IsolationError as exc:
+        raise LaunchError("isolate", str(exc)) from exc
     directory = Path(job_dir if job_dir is not None else default_job_dir()).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     out = (stream if stream is not None else sys.stdout) if echo else None
-    job = Job(spec, directory, env=env, stream=out, on_task=on_task)
-    logger.info("launching %s in %s: %s", ", ".join(job.tasks), directory, " ".join(spec.cmd))
-    return supervise(job)
+    namespace = NetworkNamespace() if isolated else None
+    try:
+        job = Job(spec, directory, env=env, stream=out, on_task=on_task, verbose=verbose,
+                  wrap=namespace.wrap if namespace is not None else None)
+        logger.info("launching %s in %s%s: %s", ", ".join(job.tasks), directory,
+                    " (private network namespace)" if namespace else "", " ".join(spec.cmd))
+        return supervise(job)
+    finally:
+        if namespace is not None:
+            namespace.close()

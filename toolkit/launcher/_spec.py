@@ -16,10 +16,9 @@ ENV_TASK_DIR = "TFDIST_TASK_DIR"          # this task's own write dir: <job_dir>
 ENV_TASK_NAME = "TFDIST_TASK_NAME"        # e.g. "worker-1"
 ENV_RESTART_COUNT = "TFDIST_RESTART_COUNT"  # times this task was started before in this job
 
-# Defaults a task gets unless the caller's environment (or ``env=``) sets them. TensorFlow's C++
-# INFO lines (oneDNN, CUDA probing, handle releases) would otherwise bury the training output;
-# warnings and errors still show.
-TASK_ENV_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "1"}
+# Defaults a task gets unless the caller's environment (or ``env=``) sets them. None for now:
+# TensorFlow's C++ chatter is kept in the log files and left off the console (``_console``).
+TASK_ENV_DEFAULTS: dict[str, str] = {}
 
 _PYTHON_NAMES = ("python", "python3")
 

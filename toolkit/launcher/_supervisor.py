@@ -25,11 +25,12 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import IO, Callable, Iterator, Mapping
+from typing import IO, Callable, Iterator, Mapping, Sequence
 
 from toolkit.launcher._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, TaskEvent, TaskResult
 from toolkit.launcher._spec import (ENV_JOB_DIR, TASK_ENV_DEFAULTS, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
                                   LaunchSpec)
+from toolkit.launcher._console import console_filter
 from toolkit.launcher._task import TaskProcess, describe_exit, shell_exit_code, stop_all
 
 logger = logging.getLogger(__name__)
@@ -42,14 +43,17 @@ class Job:
     """One launch: its tasks, their TF_CONFIGs, restarts and the deaths seen so far."""
 
     def __init__(self, spec: LaunchSpec, job_dir: Path, *, env: Mapping[str, str] | None,
-                 stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None) -> None:
+                 stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None,
+                 verbose: bool = False, wrap: Callable[[Sequence[str]], list[str]] | None = None) -> None:
         self.spec, self.job_dir = spec, job_dir
         self.base_env = {**TASK_ENV_DEFAULTS, **os.environ, **(env or {})}
+        self.wrap = wrap  # runs a task's command inside the private network namespace, if any
+        noise = console_filter(self.base_env, verbose=verbose)
         self.configs = self._generate()
         lock = threading.Lock()
         (job_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.tasks = {name: TaskProcess(name, log_path=job_dir / "logs" / f"{name}.log", stream=stream, lock=lock,
-                                        on_event=on_task)
+                                        on_event=on_task, hide=noise() if noise is not None else None)
                       for name in self.configs}
         for task in self.tasks.values():
             (job_dir / "tasks" / task.name).mkdir(parents=True, exist_ok=True)
@@ -82,15 +86,19 @@ class Job:
             "PYTHONUNBUFFERED": "1",
         }
 
+    @property
+    def cmd(self) -> Sequence[str]:
+        return self.spec.cmd if self.wrap is None else self.wrap(self.spec.cmd)
+
     def start_all(self) -> None:
         for task in self.tasks.values():
-            task.start(self.spec.cmd, self._env(task))
+            task.start(self.cmd, self._env(task))
 
     def _restart_task(self, task: TaskProcess) -> None:
         self.task_restarts[task.name] += 1
         logger.warning("%s exited with %s; restarting it (%d of %d)", task.name, describe_exit(task.exit_code),
                        self.task_restarts[task.name], self.spec.max_restarts)
-        task.start(self.spec.cmd, self._env(task))
+        task.start(self.cmd, self._env(task))
 
     def _restart_cluster(self, cause: TaskProcess) -> None:
         self.cluster_restarts += 1

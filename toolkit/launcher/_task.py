@@ -42,8 +42,10 @@ class TaskProcess:
     """A task of the local cluster, restartable with the same name and log file."""
 
     def __init__(self, name: str, *, log_path: Path, stream: IO[str] | None, lock: threading.Lock,
-                 on_event: Callable[[TaskEvent], None] | None = None) -> None:
+                 on_event: Callable[[TaskEvent], None] | None = None,
+                 hide: Callable[[str], bool] | None = None) -> None:
         self.name = name
+        self.hide = hide  # lines kept off the console (the log file still gets them)
         self.on_event = on_event
         self.task_type, _, index = name.rpartition("-")
         self.index = int(index)
@@ -95,7 +97,7 @@ class TaskProcess:
                 log.flush()
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 self.recent.append(line)
-                if self.stream is not None:
+                if self.stream is not None and not (self.hide is not None and self.hide(line)):
                     self._echo(prefix + line + "\n")
         proc.stdout.close()
 
