@@ -42,8 +42,8 @@ class Backend(Protocol):
 def _local(store: JobStore, **options: Any) -> Backend:
     from toolkit.jobs.local import LocalBackend
     if options:
-        raise JobSpecError([Problem("error", f"--{sorted(options)[0]}", "applies to the kubernetes backend only; "
-                                    "remove it or pass --backend kubernetes.")])
+        raise JobSpecError([Problem("error", f"--{sorted(options)[0]}", "does not apply to the local backend; "
+                                    "remove it or pass --backend kubernetes or ray.")])
     return LocalBackend(store)
 
 
@@ -53,7 +53,15 @@ def _kubernetes(store: JobStore, **options: Any) -> Backend:
     return KubernetesBackend(store, options=KubernetesOptions(**options))
 
 
-BACKENDS: dict[str, Callable[..., Backend]] = {"local": _local, "kubernetes": _kubernetes}
+def _ray(store: JobStore, **options: Any) -> Backend:
+    from toolkit.jobs.ray_backend import RayBackend
+    unknown = sorted(set(options) - {"address", "placement", "shared_job_dir"})
+    if unknown:
+        raise JobSpecError([Problem("error", f"--{unknown[0]}", "does not apply to the ray backend; remove it.")])
+    return RayBackend(store, **options)
+
+
+BACKENDS: dict[str, Callable[..., Backend]] = {"local": _local, "kubernetes": _kubernetes, "ray": _ray}
 
 
 def get_backend(name: str, *, home: str | Path | None = None, **options: Any) -> Backend:

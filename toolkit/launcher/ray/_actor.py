@@ -76,9 +76,8 @@ class TaskRunner:
         """Starts (or restarts) the task; returns its pid on this node and the cursor its output starts at."""
         self.stop(signal.SIGKILL)
         self._wait_reader()
-        argv = list(cmd)
-        if argv and argv[0] == driver_python:  # the driver's ``python``: this node's interpreter
-            argv[0] = sys.executable
+        # The driver's interpreter (``python`` in the entrypoint) means this node's.
+        argv = [sys.executable if part == driver_python else part for part in cmd]
         full_env = {**TASK_ENV_DEFAULTS, **os.environ, **env}
         for key in ("TFDIST_JOB_DIR", "TFDIST_TASK_DIR"):
             if key in env:

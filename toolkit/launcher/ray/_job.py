@@ -57,6 +57,7 @@ class RayJob(Job):
         self.tag = f"{job_dir.name}-{secrets.token_hex(3)}"
         self.group = None
         self.tasks: dict[str, RayTask] = {}
+        self.actor_names: dict[str, str] = {}
         self._next_stop_check = 0.0
         names = task_names(spec)
         connect(options.address)
@@ -92,6 +93,7 @@ class RayJob(Job):
         def make() -> object:
             generation = next(generations)
             actor_name = f"{self.tag}/{name}" + (f"#{generation}" if generation else "")
+            self.actor_names[name] = actor_name
             return RemoteTaskRunner.options(
                 name=actor_name, namespace="tfdist", max_restarts=restarts,
                 num_cpus=resources.get("CPU", 0), num_gpus=resources.get("GPU", 0),
@@ -121,9 +123,9 @@ class RayJob(Job):
         return by_name
 
     def placement(self) -> dict[str, dict]:
-        """Per task: Ray node id, address, and how often Ray restarted its actor."""
-        return {name: {"node_id": t.node_id, "address": f"{t.ip}:{t.port}", "actor_restarts": t.actor_restarts,
-                       "strategy": self.strategy}
+        """Per task: Ray node id, address, actor name (namespace ``tfdist``) and actor restarts."""
+        return {name: {"node_id": t.node_id, "address": f"{t.ip}:{t.port}", "actor": self.actor_names.get(name),
+                       "actor_restarts": t.actor_restarts, "strategy": self.strategy}
                 for name, t in self.tasks.items()}
 
     def _restart_task(self, task) -> None:  # type: ignore[override]
