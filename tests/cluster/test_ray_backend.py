@@ -20,6 +20,7 @@ import pytest
 
 from toolkit.cli import main
 from toolkit.jobs import JobState, JobStore, api
+from toolkit.jobs._procs import is_alive
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.cluster
@@ -213,24 +214,30 @@ def test_cancel_leaves_no_actor_and_no_process(ray_cluster, home, tmp_path, caps
     assert capsys.readouterr().out.strip() == "Job [ray-long] is CANCELLED."
     assert all(_no_actor(n["actor"]) for n in nodes.values())
     _wait(lambda: not _processes_with(f"TFDIST_JOB_DIR={job_dir}"), timeout=30, what="the tasks to exit")
-    supervisor = JobStore(home).supervisor("ray-long").pid
-    _wait(lambda: not os.path.exists(f"/proc/{supervisor}"), timeout=30, what="the supervisor to exit")
+    supervisor = JobStore(home).supervisor("ray-long")
+    _wait(lambda: not is_alive(supervisor.pid, supervisor.start_ticks), timeout=30, what="the supervisor to exit")
 
 
 def test_tuning_runs_four_trials_two_at_a_time_on_ray(ray_cluster, home, tmp_path):
-    assert main(["jobs", "submit", "training", "ray-hp", "--config", str(FIXTURES / "digits_tuning.yaml"),
-                 "--package-path", str(FIXTURES / "trainer"), "--job-dir", str(tmp_path / "study"),
-                 "--backend", "ray", "--ray-address", ray_cluster.address]) == 0
+    """The study's trials are Ray jobs (TensorFlow-free probe trainer, so the test costs seconds)."""
+    study = tmp_path / "study"
+    assert main(["jobs", "submit", "training", "ray-hp", "--config", str(FIXTURES / "tune_probe.yaml"),
+                 "--package-path", str(FIXTURES / "trainer"), "--job-dir", str(study),
+                 "--backend", "ray", "--ray-address", ray_cluster.address, "--", "--seconds", "2"]) == 0
     record = _wait(lambda: (r := api.describe("ray-hp")).is_final and r, timeout=300, what="the study")
     assert record.state is JobState.SUCCEEDED, record.error
+    assert record.details["trainingOutput"]["completedTrialCount"] == 4
     store = JobStore(home)
     trials = [store.get(name) for name in store.children("ray-hp")]
     assert [t.name for t in trials] == [f"ray-hp-trial-{n}" for n in range(1, 5)]
     assert all(t.state is JobState.SUCCEEDED and t.backend == "ray" for t in trials)
-    assert all(set(t.details["nodes"]) == {"master-0"} for t in trials)
-    assert all(t.details["nodes"]["master-0"]["node_id"] in ray_cluster.node_ids for t in trials)
+    for trial in trials:
+        node = trial.details["nodes"]["master-0"]
+        assert node["node_id"] in ray_cluster.node_ids
+        seen = json.loads((study / trial.details["trial"]["trialId"] / "trial.json").read_text())["tf_config"]
+        assert seen["cluster"]["master"] == [node["address"]]  # the address Ray reported for its node
+        assert seen["task"] == {"type": "master", "index": 0, "trial": trial.details["trial"]["trialId"]}
     overlapping = [(a.name, b.name) for i, a in enumerate(trials) for b in trials[i + 1:]
                    if a.started_at < b.ended_at and b.started_at < a.ended_at]
     assert overlapping
     assert max(sum(t.started_at <= s.started_at < t.ended_at for t in trials) for s in trials) == 2
-    assert record.details["trainingOutput"]["completedTrialCount"] == 4

@@ -26,9 +26,10 @@ from typing import IO, Any, Callable, Mapping, Sequence
 
 from toolkit.launcher._result import LaunchResult, TaskEvent
 from toolkit.launcher._spec import LaunchSpec
-from toolkit.launcher.ray._options import DEFAULT_TASK_RESOURCES, PLACEMENTS, RayOptions, is_shared_uri
+from toolkit.launcher.ray._options import (DEFAULT_TASK_RESOURCES, PLACEMENTS, RayOptions, check_shared_paths,
+                                           is_shared_uri)
 
-__all__ = ["DEFAULT_TASK_RESOURCES", "PLACEMENTS", "RayOptions", "is_shared_uri", "launch_ray"]
+__all__ = ["DEFAULT_TASK_RESOURCES", "PLACEMENTS", "RayOptions", "check_shared_paths", "is_shared_uri", "launch_ray"]
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,8 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from toolkit.launcher._spec import LaunchError
-from toolkit.launcher.ray._options import is_shared_uri
 
-__all__ = ["NAMESPACE", "connect", "place", "driver_ip", "check_shared_paths"]
+__all__ = ["NAMESPACE", "connect", "driver_ip", "place"]
 
 logger = logging.getLogger(__name__)
 NAMESPACE = "tfdist"  # every tfdist actor lives here, named <job tag>/<task>
@@ -72,22 +71,3 @@ def place(bundles: Sequence[Mapping[str, float]], *, strategy: str, timeout: flo
                           "fewer resources per task, or use placement SPREAD or PACK.") from None
     logger.info("placement group %s ready (%s, %d bundles on %d nodes)", name, strategy, len(bundles), len(alive))
     return group, strategy
-
-
-def check_shared_paths(paths: Sequence[str], node_ips: Sequence[str], *, asserted: bool) -> None:
-    """Refuses a local path when a task runs on another host (its writes would land on that host's disk).
-
-    Raises:
-        LaunchError: naming the path, the hosts and the ways out.
-    """
-    here = driver_ip()
-    elsewhere = sorted({ip for ip in node_ips if ip != here})
-    if asserted or not elsewhere:
-        return
-    for path in paths:
-        if path and not is_shared_uri(path):
-            raise LaunchError("job_dir", f"`job_dir` is the local path {path!r}, but tasks were placed on other "
-                              f"hosts ({', '.join(elsewhere)}; this one is {here}) that cannot see this "
-                              "machine's disk. Pass a location every node reaches (gs://, s3://, hdfs://), or "
-                              "assert the path is on storage mounted at the same place on every node "
-                              "(shared_dirs=True).")

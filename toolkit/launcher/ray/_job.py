@@ -25,8 +25,8 @@ from toolkit.launcher._result import TaskEvent
 from toolkit.launcher._spec import LaunchSpec
 from toolkit.launcher._supervisor import Job
 from toolkit.launcher.ray._actor import RemoteTaskRunner
-from toolkit.launcher.ray._cluster import check_shared_paths, connect, place
-from toolkit.launcher.ray._options import RayOptions
+from toolkit.launcher.ray._cluster import connect, driver_ip, place
+from toolkit.launcher.ray._options import RayOptions, check_shared_paths
 from toolkit.launcher.ray._task import RayTask
 
 logger = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class RayJob(Job):
         (self.job_dir / "cluster.json").write_text(json.dumps({"cluster": cluster}, indent=2) + "\n")
         placement = self.placement()
         (self.job_dir / "placement.json").write_text(json.dumps(placement, indent=2) + "\n")
-        check_shared_paths(self.shared_paths, [t.ip for t in self.tasks.values()],
+        check_shared_paths(self.shared_paths, [t.ip for t in self.tasks.values()], here=driver_ip(),
                            asserted=self.options.shared_dirs)
         if self.on_placement is not None:
             self.on_placement(placement)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from toolkit.launcher._spec import LaunchError
 
-__all__ = ["PLACEMENTS", "DEFAULT_TASK_RESOURCES", "RayOptions", "is_shared_uri"]
+__all__ = ["DEFAULT_TASK_RESOURCES", "PLACEMENTS", "RayOptions", "check_shared_paths", "is_shared_uri"]
 
 # ``auto``: STRICT_SPREAD (one task per node) when the cluster has a node per task, else SPREAD.
 PLACEMENTS = ("auto", "STRICT_SPREAD", "SPREAD", "PACK", "STRICT_PACK")
@@ -101,3 +101,22 @@ class RayOptions:
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> "RayOptions":
         return cls(**dict(doc))
+
+
+def check_shared_paths(paths: Sequence[str], node_ips: Sequence[str], *, here: str, asserted: bool) -> None:
+    """Refuses a local path when a task runs on another host than ``here`` (its writes would land on that
+    host's disk, and the chief's checkpoints would not be where the others look).
+
+    Raises:
+        LaunchError: naming the path, the hosts and the ways out.
+    """
+    elsewhere = sorted({ip for ip in node_ips if ip != here})
+    if asserted or not elsewhere:
+        return
+    for path in paths:
+        if path and not is_shared_uri(path):
+            raise LaunchError("job_dir", f"`job_dir` is the local path {path!r}, but tasks were placed on other "
+                              f"hosts ({', '.join(elsewhere)}; this one is {here}) that cannot see this "
+                              "machine's disk. Pass a location every node reaches (gs://, s3://, hdfs://), or "
+                              "assert the path is on storage mounted at the same place on every node "
+                              "(shared_dirs=True).")
