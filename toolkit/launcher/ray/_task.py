@@ -73,14 +73,22 @@ class RayTask:
 
     # ---- placement ----------------------------------------------------------------
     def locate(self, port: int = 0) -> str:
-        """Where the task will listen: the actor's node address and a port it reserved there."""
+        """Where the task will listen: the actor's node address and a port it reserved there.
+
+        An actor that died is awaited first (Ray restarts it when ``max_restarts``
+        allows), or replaced by a new one in its bundle.
+        """
+        if self._lost:
+            self._await_actor()
         where = ray.get(self.actor.where.remote(), timeout=self.start_timeout)
-        self.node_id, self.ip = where["node_id"], where["ip"]
+        old, self.node_id, self.ip = self.ip, where["node_id"], where["ip"]
         self.port = ray.get(self.actor.reserve.remote(port), timeout=_CALL_TIMEOUT)
+        if port and old not in (None, self.ip):
+            logger.warning("%s came back on another host (%s, was %s); its TF_CONFIG address is stale, so the "
+                           "coordinator will not use it until the cluster restarts", self.name, self.ip, old)
         return f"{self.ip}:{self.port}"
 
-    def _revive(self) -> None:
-        """After the actor died: wait for Ray to restart it (``max_restarts``), else start a new one."""
+    def _await_actor(self) -> None:
         started = time.monotonic()
         deadline = started + self.start_timeout
         while True:
@@ -88,22 +96,21 @@ class RayTask:
                 ray.get(self.actor.where.remote(), timeout=_CALL_TIMEOUT)
                 break
             except ray.exceptions.ActorDiedError:
+                if time.monotonic() > deadline:
+                    raise
                 if time.monotonic() - started < _DIED_GRACE:  # Ray may be about to restart it
                     time.sleep(0.5)
                     continue
                 logger.warning("%s: its actor is gone for good; starting a new one in its bundle", self.name)
                 self.actor = self.make_actor()
+                started = time.monotonic() - _DIED_GRACE  # a new actor that dies is not waited for again
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
                     ray.exceptions.GetTimeoutError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
         self.actor_restarts += 1
-        old = self.ip
-        self.locate(self.port or 0)
-        if old != self.ip:
-            logger.warning("%s came back on another host (%s, was %s); its TF_CONFIG address is stale, so "
-                           "the coordinator will not use it until the cluster restarts", self.name, self.ip, old)
+        self._lost = False
 
     # ---- the TaskProcess surface ----------------------------------------------------
     def start(self, cmd: Sequence[str], env: Mapping[str, str]) -> None:
@@ -115,9 +122,8 @@ class RayTask:
         self.handled = self.stopped = False
         self.starts += 1
         try:
-            if self._lost:
-                self._revive()
-                self._lost = False
+            if self._lost:  # a worker restarted alone keeps its address: same node (its bundle), same port
+                self.locate(self.port or 0)
             self.pid, cursor = ray.get(self.actor.start.remote(list(cmd), dict(env), sys.executable),
                                        timeout=self.start_timeout)
         except (ray.exceptions.RayError, OSError) as exc:
