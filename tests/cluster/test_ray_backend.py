@@ -177,17 +177,23 @@ def test_worker_actor_killed_mid_training_is_restarted_and_the_step_is_exact(ray
     assert not _processes_with(f"TFDIST_JOB_DIR={job_dir}")
 
 
-def test_mwms_launch_from_the_cli(ray_cluster, tmp_path, capsys):
+def test_mwms_launch_from_the_cli_restarts_the_cluster_from_its_checkpoint(ray_cluster, tmp_path, capsys):
+    """A multi-worker-mirrored task dies: with --restartable the whole cluster restarts and resumes."""
     job_dir = tmp_path / "mwms"
     code = main(["launch", "--backend", "ray", "--ray-address", ray_cluster.address, "--workers", "2",
-                 "--job-dir", str(job_dir), "--timeout", "240", "--",
-                 "python", str(SCRIPTS / "mwms_train.py"), "--steps", "20"])
+                 "--job-dir", str(job_dir), "--timeout", "300", "--restartable", "--max-restarts", "1", "--",
+                 "python", str(SCRIPTS / "mwms_train.py"), "--steps", "30", "--checkpoint-every", "5",
+                 "--die-task", "worker-1", "--die-at-step", "12"])
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:]
     assert any(line.startswith("[worker-1] ") for line in captured.out.splitlines())
+    assert "worker-0=0 (restarted 1x), worker-1=0 (restarted 1x)" in captured.err
     import numpy as np
+    for task in ("worker-0", "worker-1"):
+        done = json.loads((job_dir / "tasks" / task / "result.json").read_text())
+        assert (done["steps"], done["resumed_from"]) == (30, 10)  # from the last checkpoint before the death
     weights = [np.load(job_dir / "tasks" / f"worker-{i}" / "weights.npz") for i in (0, 1)]
-    assert all(np.allclose(weights[0][k], weights[1][k]) for k in weights[0].files)
+    assert all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0].files)
     placement = json.loads((job_dir / "placement.json").read_text())
     assert placement["worker-0"]["strategy"] == "STRICT_SPREAD"  # 2 tasks, 3 nodes: one task per node
     assert placement["worker-0"]["node_id"] != placement["worker-1"]["node_id"]
