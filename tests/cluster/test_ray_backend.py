@@ -201,27 +201,32 @@ def test_mwms_launch_from_the_cli_restarts_the_cluster_from_its_checkpoint(ray_c
 
 
 def test_cancel_leaves_no_actor_and_no_process(ray_cluster, home, tmp_path, capsys):
+    """A 4-task job (TensorFlow-free tasks that would run for 10 minutes) cancelled mid-run."""
     config = tmp_path / "job.yaml"
     config.write_text("trainingInput:\n  scaleTier: CUSTOM\n  masterType: n1-standard-2\n  workerType: n1-standard-2\n"
-                      "  workerCount: 1\n  parameterServerType: n1-standard-2\n  parameterServerCount: 1\n"
-                      "  useChiefInTfConfig: true\n")
-    assert main(["jobs", "submit", "training", "ray-long", "--config", str(config), "--module-name", "trainer.task",
+                      "  workerCount: 2\n  parameterServerType: n1-standard-2\n  parameterServerCount: 1\n")
+    assert main(["jobs", "submit", "training", "ray-long", "--config", str(config), "--module-name", "trainer.probe",
                  "--package-path", str(FIXTURES / "trainer"), "--job-dir", str(tmp_path / "out"),
-                 "--backend", "ray", "--ray-address", ray_cluster.address, "--",
-                 "--steps", "1000000", "--log-every", "100"]) == 0
-    chief_log = home / "jobs" / "ray-long" / "logs" / "chief-0.log"
-    _wait(lambda: chief_log.exists() and "step 100 " in chief_log.read_text(), timeout=180, what="training")
-    nodes = api.describe("ray-long").details["nodes"]
+                 "--backend", "ray", "--ray-address", ray_cluster.address, "--", "--seconds", "600"]) == 0
+    logs = home / "jobs" / "ray-long" / "logs"
+    _wait(lambda: all((logs / f"{t}.log").exists() and " started" in (logs / f"{t}.log").read_text()
+                      for t in ("chief-0", "worker-0", "worker-1", "ps-0")), timeout=120, what="every task")
+    record = api.describe("ray-long")
+    assert record.state is JobState.RUNNING and len(record.tasks) == 4
+    nodes = record.details["nodes"]
     assert not any(_no_actor(n["actor"]) for n in nodes.values())  # they are there while it runs
     job_dir = str(JobStore(home).job_dir("ray-long"))
-    assert len(_processes_with(f"TFDIST_JOB_DIR={job_dir}")) == 3
+    assert len(_processes_with(f"TFDIST_JOB_DIR={job_dir}")) == 4
     capsys.readouterr()
     assert main(["jobs", "cancel", "ray-long"]) == 0
     assert capsys.readouterr().out.strip() == "Job [ray-long] is CANCELLED."
+    assert [h.state.value for h in api.describe("ray-long").history][-2:] == ["CANCELLING", "CANCELLED"]
     assert all(_no_actor(n["actor"]) for n in nodes.values())
     _wait(lambda: not _processes_with(f"TFDIST_JOB_DIR={job_dir}"), timeout=30, what="the tasks to exit")
     supervisor = JobStore(home).supervisor("ray-long")
     _wait(lambda: not is_alive(supervisor.pid, supervisor.start_ticks), timeout=30, what="the supervisor to exit")
+    assert main(["jobs", "stream-logs", "ray-long", "--task", "worker-1"]) == 4
+    assert "[worker-1] probe worker-1 started" in capsys.readouterr().out
 
 
 def test_tuning_runs_four_trials_two_at_a_time_on_ray(ray_cluster, home, tmp_path):
