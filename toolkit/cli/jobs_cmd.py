@@ -1,7 +1,8 @@
 """`tfdist jobs ...`: CMLE-style job submission (gcloud ai-platform jobs' shape).
 
     tfdist jobs submit training JOB --config job.yaml [--module-name pkg.mod] [--package-path DIR]
-        [--job-dir DIR] [--scale-tier TIER] [--backend local|kubernetes] [--stream-logs] -- USER_ARGS
+        [--job-dir DIR] [--scale-tier TIER] [--backend local|kubernetes|ray] [--ray-address ADDR]
+        [--stream-logs] -- USER_ARGS
     tfdist jobs list | describe JOB | stream-logs JOB [--task worker-1] | cancel JOB
 
 TensorFlow is never imported here: every task is a separate process.
@@ -38,7 +39,7 @@ or continue streaming the logs with the command
 and stop it with
 
   $ tfdist jobs cancel {job}"""
-_BACKENDS = ("local", "kubernetes")
+_BACKENDS = ("local", "kubernetes", "ray")
 
 
 class UserArgsParser(argparse.ArgumentParser):
@@ -54,7 +55,7 @@ class UserArgsParser(argparse.ArgumentParser):
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
-    jobs = subparsers.add_parser("jobs", help="submit and manage training jobs (local or Kubernetes)",
+    jobs = subparsers.add_parser("jobs", help="submit and manage training jobs (local, Kubernetes or Ray)",
                                  description=__doc__, epilog=EXIT_CODES, formatter_class=fmt)
     verbs = jobs.add_subparsers(dest="jobs_verb", metavar="COMMAND")
     verbs.required = True
@@ -99,6 +100,8 @@ def _add_backend(parser: argparse.ArgumentParser, *, default: str | None) -> Non
     parser.add_argument("--backend", choices=_BACKENDS, default=default,
                         help="where the job runs (default: local; for existing jobs: where it was submitted)")
     parser.add_argument("--namespace", default=None, help="Kubernetes namespace (default: default)")
+    parser.add_argument("--ray-address", default=None, metavar="ADDR",
+                        help="ray: the Ray cluster, e.g. ray://head:10001 (default: $RAY_ADDRESS, else this machine)")
 
 
 def _add_training(parser: argparse.ArgumentParser) -> None:
@@ -115,6 +118,10 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
                         help="name the primary task `chief` in TF_CONFIG instead of `master`")
     _add_backend(parser, default="local")
     parser.add_argument("--image", help="kubernetes: container image holding the trainer package")
+    parser.add_argument("--placement", default=None, metavar="STRATEGY",
+                        help="ray: placement group strategy auto|STRICT_SPREAD|SPREAD|PACK|STRICT_PACK (default auto)")
+    parser.add_argument("--shared-job-dir", action="store_true", default=None,
+                        help="ray: the local --job-dir is mounted at the same path on every Ray node")
     parser.add_argument("--dry-run", action="store_true", help="kubernetes: print the TFJob YAML, submit nothing")
     parser.add_argument("--stream-logs", action="store_true", help="follow the logs until the job ends")
     add_isolate_flag(parser)
@@ -143,6 +150,12 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         options["namespace"] = args.namespace
     if getattr(args, "image", None):
         options["image"] = args.image
+    if getattr(args, "ray_address", None):
+        options["address"] = args.ray_address
+    if getattr(args, "placement", None):
+        options["placement"] = args.placement
+    if getattr(args, "shared_job_dir", None):
+        options["shared_job_dir"] = True
     return options
 
 

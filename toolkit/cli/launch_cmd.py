@@ -60,8 +60,14 @@ failed chief) restarts the whole cluster when --restartable says CMD resumes
 from its checkpoint (up to --max-restarts), else the job fails, naming the task,
 its exit code and the tail of its log.
 
+With --backend ray every task is a Ray actor on the cluster at --ray-address
+(default $RAY_ADDRESS, else a Ray on this machine), placed by --placement;
+TF_CONFIG uses each node's address, and the output comes back here with the
+same prefixes (docs/ray.md).
+
 Example:
   tfdist launch --workers 2 --ps 1 -- python train.py --epochs 2
+  tfdist launch --backend ray --ray-address ray://head:10001 --workers 2 --ps 1 -- python train.py
 
 Exit codes:
   N    the chief's exit code (0 success; 128+S if signal S killed it)
@@ -92,6 +98,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="seconds the other tasks get to exit after the chief ends (default 10)")
     parser.add_argument("--quiet", action="store_true", help="keep task output in the log files only")
     add_console_flags(parser)
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="local processes (default) or Ray actors")
+    parser.add_argument("--ray-address", default=None, metavar="ADDR",
+                        help="ray: the Ray cluster (default: $RAY_ADDRESS, else this machine)")
+    parser.add_argument("--placement", default="auto", metavar="STRATEGY",
+                        help="ray: auto (default), STRICT_SPREAD, SPREAD, PACK or STRICT_PACK")
+    parser.add_argument("--shared-dir", action="store_true",
+                        help="ray: --job-dir is mounted at the same path on every node")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                         help="the entrypoint, run in every task")
     parser.set_defaults(handler=_launch)
@@ -106,11 +120,21 @@ def _launch(args: argparse.Namespace) -> int:
         print("error: no command to run; put it after `--`, e.g. tfdist launch --workers 2 -- python train.py",
               file=sys.stderr)
         return 2
+    kwargs = dict(chief=args.chief, workers=args.workers, ps=args.ps, evaluator=int(args.evaluator),
+                  job_dir=args.job_dir, timeout=args.timeout, max_restarts=args.max_restarts,
+                  restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
+                  verbose=args.show_tf_noise or args.verbose > 0)
+    if args.backend == "ray" and args.isolate:
+        print("error: --isolate applies to the local backend only; a Ray cluster's tasks run on its nodes' "
+              "networks (docs/ray.md)", file=sys.stderr)
+        return 2
     try:
-        result = launch(cmd, chief=args.chief, workers=args.workers, ps=args.ps, evaluator=int(args.evaluator),
-                        job_dir=args.job_dir, timeout=args.timeout, max_restarts=args.max_restarts,
-                        restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
-                        verbose=args.show_tf_noise or args.verbose > 0, isolate=args.isolate)
+        if args.backend == "ray":
+            from toolkit.launcher.ray import launch_ray
+            result = launch_ray(cmd, address=args.ray_address, placement=args.placement,
+                                shared_dirs=args.shared_dir, **kwargs)
+        else:
+            result = launch(cmd, isolate=args.isolate, **kwargs)
     except (LaunchError, TFConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ class LocalPlan:
     python: str
     timeout: int | None
     training_input: dict[str, Any]
+    engine: dict[str, Any] | None = None  # where the tasks run: None on this machine, {"name": "ray", ...}
 
     @property
     def argv(self) -> list[str]:

@@ -67,6 +67,10 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
     with ``stream`` their prefixed output is echoed there as well as logged per task.
     ``env`` adds variables to every task (a tuning trial's number and directory).
     """
+    if plan.engine is not None:
+        from toolkit.jobs._ray_run import run_ray_tasks
+        return run_ray_tasks(plan, job_dir, store=store, job=job, max_restarts=max_restarts, timeout=timeout,
+                             stream=stream, env=env)
     from toolkit.launcher import launch
 
     counts = plan.counts

@@ -39,21 +39,38 @@ class Backend(Protocol):
                     follow: bool = True, poll_interval: float = 0.5) -> JobRecord: ...
 
 
+_RAY_OPTIONS = {"address": "ray-address", "placement": "placement", "shared_job_dir": "shared-job-dir"}  # -> flag
+
+
 def _local(store: JobStore, **options: Any) -> Backend:
     from toolkit.jobs.local import LocalBackend
     if options:
-        raise JobSpecError([Problem("error", f"--{sorted(options)[0]}", "applies to the kubernetes backend only; "
-                                    "remove it or pass --backend kubernetes.")])
+        name = sorted(options)[0]
+        owner = "ray" if name in _RAY_OPTIONS else "kubernetes"
+        raise JobSpecError([Problem("error", f"--{_RAY_OPTIONS.get(name, name)}", f"applies to the {owner} backend "
+                                    f"only; remove it or pass --backend {owner}.")])
     return LocalBackend(store)
 
 
 def _kubernetes(store: JobStore, **options: Any) -> Backend:
     from toolkit.jobs.kubernetes import KubernetesBackend
     from toolkit.jobs.tfjob import KubernetesOptions
+    stray = sorted(set(options) & set(_RAY_OPTIONS))
+    if stray:
+        raise JobSpecError([Problem("error", f"--{_RAY_OPTIONS[stray[0]]}", "applies to the ray backend only; "
+                                    "remove it or pass --backend ray.")])
     return KubernetesBackend(store, options=KubernetesOptions(**options))
 
 
-BACKENDS: dict[str, Callable[..., Backend]] = {"local": _local, "kubernetes": _kubernetes}
+def _ray(store: JobStore, **options: Any) -> Backend:
+    from toolkit.jobs.ray_backend import RayBackend
+    unknown = sorted(set(options) - set(_RAY_OPTIONS))
+    if unknown:
+        raise JobSpecError([Problem("error", f"--{unknown[0]}", "does not apply to the ray backend; remove it.")])
+    return RayBackend(store, **options)
+
+
+BACKENDS: dict[str, Callable[..., Backend]] = {"local": _local, "kubernetes": _kubernetes, "ray": _ray}
 
 
 def get_backend(name: str, *, home: str | Path | None = None, **options: Any) -> Backend:

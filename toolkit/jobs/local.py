@@ -55,6 +55,7 @@ class LocalBackend:
         else:
             plan, warnings = plan_local(spec, cwd=Path.cwd(), python=self.python)
             details = {"plan": plan.to_dict(), "tasks": plan.task_names}
+        details = self.extend_details(spec, details)
         for warning in warnings:  # kept in the record too; the CLI prints them from there
             _log.info("%s: %s", spec.job_id, warning)
         self.store.create(spec.job_id, backend=self.name, spec=spec.to_dict(),
@@ -68,6 +69,10 @@ class LocalBackend:
             self.store.transition(spec.job_id, JobState.FAILED, error=f"cannot start the supervisor: {exc}")
             raise BackendError(f"cannot start the supervisor for job {spec.job_id!r}: {exc}") from exc
         return self.store.get(spec.job_id)
+
+    def extend_details(self, spec: JobSpec, details: dict) -> dict:
+        """Where a subclass adds what its runs need to the stored plan (the Ray backend's options)."""
+        return details
 
     def _spawn(self, name: str, job_dir: Path) -> None:
         """Starts the supervisor detached: own session, no terminal, output to a file."""

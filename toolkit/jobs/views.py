@@ -31,7 +31,14 @@ def format_record(record: JobRecord) -> str:
     lines = [f"{k}: {v}" for k, v in head.items() if v is not None]
     if record.warnings:
         lines += ["warnings:"] + [f"  - {w}" for w in record.warnings]
-    if record.tasks:
+    nodes = record.details.get("nodes")
+    if record.tasks and nodes:  # a Ray job: where each task ran instead of a pid
+        table = format_table(("TASK", "STATE", "NODE", "ADDRESS", "RESTARTS", "EXIT_CODE"),
+                             ((t.name, t.state, (nodes.get(t.name) or {}).get("node_id", "")[:12] or None,
+                               (nodes.get(t.name) or {}).get("address"), t.restarts, t.exit_code)
+                              for t in record.tasks))
+        lines += ["tasks:"] + [f"  {line}" for line in table.splitlines()]
+    elif record.tasks:
         table = format_table(("TASK", "STATE", "PID", "RESTARTS", "EXIT_CODE"),
                              ((t.name, t.state, t.pid, t.restarts, t.exit_code) for t in record.tasks))
         lines += ["tasks:"] + [f"  {line}" for line in table.splitlines()]

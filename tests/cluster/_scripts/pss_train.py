@@ -7,7 +7,9 @@ model on synthetic data through ``ClusterCoordinator.schedule`` and writes
 
 Test knobs: ``--kill-worker NAME`` makes the chief SIGKILL that worker (by the
 pid file it wrote) after ``--kill-at-step`` steps, on the first attempt only,
-wait until the restarted worker serves again and train the remaining steps; ``--chief-dies-at-step``
+wait until the restarted worker serves again and train the remaining steps; ``--await-kill NAME``
+does the same but leaves the killing to someone else (it writes ``<job dir>/paused`` and waits);
+``--chief-dies-at-step``
 makes the chief SIGKILL itself; ``--fail`` makes it raise after training.
 """
 from __future__ import annotations
@@ -27,6 +29,8 @@ def _parse(argv):
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--kill-worker", default=None)
+    parser.add_argument("--await-kill", default=None, help="at --kill-at-step, wait for this task to be killed "
+                        "from outside and restarted")
     parser.add_argument("--kill-at-step", type=int, default=20)
     parser.add_argument("--chief-dies-at-step", type=int, default=None)
     parser.add_argument("--fail", action="store_true")
@@ -59,6 +63,18 @@ def _kill_and_wait_for_restart(cfg, task: str) -> None:
     old_pid = int(_pid_file(task).read_text())
     os.kill(old_pid, signal.SIGKILL)
     print(f"killed {task} (pid {old_pid})", flush=True)
+    _wait_for_restart(cfg, task, old_pid)
+
+
+def _pause_for_a_kill(cfg, task: str) -> None:
+    """Writes ``<job dir>/paused`` and waits until someone else killed ``task`` and it serves again."""
+    old_pid = int(_pid_file(task).read_text())
+    (Path(os.environ["TFDIST_JOB_DIR"]) / "paused").write_text(task)
+    print(f"paused for a kill of {task} (pid {old_pid})", flush=True)
+    _wait_for_restart(cfg, task, old_pid)
+
+
+def _wait_for_restart(cfg, task: str, old_pid: int) -> None:
     task_type, _, index = task.rpartition("-")
     address = cfg.cluster[task_type][int(index)]
     deadline = time.monotonic() + 180
@@ -120,6 +136,9 @@ def _train(args, cfg) -> dict:
             if i + 1 == args.kill_at_step and args.kill_worker and _first_attempt():
                 coordinator.join()
                 _kill_and_wait_for_restart(cfg, args.kill_worker)
+            if i + 1 == args.kill_at_step and args.await_kill and _first_attempt():
+                coordinator.join()
+                _pause_for_a_kill(cfg, args.await_kill)
         coordinator.join()
         result = {"steps": int(steps_done.numpy()), "loss_before": loss_before, "loss_after": mse()}
         if args.fail:

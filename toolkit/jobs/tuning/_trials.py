@@ -74,7 +74,8 @@ def make_trial(parent: str, number: int, *, base: LocalPlan, job_dir: str, spec:
 
 def register_trial(store: JobStore, trial: TrialRun) -> None:
     """Records the trial's job (QUEUED, owned by this supervisor process)."""
-    store.create(trial.name, backend="local", spec=trial.spec, parent_job=trial.parent,
+    backend = "local" if trial.plan.engine is None else trial.plan.engine["name"]
+    store.create(trial.name, backend=backend, spec=trial.spec, parent_job=trial.parent,
                  details={"plan": trial.plan.to_dict(), "tasks": trial.plan.task_names,
                           "trial": {"parentJob": trial.parent, "trialId": str(trial.number),
                                     "values": dict(trial.values), "outputDir": trial.output_dir}})

@@ -1,0 +1,101 @@
+"""The Ray backend's pure parts: options, the machine-type table, the shared-directory rule, the CLI
+wiring, and that nothing but the Ray backend imports Ray."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from toolkit.cli import main
+from toolkit.jobs import JobSpec, JobStore
+from toolkit.jobs.errors import JobSpecError
+from toolkit.jobs.ray_backend import RayBackend, ray_resources
+from toolkit.jobs.records import JobRecord, TaskRecord
+from toolkit.jobs.views import format_record
+from toolkit.launcher import LaunchError
+from toolkit.launcher.ray import RayOptions, check_shared_paths, is_shared_uri
+
+GIB = 1024 ** 3
+
+
+def test_nothing_but_the_ray_backend_imports_ray():
+    code = ("import sys, toolkit, toolkit.launcher, toolkit.jobs, toolkit.cli, toolkit.launcher.ray, "
+            "toolkit.jobs.ray_backend; from toolkit.jobs import api; api.get_backend('ray'); "
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_options_validate_and_read_ray_address_once():
+    assert RayOptions.from_env({"RAY_ADDRESS": "head:6379"}).address == "head:6379"
+    assert RayOptions.from_env({"RAY_ADDRESS": "head:6379"}, address="ray://other:10001").address == "ray://other:10001"
+    assert RayOptions.from_env({}).address is None
+    with pytest.raises(LaunchError, match=r"`placement` is 'EVERYWHERE'; expected one of auto, STRICT_SPREAD") as err:
+        RayOptions(placement="EVERYWHERE")
+    assert err.value.field == "placement"
+    with pytest.raises(LaunchError, match=r"`resources\['worker'\]\['CPU'\]` is -1; expected a number >= 0"):
+        RayOptions(resources={"worker": {"CPU": -1}})
+    with pytest.raises(LaunchError, match=r"`resources\['master'\]`"):
+        RayOptions(resources={"master": {"CPU": 1}})
+    options = RayOptions(resources={"worker": {"CPU": 4, "GPU": 0}})
+    assert options.task_resources("worker") == {"CPU": 4.0} and options.task_resources("ps") == {"CPU": 1.0}
+    assert RayOptions.from_dict(options.to_dict()) == options
+
+
+def test_machine_types_map_to_ray_resources_through_one_table():
+    assert ray_resources("n1-standard-4") == {"CPU": 4.0, "memory": 15 * GIB}
+    assert ray_resources("standard_gpu") == {"CPU": 8.0, "memory": 30 * GIB, "GPU": 1.0}
+    assert ray_resources("n1-standard-8", accelerator_count=2)["GPU"] == 2.0
+    assert ray_resources(None) == {"CPU": 1.0}
+
+
+def test_a_local_path_is_refused_when_tasks_run_on_other_hosts():
+    check_shared_paths(["/data/run"], ["10.0.0.1", "10.0.0.1"], here="10.0.0.1", asserted=False)  # all here
+    check_shared_paths(["gs://bucket/run"], ["10.0.0.1", "10.0.0.2"], here="10.0.0.1", asserted=False)
+    check_shared_paths(["/nfs/run"], ["10.0.0.2"], here="10.0.0.1", asserted=True)  # the user says it is shared
+    with pytest.raises(LaunchError, match=r"`job_dir` is the local path '/data/run', but tasks were placed on "
+                                          r"other hosts \(10.0.0.2; this one is 10.0.0.1\)") as err:
+        check_shared_paths(["/data/run"], ["10.0.0.1", "10.0.0.2"], here="10.0.0.1", asserted=False)
+    assert "gs://, s3://, hdfs://" in str(err.value) and "shared_dirs=True" in str(err.value)
+    assert is_shared_uri("s3://b/k") and is_shared_uri("HDFS://nn/x") and not is_shared_uri("runs/x")
+
+
+def test_submit_records_the_ray_plan_with_resources_and_address(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "head:6379")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "__init__.py").write_text("")
+    spec = JobSpec.from_dict({"trainingInput": {
+        "scaleTier": "CUSTOM", "masterType": "n1-standard-4", "workerType": "n1-highcpu-8", "workerCount": 2,
+        "parameterServerType": "n1-standard-2", "parameterServerCount": 1, "pythonModule": "trainer.task",
+        "packageUris": ["trainer"]}}, job_id="j")
+    backend = RayBackend(JobStore(tmp_path / "home"), placement="SPREAD")
+    details = backend.extend_details(spec, {"plan": {"module": "trainer.task"}, "tasks": []})
+    engine = details["plan"]["engine"]
+    assert engine["name"] == "ray"
+    assert engine["options"]["address"] == "head:6379" and engine["options"]["placement"] == "SPREAD"
+    assert engine["options"]["resources"]["worker"] == {"CPU": 8.0, "memory": float(int(8 * 0.9 * 1024) * 2 ** 20)}
+    assert engine["options"]["resources"]["chief"]["CPU"] == 4.0
+    assert engine["options"]["resources"]["ps"]["CPU"] == 2.0
+    with pytest.raises(JobSpecError, match="--placement"):
+        RayBackend(JobStore(tmp_path / "home"), placement="nowhere").extend_details(spec, details)
+
+
+def test_cli_flags_reach_the_right_backend(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TFDIST_HOME", str(tmp_path / "home"))
+    assert main(["jobs", "submit", "training", "j1", "--module-name", "m", "--backend", "ray",
+                 "--namespace", "ns"]) == 1
+    assert "--namespace: does not apply to the ray backend" in capsys.readouterr().err
+    assert main(["jobs", "submit", "training", "j2", "--module-name", "m", "--ray-address", "h:1"]) == 1
+    assert "--ray-address: applies to the ray backend only" in capsys.readouterr().err
+    assert main(["launch", "--backend", "ray", "--placement", "ANYWHERE", "--", "python", "-c", "0"]) == 2
+    assert "`placement` is 'ANYWHERE'" in capsys.readouterr().err
+
+
+def test_describe_shows_each_ray_task_node():
+    record = JobRecord(name="j", backend="ray", state="RUNNING", spec={}, created_at=0.0,
+                       tasks=(TaskRecord(name="worker-0", state="RUNNING", restarts=1),),
+                       details={"nodes": {"worker-0": {"node_id": "abcdef0123456789", "address": "10.0.0.2:4000"}}})
+    text = format_record(record)
+    assert "NODE" in text and "abcdef012345" in text and "10.0.0.2:4000" in text

@@ -1,0 +1,77 @@
+"""Runs a plan's tasks on Ray (``toolkit.launcher.ray.launch_ray``) and reports them to the store.
+
+The Ray counterpart of ``toolkit.jobs._run.run_tasks``, which hands plans with
+``engine["name"] == "ray"`` here. Tasks are recorded as they start, restart and
+end, without pids (a pid on another node means nothing here, and a reaper must
+never signal it); each task's Ray node goes to the job's ``details["nodes"]``.
+A cancel is seen in the store (the job turns CANCELLING) and stops every actor.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping, TextIO
+
+from toolkit.jobs._local_plan import LocalPlan
+from toolkit.jobs._run import RunResult, _env, task_name
+from toolkit.jobs.states import JobState
+from toolkit.jobs.store import JobStore
+
+if TYPE_CHECKING:
+    from toolkit.launcher import TaskEvent
+
+__all__ = ["run_ray_tasks"]
+
+
+def _recorder(store: JobStore, job: str, primary: str) -> Callable[["TaskEvent"], None]:
+    def on_task(event: "TaskEvent") -> None:
+        name = task_name(event.name, primary)
+        if event.kind == "started":
+            store.update_task(job, name, state="RUNNING", restarts=event.restarts, log_path=str(event.log_path))
+        else:
+            store.update_task(job, name, state="EXITED", exit_code=event.exit_code)
+    return on_task
+
+
+def _placement_recorder(store: JobStore, job: str, primary: str) -> Callable[[dict], None]:
+    def on_placement(placement: dict) -> None:
+        store.update_details(job, nodes={task_name(name, primary): info for name, info in placement.items()})
+    return on_placement
+
+
+def _job_dir_arg(args: tuple[str, ...]) -> list[str]:
+    """The trainer's ``--job-dir`` (its model_dir), which every task must be able to reach."""
+    return [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--job-dir"]
+
+
+def run_ray_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None = None, job: str | None = None,
+                  max_restarts: int = 0, timeout: float | None = None, stream: TextIO | None = None,
+                  env: Mapping[str, str] | None = None) -> RunResult:
+    """Runs every task of ``plan`` as a Ray actor to the end of the job (the launcher's policy)."""
+    from toolkit.launcher import LaunchError
+    from toolkit.launcher.ray import RayOptions, launch_ray
+
+    options = RayOptions.from_dict(plan.engine["options"])
+    counts = plan.counts
+    cmd = [plan.python, "-m", "toolkit.jobs._task_shim", "--", *plan.argv]
+    recording = store is not None and job is not None
+    try:
+        result = launch_ray(
+            cmd, chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
+            evaluator=counts.get("evaluator", 0), job_dir=job_dir, env={**_env(plan), **(env or {})},
+            timeout=timeout if timeout is not None else plan.timeout, max_restarts=max_restarts,
+            stream=stream or sys.stdout, echo=stream is not None, options=options,
+            on_task=_recorder(store, job, plan.primary) if recording else None,
+            on_placement=_placement_recorder(store, job, plan.primary) if recording else None,
+            should_stop=(lambda: store.get(job).state is JobState.CANCELLING) if recording else None,
+            shared_paths=_job_dir_arg(plan.args))
+    except LaunchError as exc:
+        return RunResult(1, f"the job could not start on Ray: {exc}")
+    if recording:
+        for task in result.tasks:
+            state = "SUCCEEDED" if task.exit_code == 0 else ("STOPPED" if task.stopped else "FAILED")
+            store.update_task(job, task_name(task.name, plan.primary), state=state, exit_code=task.exit_code,
+                              restarts=task.restarts, log_path=str(task.log_path))
+    message = re.sub(r"(?<![/\w])chief-0(?!\.log)", f"{plan.primary}-0", result.message)
+    return RunResult(result.exit_code, None if result.ok else message)

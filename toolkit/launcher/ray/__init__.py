@@ -1,0 +1,81 @@
+"""The Ray launcher: the same job as ``toolkit.launcher.launch``, with one Ray actor per task.
+
+Every task (chief, workers, ps, evaluator) is an actor in one placement group
+(``STRICT_SPREAD`` when the cluster has a node per task, ``SPREAD`` otherwise,
+or the ``placement`` asked for). Each actor reserves a port on its node and
+runs the unchanged entrypoint as a subprocess whose TF_CONFIG uses the address
+Ray reports for every node. The failure policy, exit codes, ``[worker-1]``
+prefixes and per-task logs are the local launcher's; a parameter-server
+worker's actor is restarted by Ray itself (``max_restarts``).
+
+Example:
+    >>> from toolkit.launcher.ray import launch_ray                 # doctest: +SKIP
+    >>> result = launch_ray(["python", "train.py"], workers=2, ps=1, address="ray://head:10001")
+    >>> result.exit_code
+    0
+
+Ray is imported only when ``launch_ray`` runs; ``RayOptions`` needs no Ray.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from os import PathLike
+from pathlib import Path
+from typing import IO, Any, Callable, Mapping, Sequence
+
+from toolkit.launcher._result import LaunchResult, TaskEvent
+from toolkit.launcher._spec import LaunchSpec
+from toolkit.launcher.ray._options import (DEFAULT_TASK_RESOURCES, PLACEMENTS, RayOptions, check_shared_paths,
+                                           is_shared_uri)
+
+__all__ = ["DEFAULT_TASK_RESOURCES", "PLACEMENTS", "RayOptions", "check_shared_paths", "is_shared_uri", "launch_ray"]
+
+logger = logging.getLogger(__name__)
+
+
+def launch_ray(cmd: Sequence[str], *, chief: int | None = None, workers: int = 1, ps: int = 0, evaluator: int = 0,
+               job_dir: str | PathLike[str] | None = None, timeout: float | None = None, max_restarts: int = 0,
+               restartable: bool = False, grace_period: float = 10.0, settle_period: float = 10.0,
+               env: Mapping[str, str] | None = None, stream: IO[str] | None = None, echo: bool = True,
+               on_task: Callable[[TaskEvent], None] | None = None, options: RayOptions | None = None,
+               on_placement: Callable[[dict[str, dict]], None] | None = None,
+               should_stop: Callable[[], bool] | None = None, shared_paths: Sequence[str] = (),
+               verbose: bool = False, **option_fields: Any) -> LaunchResult:
+    """Runs ``cmd`` as every task of a cluster of Ray actors and waits for the job to end.
+
+    Takes ``toolkit.launcher.launch``'s arguments, plus:
+
+    Args:
+        options: a ``RayOptions``; or give its fields as keywords (``address=``,
+            ``placement=``, ``resources=``, ``shared_dirs=``). Without an
+            address, ``RAY_ADDRESS`` is used.
+        on_placement: called with ``{task: {"node_id", "address", ...}}`` once
+            the tasks are placed (and again after a restart).
+        should_stop: polled about once a second; True stops every task (the
+            job ends ``interrupted``, exit code 143), as a cancel does.
+        shared_paths: local paths besides ``job_dir`` that every task writes
+            (a ``model_dir``): refused when tasks run on other hosts, unless
+            ``shared_dirs``.
+
+    Raises:
+        LaunchError: a bad argument, an unreachable cluster, a cluster too
+            small for the tasks, or a local path on a multi-host placement
+            (nothing is left running).
+    """
+    from toolkit.launcher import default_job_dir
+    from toolkit.launcher._supervisor import supervise
+    from toolkit.launcher.ray._job import RayJob
+
+    options = options if options is not None else RayOptions.from_env(**option_fields)
+    spec = LaunchSpec(cmd=tuple(cmd) if not isinstance(cmd, str) else cmd, chief=chief, workers=workers,
+                      ps=ps, evaluator=evaluator, timeout=timeout, max_restarts=max_restarts,
+                      restartable=restartable, grace_period=grace_period, settle_period=settle_period)
+    directory = Path(job_dir if job_dir is not None else default_job_dir()).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    out = (stream if stream is not None else sys.stdout) if echo else None
+    job = RayJob(spec, directory, options=options, env=env, stream=out, on_task=on_task,
+                 on_placement=on_placement, should_stop=should_stop, shared_paths=shared_paths, verbose=verbose)
+    logger.info("launching %s on Ray (%s) in %s: %s", ", ".join(job.tasks), job.strategy, directory,
+                " ".join(spec.cmd))
+    return supervise(job)

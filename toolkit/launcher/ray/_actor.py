@@ -1,0 +1,144 @@
+"""The Ray actor behind one TensorFlow task: it reserves a port on its node and runs the entrypoint.
+
+One actor per task (``ps-0``, ``chief-0``, ``worker-1``, ...). It runs on the
+node its placement-group bundle landed on and:
+
+- reports that node's id and the address Ray knows it by (Ray rewrites
+  127.0.0.1 to the host's IP, so TF_CONFIG must use this address);
+- reserves a free port by binding it and holding the socket until the task
+  starts, so actors that share a host (every node of a one-machine cluster)
+  never get the same port;
+- runs the user's unchanged entrypoint as a subprocess in its own process
+  group, with ``PR_SET_PDEATHSIG`` so the subprocess dies with the actor
+  (an actor killed by Ray, or lost with its driver, leaves nothing behind);
+- buffers the subprocess's output lines for the driver to read (long poll).
+
+This module imports Ray; only ``toolkit.launcher.ray`` loads it, lazily.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any, Mapping, Sequence
+
+import ray
+
+from toolkit.launcher._spec import TASK_ENV_DEFAULTS
+
+_PR_SET_PDEATHSIG = 1
+_MAX_BUFFERED = 20000  # lines kept for a driver that stopped reading
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux: the actor's own shutdown path still stops the group
+        pass
+
+
+class TaskRunner:
+    """Holds one task's port, process and output on its Ray node."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._socket: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lines: list[str] = []
+        self._first = 0            # index of self._lines[0] in the task's whole output
+        self._cond = threading.Condition()
+        self._done = False
+
+    def where(self) -> dict[str, Any]:
+        """The node this actor runs on: Ray's node id, its IP address, and the actor's pid."""
+        context = ray.get_runtime_context()
+        return {"node_id": context.get_node_id(), "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+    def reserve(self, port: int = 0) -> int:
+        """Binds ``port`` (0: a free one) on every interface and holds it until ``start``."""
+        self._release()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", port))
+        self._socket = sock
+        return sock.getsockname()[1]
+
+    def _release(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+    def start(self, cmd: Sequence[str], env: Mapping[str, str], driver_python: str) -> tuple[int, int]:
+        """Starts (or restarts) the task; returns its pid on this node and the cursor its output starts at."""
+        self.stop(signal.SIGKILL)
+        self._wait_reader()
+        # The driver's interpreter (``python`` in the entrypoint) means this node's.
+        argv = [sys.executable if part == driver_python else part for part in cmd]
+        full_env = {**TASK_ENV_DEFAULTS, **os.environ, **env}
+        for key in ("TFDIST_JOB_DIR", "TFDIST_TASK_DIR"):
+            if key in env:
+                os.makedirs(env[key], exist_ok=True)
+        self._release()  # the task's server binds the port the reservation held
+        self._proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                      preexec_fn=_die_with_parent)
+        with self._cond:
+            self._done = False
+            cursor = self._first + len(self._lines)
+        self._reader = threading.Thread(target=self._pump, args=(self._proc,), daemon=True)
+        self._reader.start()
+        return self._proc.pid, cursor
+
+    def _pump(self, proc: subprocess.Popen[bytes]) -> None:
+        for raw in iter(proc.stdout.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with self._cond:
+                self._lines.append(line)
+                if len(self._lines) > _MAX_BUFFERED:
+                    drop = len(self._lines) - _MAX_BUFFERED
+                    del self._lines[:drop]
+                    self._first += drop
+                self._cond.notify_all()
+        proc.stdout.close()
+        proc.wait()
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def _wait_reader(self) -> None:
+        reader = getattr(self, "_reader", None)
+        if reader is not None:
+            reader.join(10.0)
+
+    def read(self, cursor: int, wait: float = 1.0) -> tuple[list[str], int, int | None]:
+        """Output lines from ``cursor`` on, the next cursor, and the exit code once the task ended.
+
+        Waits up to ``wait`` seconds for something new, so the driver's reader
+        needs no sleeps; lines before ``cursor`` are dropped (they were read).
+        """
+        with self._cond:
+            if cursor - self._first >= len(self._lines) and not self._done:
+                self._cond.wait(wait)
+            start = max(cursor, self._first)
+            lines = self._lines[start - self._first:]
+            del self._lines[:max(0, cursor - self._first)]
+            self._first = max(self._first, cursor)
+            code = self._proc.returncode if self._done and self._proc is not None else None
+            return lines, start + len(lines), code
+
+    def stop(self, sig: int = signal.SIGTERM) -> bool:
+        """Signals the task's process group; False if nothing was running."""
+        if self._proc is None or self._proc.poll() is not None:
+            return False
+        try:
+            os.killpg(self._proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+
+RemoteTaskRunner = ray.remote(max_concurrency=4)(TaskRunner)

@@ -1,0 +1,165 @@
+"""A Ray launch as the local launcher's ``Job``: same control loop and failure policy, tasks on actors.
+
+``RayJob`` replaces how tasks are made and where they listen; everything else
+(the chief ends the job, a parameter-server worker is restarted alone, any
+other death restarts the cluster when ``restartable``, timeouts, signals) is
+``toolkit.launcher._supervisor`` unchanged.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import secrets
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import IO, Callable, Mapping, Sequence
+
+import ray
+from ray.util.placement_group import remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from toolkit.launcher._console import console_filter
+from toolkit.launcher._result import TaskEvent
+from toolkit.launcher._spec import LaunchSpec
+from toolkit.launcher._supervisor import Job
+from toolkit.launcher.ray._actor import RemoteTaskRunner
+from toolkit.launcher.ray._cluster import connect, driver_ip, place
+from toolkit.launcher.ray._options import RayOptions, check_shared_paths
+from toolkit.launcher.ray._task import RayTask
+
+logger = logging.getLogger(__name__)
+_STOP_POLL = 1.0  # seconds between looks at ``should_stop``
+
+
+def task_names(spec: LaunchSpec) -> list[str]:
+    """The tasks in TF_CONFIG order (ps, chief, workers, evaluator), as ``tf_config.generate`` lists them."""
+    from tf_config import generate
+
+    configs = generate(chief=spec.chief, workers=spec.workers, ps=spec.ps, evaluator=spec.evaluator,
+                       dialect="tf2", base_port=20000)
+    return [str(cfg.task) for cfg in configs]
+
+
+class RayJob(Job):
+    """One launch whose tasks are Ray actors in one placement group."""
+
+    def __init__(self, spec: LaunchSpec, job_dir: Path, *, options: RayOptions, env: Mapping[str, str] | None,
+                 stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None,
+                 on_placement: Callable[[dict[str, dict]], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None, shared_paths: Sequence[str] = (),
+                 verbose: bool = False) -> None:
+        self.spec, self.job_dir, self.options = spec, job_dir, options
+        self.wrap = None  # a Ray cluster's tasks run on their nodes' own networks: no local namespace
+        # Each node's own environment is the base (its PATH, its Python); the job adds only its variables.
+        self.base_env = dict(env or {})
+        self.on_placement, self.should_stop = on_placement, should_stop
+        self.shared_paths = [str(job_dir), *shared_paths]
+        self.tag = f"{job_dir.name}-{secrets.token_hex(3)}"
+        self.group = None
+        self.tasks: dict[str, RayTask] = {}
+        self.actor_names: dict[str, str] = {}
+        self._next_stop_check = 0.0
+        names = task_names(spec)
+        noise = console_filter(self.base_env, verbose=verbose)
+        connect(options.address)
+        try:
+            self.group, self.strategy = place([options.task_resources(n.rpartition("-")[0]) for n in names],
+                                              strategy=options.placement, timeout=options.placement_timeout,
+                                              name=f"tfdist-{self.tag}")
+            lock = threading.Lock()
+            (job_dir / "logs").mkdir(parents=True, exist_ok=True)
+            for index, name in enumerate(names):
+                self.tasks[name] = RayTask(name, make_actor=self._actor_factory(name, index),
+                                           log_path=job_dir / "logs" / f"{name}.log", stream=stream, lock=lock,
+                                           start_timeout=options.start_timeout, on_event=on_task,
+                                           hide=noise() if noise is not None else None)
+                (job_dir / "tasks" / name).mkdir(parents=True, exist_ok=True)
+                self.tasks[name].log_path.write_bytes(b"")
+            self.configs = self._generate()
+        except BaseException:
+            self.teardown()
+            raise
+        self.chief = next(self.tasks[n] for n, c in self.configs.items() if c.is_chief and not c.is_evaluator)
+        self.task_restarts = dict.fromkeys(self.tasks, 0)
+        self.cluster_restarts = 0
+        self.deaths: list[tuple[str, int, list[str]]] = []
+        self.signal: int | None = None
+
+    def _actor_factory(self, name: str, bundle: int) -> Callable[[], object]:
+        """Makes the task's actor in its bundle; Ray restarts a parameter-server worker's actor itself."""
+        generations = itertools.count()
+        task_type = name.rpartition("-")[0]
+        restarts = self.spec.max_restarts if (self.spec.is_parameter_server and task_type == "worker") else 0
+        resources = self.options.task_resources(task_type)
+
+        def make() -> object:
+            generation = next(generations)
+            actor_name = f"{self.tag}/{name}" + (f"#{generation}" if generation else "")
+            self.actor_names[name] = actor_name
+            return RemoteTaskRunner.options(
+                name=actor_name, namespace="tfdist", max_restarts=restarts,
+                num_cpus=resources.get("CPU", 0), num_gpus=resources.get("GPU", 0),
+                memory=resources.get("memory") or None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=bundle),
+            ).remote(name)
+
+        return make
+
+    # ---- cluster ----------------------------------------------------------------
+    def _generate(self) -> dict:
+        """TF_CONFIGs from the address each actor's node has and the port each actor reserved."""
+        from tf_config import generate
+
+        hosts = [task.locate() for task in self.tasks.values()]
+        configs = generate(chief=self.spec.chief, workers=self.spec.workers, ps=self.spec.ps,
+                           evaluator=self.spec.evaluator, dialect="tf2", hosts=hosts)
+        by_name = {str(cfg.task): cfg for cfg in configs}
+        cluster = {job: list(addrs) for job, addrs in configs[0].cluster.items()}
+        (self.job_dir / "cluster.json").write_text(json.dumps({"cluster": cluster}, indent=2) + "\n")
+        placement = self.placement()
+        (self.job_dir / "placement.json").write_text(json.dumps(placement, indent=2) + "\n")
+        check_shared_paths(self.shared_paths, [t.ip for t in self.tasks.values()], here=driver_ip(),
+                           asserted=self.options.shared_dirs)
+        if self.on_placement is not None:
+            self.on_placement(placement)
+        return by_name
+
+    def placement(self) -> dict[str, dict]:
+        """Per task: Ray node id, address, actor name (namespace ``tfdist``) and actor restarts."""
+        return {name: {"node_id": t.node_id, "address": f"{t.ip}:{t.port}", "actor": self.actor_names.get(name),
+                       "actor_restarts": t.actor_restarts, "strategy": self.strategy}
+                for name, t in self.tasks.items()}
+
+    def _restart_task(self, task) -> None:  # type: ignore[override]
+        super()._restart_task(task)
+        if self.on_placement is not None:
+            self.on_placement(self.placement())
+
+    # ---- policy hooks -----------------------------------------------------------
+    def check(self, deadline: float | None):  # type: ignore[override]
+        now = time.monotonic()
+        if self.should_stop is not None and self.signal is None and now >= self._next_stop_check:
+            self._next_stop_check = now + _STOP_POLL
+            if self.should_stop():
+                self.signal = int(signal.SIGTERM)
+        return super().check(deadline)
+
+    def wind_down(self, grace: float) -> None:
+        try:
+            super().wind_down(grace)
+        finally:
+            self.teardown()
+
+    def teardown(self) -> None:
+        """Kills every actor and frees the placement group; nothing of the job stays on the cluster."""
+        for task in self.tasks.values():
+            task.kill_actor()
+        if self.group is not None:
+            try:
+                remove_placement_group(self.group)
+            except ray.exceptions.RayError as exc:
+                logger.warning("could not remove placement group %s: %s", self.tag, exc)
+            self.group = None

@@ -1,0 +1,223 @@
+"""One task of a Ray launch, seen from the driver: the local launcher's ``TaskProcess`` over an actor.
+
+It offers the same surface as ``toolkit.launcher._task.TaskProcess``
+(``start``, ``poll``, ``running``, ``signal_group``, ``join_output``, ``tail``,
+``proc.wait``), so the local launcher's control loop and failure policy drive
+Ray tasks unchanged. Output arrives from the actor by long polls and goes,
+prefixed ``[worker-1]``, to the console and to ``logs/<task>.log`` on the
+driver's machine, whichever node the task ran on.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any, Callable, Mapping, Sequence
+
+import ray
+
+from toolkit.launcher._result import TaskEvent
+
+logger = logging.getLogger(__name__)
+
+_TAIL_LINES = 20
+_CALL_TIMEOUT = 30.0
+_DIED_GRACE = 10.0  # seconds a dead actor gets to come back through Ray's own restart
+ACTOR_LOST = -int(signal.SIGKILL)  # the exit code a task gets when its actor (or node) vanished
+
+
+class _Waiter:
+    """``proc.wait(timeout)`` for ``stop_all``: waits for the output reader to see the exit."""
+
+    def __init__(self, task: "RayTask") -> None:
+        self.task = task
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.task.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+class RayTask:
+    """A task of the job, run by a Ray actor that keeps the task's port, process and output."""
+
+    def __init__(self, name: str, *, make_actor: Callable[[], Any], log_path: Path, stream: IO[str] | None,
+                 lock: threading.Lock, start_timeout: float,
+                 on_event: Callable[[TaskEvent], None] | None = None,
+                 hide: Callable[[str], bool] | None = None) -> None:
+        self.name = name
+        self.hide = hide  # lines kept off the console (the log file still gets them)
+        self.task_type, _, index = name.rpartition("-")
+        self.index = int(index)
+        self.make_actor = make_actor
+        self.actor = make_actor()
+        self.log_path, self.stream, self.lock, self.on_event = log_path, stream, lock, on_event
+        self.start_timeout = start_timeout
+        self.starts = 0
+        self.exit_code: int | None = None
+        self.ended_at: float | None = None
+        self.handled = False
+        self.stopped = False
+        self.recent: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self.node_id: str | None = None
+        self.ip: str | None = None
+        self.port: int | None = None
+        self.pid: int | None = None
+        self.actor_restarts = 0
+        self._seen: int | None = None      # the exit code the reader saw for the current run
+        self._lost = False                 # the actor died under the current run
+        self._reader: threading.Thread | None = None
+        self.proc = _Waiter(self)
+
+    # ---- placement ----------------------------------------------------------------
+    def locate(self, port: int = 0) -> str:
+        """Where the task will listen: the actor's node address and a port it reserved there.
+
+        An actor that died is awaited first (Ray restarts it when ``max_restarts``
+        allows), or replaced by a new one in its bundle.
+        """
+        if self._lost:
+            self._await_actor()
+        where = ray.get(self.actor.where.remote(), timeout=self.start_timeout)
+        old, self.node_id, self.ip = self.ip, where["node_id"], where["ip"]
+        self.port = ray.get(self.actor.reserve.remote(port), timeout=_CALL_TIMEOUT)
+        if port and old not in (None, self.ip):
+            logger.warning("%s came back on another host (%s, was %s); its TF_CONFIG address is stale, so the "
+                           "coordinator will not use it until the cluster restarts", self.name, self.ip, old)
+        return f"{self.ip}:{self.port}"
+
+    def _await_actor(self) -> None:
+        started = time.monotonic()
+        deadline = started + self.start_timeout
+        while True:
+            try:
+                ray.get(self.actor.where.remote(), timeout=_CALL_TIMEOUT)
+                break
+            except ray.exceptions.ActorDiedError:
+                if time.monotonic() > deadline:
+                    raise
+                if time.monotonic() - started < _DIED_GRACE:  # Ray may be about to restart it
+                    time.sleep(0.5)
+                    continue
+                logger.warning("%s: its actor is gone for good; starting a new one in its bundle", self.name)
+                self.actor = self.make_actor()
+                started = time.monotonic() - _DIED_GRACE  # a new actor that dies is not waited for again
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError,
+                    ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self.actor_restarts += 1
+        self._lost = False
+
+    # ---- the TaskProcess surface ----------------------------------------------------
+    def start(self, cmd: Sequence[str], env: Mapping[str, str]) -> None:
+        """Starts (or restarts) the task in its actor; a dead actor is revived first."""
+        log = open(self.log_path, "ab")
+        if self.starts:
+            log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())
+        self.exit_code = self.ended_at = self._seen = None
+        self.handled = self.stopped = False
+        self.starts += 1
+        try:
+            if self._lost:  # a worker restarted alone keeps its address: same node (its bundle), same port
+                self.locate(self.port or 0)
+            self.pid, cursor = ray.get(self.actor.start.remote(list(cmd), dict(env), sys.executable),
+                                       timeout=self.start_timeout)
+        except (ray.exceptions.RayError, OSError) as exc:
+            self._lost = True
+            log.write(f"----- {self.name} could not start on Ray: {exc} -----\n".encode())
+            log.close()
+            self._seen = ACTOR_LOST
+            self._reader = None
+            self._emit("started")
+            return
+        self._reader = threading.Thread(target=self._pump, args=(self.actor, cursor, log), daemon=True,
+                                        name=f"tfdist-ray-{self.name}")
+        self._reader.start()
+        logger.info("started %s on node %s (%s, pid %s)", self.name, (self.node_id or "?")[:12], self.ip, self.pid)
+        self._emit("started")
+
+    def _pump(self, actor: Any, cursor: int, log: IO[bytes]) -> None:
+        prefix = f"[{self.name}] "
+        with log:
+            while True:
+                try:
+                    lines, cursor, code = ray.get(actor.read.remote(cursor, 1.0), timeout=_CALL_TIMEOUT)
+                except ray.exceptions.GetTimeoutError:
+                    continue
+                except ray.exceptions.RayError as exc:
+                    self._lost = True
+                    note = f"----- {self.name}: its Ray actor died ({type(exc).__name__}) -----"
+                    log.write((note + "\n").encode())
+                    self.recent.append(note)
+                    self._seen = ACTOR_LOST
+                    return
+                for line in lines:
+                    log.write((line + "\n").encode())
+                    self.recent.append(line)
+                    if self.stream is not None and not (self.hide is not None and self.hide(line)):
+                        self._echo(prefix + line + "\n")
+                log.flush()
+                if code is not None:
+                    self._seen = code
+                    return
+
+    def _echo(self, text: str) -> None:
+        with self.lock:
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (OSError, ValueError) as exc:
+                logger.warning("console output of %s stopped (%s); its log file still has everything", self.name, exc)
+                self.stream = None
+
+    def _emit(self, kind: str) -> None:
+        if self.on_event is None:
+            return
+        event = TaskEvent(name=self.name, kind=kind, pid=self.pid or 0, restarts=self.starts - 1,
+                          exit_code=self.exit_code, log_path=self.log_path)
+        try:
+            self.on_event(event)
+        except Exception:  # an observer's bug must not take the cluster down with it
+            logger.exception("the on_task callback failed on %s %s", self.name, kind)
+
+    def poll(self) -> int | None:
+        if self.starts == 0:
+            return None
+        if self.exit_code is None and self._seen is not None:
+            if self._reader is not None:
+                self._reader.join(5.0)
+            self.exit_code, self.ended_at = self._seen, time.monotonic()
+            self._emit("exited")
+        return self.exit_code
+
+    @property
+    def running(self) -> bool:
+        return self.starts > 0 and self.poll() is None
+
+    def signal_group(self, sig: int) -> bool:
+        if self._lost:
+            return False
+        try:
+            return bool(ray.get(self.actor.stop.remote(int(sig)), timeout=_CALL_TIMEOUT))
+        except ray.exceptions.RayError:
+            return False
+
+    def join_output(self, timeout: float) -> None:
+        if self._reader is not None:
+            self._reader.join(timeout)
+
+    def tail(self) -> list[str]:
+        return list(self.recent)
+
+    def kill_actor(self) -> None:
+        """Ends the actor for good (and, by ``PR_SET_PDEATHSIG``, anything it still ran)."""
+        try:
+            ray.kill(self.actor, no_restart=True)
+        except ray.exceptions.RayError as exc:
+            logger.debug("killing %s's actor: %s", self.name, exc)
