@@ -166,3 +166,13 @@ def test_argument_errors_name_the_argument(digits, tmp_path):
     assert info.value.field == "model_dir"
     with pytest.raises(TrainingError, match="Received: epochs=0"):
         _fit(train, tmp_path, epochs=0)
+
+
+def test_keras_callbacks_that_change_the_learning_rate_reach_the_optimizer(digits, tmp_path):
+    """ReduceLROnPlateau and LearningRateScheduler read and set ``model.optimizer.learning_rate``."""
+    train, _ = digits
+    callbacks = [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.01 * 0.5 ** epoch),
+                 keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0)]
+    history = _fit(train, tmp_path, callbacks=callbacks)
+    # epoch 0: 0.01, plateau -> 0.005; epoch 1: scheduler 0.005, plateau -> 0.0025
+    assert float(history.model.optimizer.learning_rate) == pytest.approx(0.0025)
