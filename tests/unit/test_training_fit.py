@@ -176,3 +176,29 @@ def test_keras_callbacks_that_change_the_learning_rate_reach_the_optimizer(digit
     history = _fit(train, tmp_path, callbacks=callbacks)
     # epoch 0: 0.01, plateau -> 0.005; epoch 1: scheduler 0.005, plateau -> 0.0025
     assert float(history.model.optimizer.learning_rate) == pytest.approx(0.0025)
+
+
+def test_the_evaluator_skips_a_checkpoint_deleted_before_it_is_read(digits, tmp_path):
+    """``keep_checkpoints`` can prune a checkpoint between listing and restoring it: skip it, go on."""
+    from toolkit.training import evaluate_continuously
+
+    train, _ = digits
+    _fit(train, tmp_path, epochs=1, checkpoint_every_steps=11, keep_checkpoints=5)  # ckpt-11 and ckpt-22
+    model, seen = models.digits_mlp(seed=0), []
+    checkpoint = tf.train.Checkpoint(model=model)
+    (tmp_path / "training_done.json").unlink()
+    index = (tmp_path / "checkpoint").read_text()
+    (tmp_path / "checkpoint").write_text(index.replace('model_checkpoint_path: "ckpt-22"',
+                                                       'model_checkpoint_path: "ckpt-11"'))
+
+    def evaluate(path):
+        if path.endswith("ckpt-11"):  # what the chief does meanwhile: save ckpt-22, prune ckpt-11
+            for stale in tmp_path.glob("ckpt-11.*"):
+                stale.unlink()
+            (tmp_path / "checkpoint").write_text(index)
+        checkpoint.restore(path).expect_partial()
+        seen.append(path)
+        return path
+
+    results = evaluate_continuously(str(tmp_path), evaluate, final_step=22, timeout=30, poll_secs=0.05)
+    assert [step for step, _ in results] == [22] and seen == [str(tmp_path / "ckpt-22")]

@@ -15,7 +15,7 @@ Example:
     >>> from toolkit.training import fit      # doctest: +SKIP
 """
 from toolkit.training.config import FitConfig, TrainingError
-from toolkit.training.evaluation import Validator, run_sidecar_evaluator
+from toolkit.training.evaluation import Validator, evaluate_continuously, run_sidecar_evaluator
 from toolkit.training.export import export_model
 from toolkit.training.fit import fit
 from toolkit.training.history import History
@@ -31,6 +31,6 @@ __all__ = [
     "History", "Hook", "LogHook", "LoopEvent", "LoopRecord", "ParameterServerRunner", "ProgressHook", "RUNNERS",
     "Runner", "StatLayout", "SummaryHook", "SyncParameterServerRunner", "SyncRunner", "TrainState", "TrainStep",
     "TrainingError", "Validator",
-    "after_updates", "build_state", "export_model", "fit", "make_forward", "make_runner", "resolve_metrics", "run_loop",
+    "after_updates", "build_state", "evaluate_continuously", "export_model", "fit", "make_forward", "make_runner", "resolve_metrics", "run_loop",
     "run_sidecar_evaluator", "strategy_kind",
 ]
