@@ -13,6 +13,8 @@ serve until one of two signals ends them:
    stays unreachable for ``chief_lost_after`` seconds, the server exits with
    ``EXIT_CHIEF_LOST``. If the chief never shows up within
    ``chief_start_timeout``, it exits with ``EXIT_CHIEF_NEVER_STARTED``.
+   Both timeouts are ``ServeOptions`` (arguments, or the environment the
+   launcher sets).
 
 Both work the same whether the tasks were started by ``tfdist launch`` or by
 hand in separate terminals.
@@ -28,6 +30,7 @@ from typing import Any
 from strategies._cluster import tf2_cluster, tf2_job
 from strategies._errors import StrategyError
 from strategies._net import is_listening
+from strategies._serve_options import ServeOptions
 from strategies._shutdown import exit_file, hello_file
 
 logger = logging.getLogger(__name__)
@@ -106,15 +109,16 @@ def _remove(path: str) -> bool:
     return True
 
 
-def serve(tf_config: Any = None, *, chief_start_timeout: float = 300.0,
-          chief_lost_after: float = 6.0, poll_interval: float = 0.5) -> int:
+def serve(tf_config: Any = None, *, chief_start_timeout: float | None = None,
+          chief_lost_after: float | None = None, poll_interval: float = 0.5) -> int:
     """Runs this ps/worker task's server until the chief ends the job.
 
     Args:
         tf_config: this task's ``TFConfig``; None reads TF_CONFIG.
-        chief_start_timeout: seconds to wait for the chief to appear at all.
+        chief_start_timeout: seconds to wait for the chief to appear at all
+            (None: ``ServeOptions``' default, 900, or the launcher's setting).
         chief_lost_after: seconds the chief may be unreachable before the job
-            is considered dead.
+            is considered dead (None: 6, or the launcher's setting).
         poll_interval: seconds between checks for the chief's goodbye.
 
     Returns:
@@ -127,6 +131,8 @@ def serve(tf_config: Any = None, *, chief_start_timeout: float = 300.0,
     """
     from tf_config import TFConfig
 
+    options = ServeOptions.from_env(chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after)
+    chief_start_timeout, chief_lost_after = options.chief_start_timeout, options.chief_lost_after
     cfg = TFConfig.from_env() if tf_config is None else tf_config
     if not is_server_role(cfg):
         raise StrategyError(
@@ -162,8 +168,8 @@ def serve(tf_config: Any = None, *, chief_start_timeout: float = 300.0,
         _remove(hello)
 
 
-def run_role(tf_config: Any = None, *, strategy: str = "auto", chief_start_timeout: float = 300.0,
-             chief_lost_after: float = 6.0) -> Any:
+def run_role(tf_config: Any = None, *, strategy: str = "auto", chief_start_timeout: float | None = None,
+             chief_lost_after: float | None = None) -> Any:
     """Serves and exits in ps/worker tasks; returns in tasks that train.
 
     Put it at the top of a training script: under ParameterServerStrategy the
