@@ -132,7 +132,6 @@ def serve(tf_config: Any = None, *, chief_start_timeout: float | None = None,
     from tf_config import TFConfig
 
     options = ServeOptions.from_env(chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after)
-    chief_start_timeout, chief_lost_after = options.chief_start_timeout, options.chief_lost_after
     cfg = TFConfig.from_env() if tf_config is None else tf_config
     if not is_server_role(cfg):
         raise StrategyError(
@@ -141,6 +140,23 @@ def serve(tf_config: Any = None, *, chief_start_timeout: float | None = None,
             "tasks, and worker tasks of a cluster with ps, serve. Call run_role(cfg), which returns for "
             "training tasks, instead of serve().",
         )
+    return serve_until_goodbye(cfg, options, poll_interval=poll_interval)
+
+
+def serve_until_goodbye(cfg: Any, options: ServeOptions, *, poll_interval: float = 0.5,
+                        peer: str = "chief") -> int:
+    """The serve/goodbye protocol: runs this task's server until its chief (or client) ends the job.
+
+    Every task that only serves uses it: parameter-server ps and workers
+    (``serve``) and the hosts of an in-graph device map
+    (``strategies.device_map.serve_devices``). The chief ends it with a
+    goodbye (``strategies._shutdown``); a chief gone for
+    ``options.chief_lost_after`` s, or never up within
+    ``options.chief_start_timeout`` s, ends it too.
+
+    Returns:
+        The chief's exit code, ``EXIT_CHIEF_LOST`` or ``EXIT_CHIEF_NEVER_STARTED``.
+    """
     cluster = tf2_cluster(cfg.cluster)
     job, index = tf2_job(cfg.task_type), cfg.task_index
     path, hello = exit_file(cluster, job, index), hello_file(cluster, job, index)
@@ -151,14 +167,15 @@ def serve(tf_config: Any = None, *, chief_start_timeout: float | None = None,
 
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
                                   protocol=cfg.rpc_layer or "grpc", start=True)
-    logger.info("%s-%d serving at %s (%s); exits when the chief at %s says goodbye or is gone for %.0f s",
-                job, index, cfg.address, server.target, cfg.chief_address, chief_lost_after)
-    watch = _ChiefWatch(cfg.chief_address, start_timeout=chief_start_timeout, lost_after=chief_lost_after)
+    logger.info("%s-%d serving at %s (%s); exits when the %s at %s says goodbye or is gone for %.0f s",
+                job, index, cfg.address, server.target, peer, cfg.chief_address, options.chief_lost_after)
+    watch = _ChiefWatch(cfg.chief_address, start_timeout=options.chief_start_timeout,
+                        lost_after=options.chief_lost_after)
     try:
         while True:
             code = _take_exit_file(path)
             if code is not None:
-                logger.info("%s-%d: the chief said goodbye; exiting with %d", job, index, code)
+                logger.info("%s-%d: the %s said goodbye; exiting with %d", job, index, peer, code)
                 return code
             code = watch.verdict(hello=not watch.seen and os.path.exists(hello))
             if code is not None:

@@ -68,8 +68,8 @@ def hello_file(cluster: Mapping[str, Any], job: str, index: int) -> str:
 
 
 def _write_on_servers(cluster: Mapping[str, Any], path_of: Any, text: str, *,
-                      timeout: float | None = None) -> list[str]:
-    """Writes ``text`` to ``path_of(cluster, job, index)`` inside every ps/worker, in parallel.
+                      timeout: float | None = None, tasks: list[tuple[str, int]] | None = None) -> list[str]:
+    """Writes ``text`` to ``path_of(cluster, job, index)`` inside every ps/worker (or ``tasks``), in parallel.
 
     One dead or hung server must not hold up the others, nor the chief for
     ever: each write runs in its own daemon thread, and after ``timeout``
@@ -84,7 +84,8 @@ def _write_on_servers(cluster: Mapping[str, Any], path_of: Any, text: str, *,
 
     if timeout is None:
         timeout = ServeOptions.from_env().goodbye_timeout
-    tasks = [(job, index) for job in _SERVER_JOBS for index in range(len(cluster.get(job, [])))]
+    if tasks is None:
+        tasks = [(job, index) for job in _SERVER_JOBS for index in range(len(cluster.get(job, [])))]
     reached: dict[str, bool] = {}
 
     def write(job: str, index: int) -> None:
@@ -108,6 +109,11 @@ def _write_on_servers(cluster: Mapping[str, Any], path_of: Any, text: str, *,
         logger.warning("%s did not answer within %g s (goodbye_timeout); they exit when the chief's port "
                        "closes", ", ".join(late), timeout)
     return [f"{job}-{index}" for job, index in tasks if reached.get(f"{job}-{index}")]
+
+
+def say_goodbye(cluster: Mapping[str, Any], tasks: list[tuple[str, int]], exit_code: int) -> list[str]:
+    """Tells ``tasks`` (``(job, index)`` pairs serving ``serve_until_goodbye``) to exit with ``exit_code``."""
+    return _write_on_servers(cluster, exit_file, str(_exit_code(exit_code)), tasks=tasks)
 
 
 def say_hello(strategy: Any) -> None:
