@@ -168,9 +168,13 @@ def _progress(job_dir: Path, model_dir: Path) -> tuple[int, tuple[int, ...]]:
     return size, tuple(_checkpoint_steps(model_dir))
 
 
-def _writing_checkpoint(model_dir: Path) -> bool:
-    """A save in flight: TensorFlow writes ``<prefix>_temp/`` shards, then renames them into place."""
-    return any("_temp" in p.name for p in model_dir.glob("ckpt-*"))
+def _writing_checkpoint(model_dir: Path) -> int | None:
+    """The step of a save in flight (TensorFlow writes ``<prefix>_temp/`` shards, then renames them), or None."""
+    for path in model_dir.glob("ckpt-*_temp*"):
+        number = path.name[len("ckpt-"):].split("_temp")[0]
+        if number.isdigit():
+            return int(number)
+    return None
 
 
 class _Watch:
@@ -200,14 +204,16 @@ def _wait_for_moment(moment: str, target: str, job_dir: Path, model_dir: Path, p
             missed, seen = missed + (seen is not None and newest > after_step), newest
             if missed >= 3:  # writes too quick to catch in flight: kill just after one lands instead
                 return True
-        if moment == "startup":
-            if target == "launcher" or _current_pid(job_dir, target) is not None:
-                time.sleep(rng.uniform(0.0, 4.0))  # importing TensorFlow, connecting
-                return True
-        elif moment == "step" and after_step < newest <= shape.total_steps // 2:
+        # a target killed before must have been restarted (its new pid file written) before the next kill
+        alive = target == "launcher" or _current_pid(job_dir, target) is not None
+        last_window = shape.total_steps // 2 if not after_step else shape.total_steps - shape.checkpoint_every
+        if alive and moment == "startup":
+            time.sleep(rng.uniform(0.0, 4.0))  # importing TensorFlow, connecting
+            return True
+        if alive and moment == "step" and after_step < newest <= last_window:
             time.sleep(rng.uniform(0.0, 0.5))  # somewhere in the steps after that checkpoint
             return True
-        elif moment == "checkpoint" and newest > after_step and _writing_checkpoint(model_dir):
+        if alive and moment == "checkpoint" and newest > after_step and _writing_checkpoint(model_dir) is not None:
             return True
         time.sleep(_POLL)
     return False
@@ -276,7 +282,8 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape = JobSha
         if not _wait_for_moment(scenario.moment, scenario.target, job_dir, model_dir, proc, rng, after, shape):
             result.note = "the job ended before the kill"
             break
-        before = (_checkpoint_steps(model_dir) or [0])[-1]
+        # recovered = a checkpoint past the newest one, or past the one being written at the kill
+        before = max((_checkpoint_steps(model_dir) or [0])[-1], _writing_checkpoint(model_dir) or 0)
         result.kills.append(f"{_kill(scenario.target, scenario.sig, job_dir, proc)}@ckpt-{before}")
         if scenario.target == "launcher":
             proc.wait()
