@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from strategies._errors import StrategyError
 
@@ -62,7 +63,7 @@ class ServeOptions:
             object.__setattr__(self, name, _seconds(name, getattr(self, name), "argument"))
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ, **explicit: Any) -> "ServeOptions":
+    def from_env(cls, environ: Mapping[str, str] = os.environ, **explicit: Any) -> ServeOptions:
         """The environment's values (see the module docstring), overridden by non-None ``explicit`` ones."""
         values: dict[str, Any] = {}
         for name, variable in _ENV.items():

@@ -13,7 +13,8 @@ corrected so that each shard follows the whole table's distribution.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = ["shard_initializer"]
 

@@ -100,7 +100,8 @@ class TaskProcess:
             log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())
         self.proc = subprocess.Popen(
             list(cmd), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent(),
+            stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent(),  # noqa: PLW1509 - only prctl and getppid run in the child
         )
         self.starts += 1
         self.exit_code = self.ended_at = None
