@@ -138,3 +138,11 @@ def test_master_evaluation_master_and_model_dir_as_tensorflow_reads_them():
     assert (evaluator.is_chief, evaluator.global_id_in_cluster) == (False, None)
     assert RunConfig(tf_config={"cluster": {"chief": ["h:1"]}, "task": {"type": "chief", "index": 0}}).master == ""
     assert RunConfig(tf_config={}).master == ""
+
+
+def test_serve_timeouts_are_run_config_options():
+    config = RunConfig(chief_start_timeout=1200, chief_lost_after=30.0)
+    assert (config.chief_start_timeout, config.chief_lost_after) == (1200, 30.0)
+    with pytest.raises(RunConfigError) as info:
+        RunConfig(chief_lost_after=0)
+    assert info.value.field == "chief_lost_after" and "is 0; expected a positive number of seconds" in str(info.value)

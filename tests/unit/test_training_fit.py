@@ -24,12 +24,12 @@ def digits():
     return data.load("digits"), data.load("digits", split="test")
 
 
-def _fit(train, model_dir, **kwargs):
+def _fit(train, model_dir, model_fn=lambda: models.digits_mlp(seed=0), **kwargs):
     options = dict(loss=LOSS, metrics=["accuracy"], epochs=2, steps_per_epoch=train.steps_per_epoch(BATCH),
                    steps_per_execution=5, model_dir=model_dir and str(model_dir), export=False, verbose=0,
                    optimizer=lambda: keras.optimizers.Adam(1e-2))
     options.update(kwargs)
-    return fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(BATCH, seed=1), **options)
+    return fit(model_fn, train.dataset_fn(BATCH, seed=1), **options)
 
 
 def _scalars(logdir):
@@ -105,8 +105,10 @@ def test_evaluator_task_evaluates_the_final_checkpoint_and_exits(digits, tmp_pat
 
 
 def test_resume_after_a_crash_matches_an_uninterrupted_run(digits, tmp_path):
+    """With dropout and shuffling on: the dropout seed generators' state is in the checkpoint."""
     train, _ = digits
-    reference = _fit(train, tmp_path / "reference")
+    dropout = lambda: models.digits_mlp(dropout=0.3, seed=0)  # noqa: E731
+    reference = _fit(train, tmp_path / "reference", model_fn=dropout)
 
     class Crash(keras.callbacks.Callback):
         def __init__(self):
@@ -119,9 +121,9 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(digits, tmp_path):
                 raise RuntimeError("simulated crash")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        _fit(train, tmp_path / "resumed", checkpoint_every_steps=10, callbacks=[Crash()])
+        _fit(train, tmp_path / "resumed", model_fn=dropout, checkpoint_every_steps=10, callbacks=[Crash()])
     assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("ckpt-30")
-    resumed = _fit(train, tmp_path / "resumed", checkpoint_every_steps=10)
+    resumed = _fit(train, tmp_path / "resumed", model_fn=dropout, checkpoint_every_steps=10)
     assert resumed.global_step == reference.global_step == 44
     assert resumed.epoch == [1]  # only the unfinished epoch ran again
     for got, want in zip(resumed.model.get_weights(), reference.model.get_weights()):
@@ -166,3 +168,39 @@ def test_argument_errors_name_the_argument(digits, tmp_path):
     assert info.value.field == "model_dir"
     with pytest.raises(TrainingError, match="Received: epochs=0"):
         _fit(train, tmp_path, epochs=0)
+
+
+def test_keras_callbacks_that_change_the_learning_rate_reach_the_optimizer(digits, tmp_path):
+    """ReduceLROnPlateau and LearningRateScheduler read and set ``model.optimizer.learning_rate``."""
+    train, _ = digits
+    callbacks = [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.01 * 0.5 ** epoch),
+                 keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0)]
+    history = _fit(train, tmp_path, callbacks=callbacks)
+    # epoch 0: 0.01, plateau -> 0.005; epoch 1: scheduler 0.005, plateau -> 0.0025
+    assert float(history.model.optimizer.learning_rate) == pytest.approx(0.0025)
+
+
+def test_the_evaluator_skips_a_checkpoint_deleted_before_it_is_read(digits, tmp_path):
+    """``keep_checkpoints`` can prune a checkpoint between listing and restoring it: skip it, go on."""
+    from toolkit.training import evaluate_continuously
+
+    train, _ = digits
+    _fit(train, tmp_path, epochs=1, checkpoint_every_steps=11, keep_checkpoints=5)  # ckpt-11 and ckpt-22
+    model, seen = models.digits_mlp(seed=0), []
+    checkpoint = tf.train.Checkpoint(model=model)
+    (tmp_path / "training_done.json").unlink()
+    index = (tmp_path / "checkpoint").read_text()
+    (tmp_path / "checkpoint").write_text(index.replace('model_checkpoint_path: "ckpt-22"',
+                                                       'model_checkpoint_path: "ckpt-11"'))
+
+    def evaluate(path):
+        if path.endswith("ckpt-11"):  # what the chief does meanwhile: save ckpt-22, prune ckpt-11
+            for stale in tmp_path.glob("ckpt-11.*"):
+                stale.unlink()
+            (tmp_path / "checkpoint").write_text(index)
+        checkpoint.restore(path).expect_partial()
+        seen.append(path)
+        return path
+
+    results = evaluate_continuously(str(tmp_path), evaluate, final_step=22, timeout=30, poll_secs=0.05)
+    assert [step for step, _ in results] == [22] and seen == [str(tmp_path / "ckpt-22")]

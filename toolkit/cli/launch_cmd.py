@@ -106,9 +106,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="ray: auto (default), STRICT_SPREAD, SPREAD, PACK or STRICT_PACK")
     parser.add_argument("--shared-dir", action="store_true",
                         help="ray: --job-dir is mounted at the same path on every node")
+    parser.add_argument("--chief-start-timeout", type=positive_seconds, default=None, metavar="S",
+                        help="ps/worker servers exit if the chief never came up within S seconds (default 900)")
+    parser.add_argument("--chief-lost-after", type=positive_seconds, default=None, metavar="S",
+                        help="ps/worker servers exit once the chief was up and then unreachable S seconds (default 6)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                         help="the entrypoint, run in every task")
     parser.set_defaults(handler=_launch)
+
+
+def _serve_env(args: argparse.Namespace) -> dict[str, str]:
+    """The serve timeouts, for every task (``strategies.ServeOptions`` reads them)."""
+    from strategies._serve_options import ENV_CHIEF_LOST_AFTER, ENV_CHIEF_START_TIMEOUT
+
+    values = {ENV_CHIEF_START_TIMEOUT: args.chief_start_timeout, ENV_CHIEF_LOST_AFTER: args.chief_lost_after}
+    return {name: f"{value:g}" for name, value in values.items() if value is not None}
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -123,7 +135,7 @@ def _launch(args: argparse.Namespace) -> int:
     kwargs = dict(chief=args.chief, workers=args.workers, ps=args.ps, evaluator=int(args.evaluator),
                   job_dir=args.job_dir, timeout=args.timeout, max_restarts=args.max_restarts,
                   restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
-                  verbose=args.show_tf_noise or args.verbose > 0)
+                  verbose=args.show_tf_noise or args.verbose > 0, env=_serve_env(args))
     if args.backend == "ray" and args.isolate:
         print("error: --isolate applies to the local backend only; a Ray cluster's tasks run on its nodes' "
               "networks (docs/ray.md)", file=sys.stderr)

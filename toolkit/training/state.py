@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from toolkit.training.config import TrainingError
 
-__all__ = ["TrainState", "build_state", "GlobalStepSchedule"]
+__all__ = ["GlobalStepSchedule", "TrainState", "build_state", "seed_states"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,19 +48,33 @@ class TrainState:
         model: the Keras 3 model, built under the strategy's scope.
         optimizer: a Keras 3 optimizer whose slots are already built.
         global_step: int64 count of optimizer steps taken by all workers.
+        extras: further trackables to checkpoint, by name (added by train steps).
     """
 
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     global_step: tf.Variable
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def checkpoint(self) -> tf.train.Checkpoint:
-        """Everything a restart needs to continue exactly where it stopped."""
-        return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, global_step=self.global_step)
+        """Everything a restart needs to continue exactly where it stopped.
+
+        Besides model, optimizer and global step: the state of the model's
+        seed generators (``rng``; Keras does not checkpoint them, so a resumed
+        run would draw other dropout masks than the uninterrupted one), and
+        ``extras``, what a train step adds (e.g. a sparse optimizer's slots).
+        """
+        return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, global_step=self.global_step,
+                                   rng=seed_states(self.model), **self.extras)
 
     @property
     def step(self) -> int:
         return int(self.global_step.numpy())
+
+
+def seed_states(model: keras.Model) -> list[Any]:
+    """The state variables of the model's ``keras.random.SeedGenerator``\ s (dropout, noise layers), in order."""
+    return [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
 
 
 def _fresh_optimizer(spec: OptimizerSpec) -> keras.optimizers.Optimizer:
@@ -131,4 +145,6 @@ def build_state(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras.M
         opt = _fresh_optimizer(optimizer)
         _bind_schedule(opt, global_step)
         opt.build(model.trainable_variables)
+    # Keras callbacks (ReduceLROnPlateau, LearningRateScheduler, ...) reach the optimizer through the model.
+    model.optimizer = opt
     return TrainState(model=model, optimizer=opt, global_step=global_step)

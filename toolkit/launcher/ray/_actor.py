@@ -17,7 +17,6 @@ This module imports Ray; only ``toolkit.launcher.ray`` loads it, lazily.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -29,16 +28,9 @@ from typing import Any, Mapping, Sequence
 import ray
 
 from toolkit.launcher._spec import TASK_ENV_DEFAULTS
+from toolkit.launcher._task import _die_with_parent
 
-_PR_SET_PDEATHSIG = 1
 _MAX_BUFFERED = 20000  # lines kept for a driver that stopped reading
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the actor's own shutdown path still stops the group
-        pass
 
 
 class TaskRunner:
@@ -85,7 +77,7 @@ class TaskRunner:
         self._release()  # the task's server binds the port the reservation held
         self._proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, start_new_session=True,
-                                      preexec_fn=_die_with_parent)
+                                      preexec_fn=_die_with_parent())
         with self._cond:
             self._done = False
             cursor = self._first + len(self._lines)

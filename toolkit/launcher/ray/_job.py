@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._result import TaskEvent
-from toolkit.launcher._spec import LaunchSpec
+from toolkit.launcher._spec import ENV_JOB_NONCE, LaunchSpec
 from toolkit.launcher._supervisor import Job
 from toolkit.launcher.ray._actor import RemoteTaskRunner
 from toolkit.launcher.ray._cluster import connect, driver_ip, place
@@ -55,6 +55,8 @@ class RayJob(Job):
         self.wrap = None  # a Ray cluster's tasks run on their nodes' own networks: no local namespace
         # Each node's own environment is the base (its PATH, its Python); the job adds only its variables.
         self.base_env = dict(env or {})
+        # one per job, shared by its tasks and kept across restarts: their goodbye files are per job
+        self.base_env.setdefault(ENV_JOB_NONCE, secrets.token_hex(8))
         self.on_placement, self.should_stop = on_placement, should_stop
         self.shared_paths = [str(job_dir), *shared_paths]
         self.tag = f"{job_dir.name}-{secrets.token_hex(3)}"
