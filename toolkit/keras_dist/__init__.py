@@ -51,7 +51,9 @@ def _current_multi_worker() -> tf.distribute.Strategy | None:
 def _placed_by_strategy(variable: Any) -> bool:
     """Whether a Keras variable was created by a multi-worker strategy (mirrored, or on a ps)."""
     value = getattr(variable, "value", variable)
-    return isinstance(value, tf.distribute.DistributedValues) or "/job:ps" in str(getattr(value, "device", ""))
+    if isinstance(value, tf.distribute.DistributedValues):
+        return isinstance(getattr(value, "distribute_strategy", None), _MULTI_WORKER)
+    return "/job:ps" in str(getattr(value, "device", ""))
 
 
 def _in_scope(strategy: tf.distribute.Strategy, variable: Any) -> bool:

@@ -20,6 +20,7 @@ __all__ = ["PATCHED_METHODS", "install", "uninstall", "installed", "original", "
 PATCHED_METHODS = ("compile", "fit", "evaluate", "predict")
 
 _originals: dict[str, Callable[..., Any]] = {}
+_inherited: set[str] = set()  # methods keras.Model inherits rather than defines
 
 
 def install(replacements: Mapping[str, Callable[..., Any]]) -> None:
@@ -29,6 +30,8 @@ def install(replacements: Mapping[str, Callable[..., Any]]) -> None:
     for name in PATCHED_METHODS:
         base = getattr(keras.Model, name)
         _originals[name] = base
+        if name not in vars(keras.Model):
+            _inherited.add(name)
         handler = replacements[name]
 
         def method(self: Any, *args: Any, _handler: Any = handler, _base: Any = base, **kwargs: Any) -> Any:
@@ -40,8 +43,12 @@ def install(replacements: Mapping[str, Callable[..., Any]]) -> None:
 def uninstall() -> None:
     """Puts Keras' own methods back."""
     for name, base in _originals.items():
-        setattr(keras.Model, name, base)
+        if name in _inherited:
+            delattr(keras.Model, name)
+        else:
+            setattr(keras.Model, name, base)
     _originals.clear()
+    _inherited.clear()
 
 
 def installed() -> bool:

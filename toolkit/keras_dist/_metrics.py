@@ -209,7 +209,8 @@ def _one(metric: Any, *, weighted: bool) -> tuple[str, EngineMetric]:
             f"`metrics` contains {type(metric).__name__} {metric.name!r}, a stateful metric the engine cannot "
             "aggregate across workers (its state is not a sum the workers can add). Supported: per-example "
             "metrics (names, functions, MeanMetricWrapper such as SparseCategoricalAccuracy), AUC, Precision, "
-            "Recall, MeanIoU and OneHotMeanIoU. Drop it or compute it with model.evaluate after training.",
+            "Recall, MeanIoU and OneHotMeanIoU. Drop it from compile(), or compute it from model.predict(...) after "
+            "training.",
             field="metrics")
     ((name, fn),) = resolve_metrics([metric]).items()
     return (name, WeightedMean(name, fn)) if weighted else (name, _unpacked(fn))
