@@ -40,6 +40,7 @@ from strategies._device_map_report import render_table
 from strategies._placement import describe_bytes, resolve_device
 from strategies._sharding_checkpoint import table_saveables
 from strategies._sharding_errors import ShardingError
+from strategies._sharding_init import shard_initializer
 from strategies._sharding_layout import PARTITIONS, ShardLayout
 
 __all__ = [
@@ -96,8 +97,11 @@ def _partition_aware(initializer: Callable[..., Any]) -> Callable[..., Any]:
     """
 
     def initial(shape: Any, dtype: Any, partition_shape: Any = None, partition_offset: Any = None) -> Any:
-        del partition_offset
-        return initializer(list(partition_shape if partition_shape is not None else shape), dtype=dtype)
+        shard_shape = list(partition_shape if partition_shape is not None else shape)
+        offset = int(partition_offset[0]) if partition_offset is not None else 0
+        shard_init = shard_initializer(initializer, full_shape=list(shape), shard_rows=int(shard_shape[0]),
+                                       offset=offset)
+        return shard_init(shard_shape, dtype=dtype)
 
     return initial
 
@@ -153,7 +157,9 @@ class ShardedTable(trackable.Trackable):
         Args:
             name: table name, also its checkpoint and slot prefix.
             rows, dim: the logical table is ``[rows, dim]``.
-            initializer: ``initializer(shape, dtype=...)``, called once per shard.
+            initializer: ``initializer(shape, dtype=...)``, called once per shard; a
+                seeded Keras initializer gets a distinct seed per shard (see
+                ``strategies._sharding_init``).
             num_shards: without a strategy, how many shards (default: one per
                 device, or 1). Under ParameterServerStrategy the partitioner decides.
             devices: without a strategy, the device of each shard.
@@ -210,11 +216,13 @@ class ShardedTable(trackable.Trackable):
                     "were given (one shard per device). Pass matching values, or only one of them."))
         count = len(devices) if devices is not None else (num_shards or 1)
         layout = ShardLayout(partition, rows, count)
-        shards = []
+        shards, offset = [], 0
         for i, size in enumerate(layout.sizes):
+            shard_init = shard_initializer(initializer, full_shape=[rows, dim], shard_rows=size, offset=offset)
+            offset += size
             with tf.device(devices[i]) if devices is not None else contextlib.nullcontext():
                 shards.append(tf.Variable(
-                    initial_value=functools.partial(initializer, [size, dim], dtype=dtype),
+                    initial_value=functools.partial(shard_init, [size, dim], dtype=dtype),
                     shape=[size, dim], dtype=dtype, name=f"{name}/part_{i}",
                 ))
         return shards

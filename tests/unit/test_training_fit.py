@@ -166,3 +166,39 @@ def test_argument_errors_name_the_argument(digits, tmp_path):
     assert info.value.field == "model_dir"
     with pytest.raises(TrainingError, match="Received: epochs=0"):
         _fit(train, tmp_path, epochs=0)
+
+
+def test_keras_callbacks_that_change_the_learning_rate_reach_the_optimizer(digits, tmp_path):
+    """ReduceLROnPlateau and LearningRateScheduler read and set ``model.optimizer.learning_rate``."""
+    train, _ = digits
+    callbacks = [keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.01 * 0.5 ** epoch),
+                 keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0)]
+    history = _fit(train, tmp_path, callbacks=callbacks)
+    # epoch 0: 0.01, plateau -> 0.005; epoch 1: scheduler 0.005, plateau -> 0.0025
+    assert float(history.model.optimizer.learning_rate) == pytest.approx(0.0025)
+
+
+def test_the_evaluator_skips_a_checkpoint_deleted_before_it_is_read(digits, tmp_path):
+    """``keep_checkpoints`` can prune a checkpoint between listing and restoring it: skip it, go on."""
+    from toolkit.training import evaluate_continuously
+
+    train, _ = digits
+    _fit(train, tmp_path, epochs=1, checkpoint_every_steps=11, keep_checkpoints=5)  # ckpt-11 and ckpt-22
+    model, seen = models.digits_mlp(seed=0), []
+    checkpoint = tf.train.Checkpoint(model=model)
+    (tmp_path / "training_done.json").unlink()
+    index = (tmp_path / "checkpoint").read_text()
+    (tmp_path / "checkpoint").write_text(index.replace('model_checkpoint_path: "ckpt-22"',
+                                                       'model_checkpoint_path: "ckpt-11"'))
+
+    def evaluate(path):
+        if path.endswith("ckpt-11"):  # what the chief does meanwhile: save ckpt-22, prune ckpt-11
+            for stale in tmp_path.glob("ckpt-11.*"):
+                stale.unlink()
+            (tmp_path / "checkpoint").write_text(index)
+        checkpoint.restore(path).expect_partial()
+        seen.append(path)
+        return path
+
+    results = evaluate_continuously(str(tmp_path), evaluate, final_step=22, timeout=30, poll_secs=0.05)
+    assert [step for step, _ in results] == [22] and seen == [str(tmp_path / "ckpt-22")]

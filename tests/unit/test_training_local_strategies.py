@@ -37,8 +37,36 @@ def _child(out_dir: str) -> None:
                       optimizer=lambda: keras.optimizers.SGD(0.2, momentum=0.9))
         np.savez(os.path.join(out_dir, f"{name}.npz"), *history.model.get_weights())
         results[name] = {"loss": history["loss"], "accuracy": history["accuracy"], "step": history.global_step}
+    results["make_train_step"] = _hand_loop_steps()
     with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as fh:
         json.dump(results, fh)
+
+
+def _hand_loop_steps() -> float:
+    """``toolkit.layers.make_train_step`` under ``strategy.run``: 2 replicas vs one process, same batches.
+
+    Returns the largest weight difference after 5 steps.
+    """
+    import keras
+    import tensorflow as tf
+
+    import models
+    from toolkit.layers import SparseSGD, make_train_step
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(320, 8, 8, 1)).astype("float32"), rng.integers(0, 10, 320)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+    weights = {}
+    for name, strategy in (("default", tf.distribute.get_strategy()),
+                           ("mirrored", tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))):
+        with strategy.scope():
+            model = models.digits_mlp(seed=5)
+            step = make_train_step(model, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                   optimizer=keras.optimizers.SGD(0.5), sparse_optimizer=SparseSGD())
+        for batch in strategy.experimental_distribute_dataset(dataset):
+            strategy.run(step, args=batch)
+        weights[name] = model.get_weights()
+    return max(float(np.abs(a - b).max()) for a, b in zip(weights["default"], weights["mirrored"]))
 
 
 def _weights(path):
@@ -52,6 +80,8 @@ def test_same_code_same_result_under_every_local_strategy(tmp_path, no_orphans):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "strategy mirrored" in proc.stderr and "local CPU split into 2 logical devices" in proc.stderr
     results = json.loads((tmp_path / "results.json").read_text())
+    # the sharded-embedding step averages over the global batch too: 2 replicas take one process's step
+    assert results.pop("make_train_step") < 1e-5
     assert {r["step"] for r in results.values()} == {20}
     assert results["default"]["loss"][1] < results["default"]["loss"][0]
     reference = _weights(tmp_path / "default.npz")

@@ -113,12 +113,18 @@ def test_train_step_stats_are_sums_and_the_gradient_uses_the_global_batch():
 class _CountingRunner(Runner):
     """Records how the loop splits work; no TensorFlow."""
 
-    def __init__(self, sync_every=None, width=3):
+    def __init__(self, sync_every=None, width=3, start=0, extra=None):
         self.sync_every, self.single_controller, self.calls, self.waits = sync_every, True, [], 0
-        self.width = width
+        self.width, self.step, self.extra = width, start, dict(extra or {})
 
     def run(self, num_steps):
         self.calls.append(num_steps)
+        self.step += num_steps
+
+    def current_step(self):
+        # ``extra``: after the wait with this index, the variable differs from the plan by this much
+        self.step += self.extra.pop(self.waits, 0)
+        return self.step
 
     def wait(self):
         self.waits += 1
@@ -132,7 +138,7 @@ def test_loop_chunks_end_on_checkpoint_steps_and_epoch_ends_and_resume_mid_epoch
     from toolkit.training.step import StatLayout
 
     config = FitConfig(epochs=2, steps_per_epoch=10, steps_per_execution=4, checkpoint_every_steps=6)
-    runner, events = _CountingRunner(), []
+    runner, events = _CountingRunner(start=3), []
     record = run_loop(runner, config=config, layout=StatLayout(("m",)), start_step=3, hooks=[events.append])
     ends = [e.step for e in events if e.kind == "steps_end"]
     assert ends == [6, 10, 12, 16, 18, 20]  # checkpoint multiples of 6 and epoch ends at 10, 20
@@ -150,3 +156,54 @@ def test_loop_with_a_sync_interval_hands_over_whole_executions():
 
     run_loop(runner, config=config, layout=StatLayout(()), start_step=0, hooks=[])
     assert set(runner.calls) == {5} and runner.waits == 5  # 10 executions, a wait every 2
+
+
+def test_loop_follows_the_global_step_variable_not_its_own_count():
+    """A re-run closure counts twice (at-least-once): checkpoints and epochs follow the variable.
+
+    Steps that went missing are scheduled again until the target is reached.
+    """
+    from toolkit.training.step import StatLayout
+
+    config = FitConfig(epochs=2, steps_per_epoch=10, steps_per_execution=4, checkpoint_every_steps=6)
+    runner, events = _CountingRunner(extra={1: 2, 3: -3}), []
+    record = run_loop(runner, config=config, layout=StatLayout(("m",)), start_step=0, hooks=[events.append])
+    ends = [e.step for e in events if e.kind == "steps_end"]
+    assert ends[:3] == [6, 10, 9]  # 4 handed over and 2 counted twice; later 3 lost
+    saved = [e.step for e in events if e.kind == "steps_end"]
+    assert 9 in saved and 12 in saved  # the lost steps were run again: the target 12 was reached
+    assert ends[-1] == record.final_step == runner.step == 20
+    assert sum(runner.calls) == 21  # 20 - 2 double-counted + 3 lost and re-scheduled
+
+
+def _ancestors(op):
+    seen, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    return seen
+
+
+def test_the_global_step_is_counted_after_the_updates_it_counts():
+    """Ops on different variables are unordered in a tf.function: the increment needs explicit edges."""
+    from toolkit.training.runners import SyncRunner
+
+    strategy = tf.distribute.get_strategy()
+    state = build_state(strategy, lambda: models.digits_mlp(seed=0), "sgd")
+    step = TrainStep(state, make_forward("sparse_categorical_crossentropy"), {}, global_batch_size=4)
+    dataset_fn = lambda context: tf.data.Dataset.from_tensors(  # noqa: E731
+        (tf.zeros([4, 8, 8, 1]), tf.zeros([4], tf.int64))).repeat()
+    runner = SyncRunner(strategy, step, state.global_step, dataset_fn=dataset_fn)
+    function, args = runner._call(2)
+    graph = function.get_concrete_function(*args).graph
+    handle = [inner for outer, inner in graph.captures if outer is state.global_step.handle]
+    increments = [op for op in graph.get_operations()
+                  if op.type == "AssignAddVariableOp" and op.inputs[0] is handle[0]]
+    updates = [op for op in graph.get_operations() if op.type in ("AssignSubVariableOp", "AssignVariableOp")
+               and op.inputs[1].dtype == tf.float32]
+    assert increments and len(updates) >= 2 * len(state.model.trainable_variables)
+    for increment in increments:
+        assert set(updates) <= _ancestors(increment)

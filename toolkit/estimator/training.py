@@ -76,37 +76,15 @@ def _run_worker(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> t
 
 
 def _run_evaluator(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
-    import tensorflow as tf
-
     from toolkit.estimator.estimator import _global_step_of
-    from toolkit.training.evaluation import read_done_marker
+    from toolkit.training.evaluation import evaluate_continuously
 
     time.sleep(eval_spec.start_delay_secs)
-    model_dir, state = estimator.model_dir, {"last": time.monotonic(), "evaluated": None, "result": None}
-
-    def finished() -> bool:
-        done = read_done_marker(model_dir)
-        if done is not None and state["evaluated"] == done:
-            return True
-        if time.monotonic() - state["last"] > _EVALUATOR_PATIENCE:
-            logger.warning("evaluator: no new checkpoint in %s for %.0f s; stopping", model_dir, _EVALUATOR_PATIENCE)
-            return True
-        return False
-
-    last_eval = float("-inf")
-    for path in tf.train.checkpoints_iterator(model_dir, min_interval_secs=0.5, timeout=_POLL_SECONDS,
-                                              timeout_fn=finished):
-        state["last"] = time.monotonic()
-        step = _global_step_of(path)
-        final = step >= train_spec.max_steps or step == read_done_marker(model_dir)
-        if not final and time.monotonic() - last_eval < eval_spec.throttle_secs:
-            logger.info("evaluator: skipping checkpoint at step %d (throttle_secs=%g)", step, eval_spec.throttle_secs)
-            continue
-        state["result"], state["evaluated"] = _evaluate(estimator, eval_spec, path), step
-        last_eval = time.monotonic()
-        if final:
-            break
-    return state["result"], []
+    results = evaluate_continuously(estimator.model_dir, lambda path: _evaluate(estimator, eval_spec, path),
+                                    final_step=train_spec.max_steps, timeout=_EVALUATOR_PATIENCE,
+                                    throttle_secs=eval_spec.throttle_secs, poll_secs=_POLL_SECONDS,
+                                    step_of=_global_step_of)
+    return (results[-1][1] if results else None), []
 
 
 def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:

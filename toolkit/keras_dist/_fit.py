@@ -70,9 +70,7 @@ def _state(model: keras.Model, record: CompileRecord) -> TrainState:
                 "step, where the strategy cannot place them. Give it a keras.Input(shape=...) first layer, or call "
                 "model.build(input_shape) inside strategy.scope() before fit.", field="model")
         state = build_state(record.strategy, lambda: model, record.optimizer)
-        _states[model] = state
-        # Keras callbacks (ReduceLROnPlateau, LearningRateScheduler) change the rate of the optimizer that trains.
-        model.optimizer = state.optimizer
+        _states[model] = state  # build_state also sets model.optimizer, which Keras callbacks change
     return state
 
 

@@ -1,7 +1,8 @@
 """Keras 3 layers the stock library lacks for distributed training.
 
 ``ShardedEmbedding`` holds an embedding table sharded across devices or
-parameter servers; the sparse optimizers and ``make_train_step`` train it
+parameter servers; the sparse optimizers and ``ShardedTrainStep`` (which ``toolkit.fit``
+uses for such models) or ``make_train_step`` (for hand-written loops) train it
 (Keras optimizers cannot), touching only the rows each batch looks up.
 
 Example:
@@ -16,15 +17,18 @@ from toolkit.layers.sparse_optimizers import (
     SparseSGD,
     make_sparse_optimizer,
 )
-from toolkit.layers.train_step import make_train_step, model_placement_report, sharded_tables
+from toolkit.layers.train_step import (ShardedTrainStep, has_sharded_tables, make_train_step, model_placement_report,
+                                      sharded_tables)
 
 __all__ = [
     "SPARSE_OPTIMIZERS",
     "ShardedEmbedding",
+    "ShardedTrainStep",
     "SparseAdagrad",
     "SparseAdam",
     "SparseOptimizer",
     "SparseSGD",
+    "has_sharded_tables",
     "make_sparse_optimizer",
     "make_train_step",
     "model_placement_report",

@@ -14,6 +14,8 @@ and touch only the rows that were looked up:
 
 On rows that are looked up every step the updates equal Keras' (same formulas
 and defaults); rows not looked up keep their slots unchanged ("lazy" Adam).
+Slots are updated with ``scatter_add`` of deltas, never read-modify-write, so
+asynchronous workers updating the same rows lose no moment update.
 
 Example:
     >>> opt = make_sparse_optimizer("adam", learning_rate=0.01)   # doctest: +SKIP
@@ -158,12 +160,14 @@ class SparseAdam(SparseOptimizer):
 
     def _update_rows(self, shard, rows, grad, slots, step) -> None:
         m, v = slots["m"], slots["v"]
+        # Add deltas instead of writing new values: under asynchronous workers a gather -> compute ->
+        # scatter_update lets one worker overwrite another's moment update; each scatter_add is atomic.
         m_rows = tf.gather(m, rows)
         v_rows = tf.gather(v, rows)
-        m_new = m_rows + (grad - m_rows) * (1 - self.beta_1)
-        v_new = v_rows + (tf.square(grad) - v_rows) * (1 - self.beta_2)
-        m.scatter_update(tf.IndexedSlices(m_new, rows))
-        v.scatter_update(tf.IndexedSlices(v_new, rows))
+        m.scatter_add(tf.IndexedSlices((grad - m_rows) * (1 - self.beta_1), rows))
+        v.scatter_add(tf.IndexedSlices((tf.square(grad) - v_rows) * (1 - self.beta_2), rows))
+        m_new = tf.gather(m, rows)  # after the adds (ops on one variable run in program order)
+        v_new = tf.gather(v, rows)
         alpha = self.learning_rate * tf.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
         shard.scatter_sub(tf.IndexedSlices(m_new * tf.cast(alpha, shard.dtype) / (tf.sqrt(v_new) + self.epsilon), rows))
 

@@ -1,6 +1,7 @@
-"""One training step for models with sharded embeddings.
+"""The engine's training step for models with sharded embeddings.
 
-The step splits the gradient in two: the dense variables go to the Keras
+``ShardedTrainStep`` plugs into ``toolkit.fit`` through the ``TrainStep`` seam;
+``make_train_step`` wraps it for hand-written loops. The step splits the gradient in two: the dense variables go to the Keras
 optimizer, the table shards (whose gradients are per-shard ``IndexedSlices``)
 go to a sparse optimizer. It is a ``tf.function`` of ``(features, labels)``,
 so it runs as is in a plain loop, under ``strategy.run``, or scheduled by a
@@ -16,15 +17,18 @@ Example:
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
 from strategies.sharding import ShardedTable, ShardingError, placement_report
 from toolkit.layers.embedding import ShardedEmbedding, sparse_training
-from toolkit.layers.sparse_optimizers import SparseOptimizer
+from toolkit.layers.sparse_optimizers import SparseAdam, SparseOptimizer
+from toolkit.training.config import TrainingError
+from toolkit.training.state import TrainState
+from toolkit.training.step import Forward, MetricFn, TrainStep, after_updates, make_forward
 
-__all__ = ["make_train_step", "model_placement_report", "sharded_tables"]
+__all__ = ["ShardedTrainStep", "has_sharded_tables", "make_train_step", "model_placement_report", "sharded_tables"]
 
 
 def sharded_tables(model: Any) -> list[ShardedTable]:
@@ -49,6 +53,11 @@ def sharded_tables(model: Any) -> list[ShardedTable]:
     return list(tables.values())
 
 
+def has_sharded_tables(model: Any) -> bool:
+    """True if ``model`` holds a :class:`ShardedEmbedding` (so ``fit`` trains it with ``ShardedTrainStep``)."""
+    return any(isinstance(layer, ShardedEmbedding) for layer in model._flatten_layers(include_self=False))
+
+
 def model_placement_report(model: Any, *, sparse_optimizer: SparseOptimizer | None = None) -> str:
     """Which shard of each table lives on which device (and its slots' size)."""
     slots = sparse_optimizer.slots_by_table() if sparse_optimizer is not None else None
@@ -66,42 +75,88 @@ def _check_dense_unsharded(variables: list[Any]) -> None:
                 "{'min_shard_bytes': <more than your largest dense variable>, 'max_shards': <number of ps>}."))
 
 
+class ShardedTrainStep(TrainStep):
+    """The engine's train step for models with sharded embedding tables.
+
+    It plugs into ``toolkit.fit``'s loop through the ``TrainStep`` seam (``fit``
+    picks it for any model with a :class:`ShardedEmbedding`): the tape also
+    watches the table shards, the dense gradients go to the Keras optimizer and
+    the per-shard ``IndexedSlices`` to ``sparse_optimizer``, whose slots are
+    checkpointed with the model. The loss is averaged over the global batch,
+    as in every engine step, so gradients summed over replicas are right.
+
+    Args:
+        state, forward, metrics, global_batch_size: as for ``TrainStep``.
+        sync: must be None: synchronous replicas aggregate dense gradients only.
+        sparse_optimizer: updates the tables (default ``SparseAdam()``). Built
+            here, so construct the step under the strategy's scope.
+    """
+
+    def __init__(self, state: TrainState, forward: Forward, metrics: Mapping[str, MetricFn], *,
+                 global_batch_size: int | None = None, sync: Any = None,
+                 sparse_optimizer: SparseOptimizer | None = None) -> None:
+        if sync is not None:
+            raise TrainingError(
+                "`sync_replicas` is True but the model has sharded embedding tables; synchronous replicas "
+                "aggregate dense gradients only. Train it asynchronously (sync_replicas=False).",
+                field="sync_replicas")
+        super().__init__(state, forward, metrics, global_batch_size=global_batch_size)
+        self.tables = sharded_tables(state.model)
+        self.dense = list(state.model.trainable_variables)
+        _check_dense_unsharded(self.dense)
+        self.sparse_optimizer = sparse_optimizer if sparse_optimizer is not None else SparseAdam()
+        self.sparse_optimizer.build(self.tables)
+        self.shards = [shard for table in self.tables for shard in table.shards]
+        state.extras.setdefault("sparse_optimizer", self.sparse_optimizer)
+
+    def variables(self) -> list[Any]:
+        return [*self.dense, *self.shards]
+
+    def tape_scope(self) -> Any:
+        return sparse_training()
+
+    def apply(self, gradients: Sequence[Any], variables: Sequence[Any]) -> list[tf.Tensor]:
+        count = len(self.dense)
+        self.optimizer.apply_gradients(zip(gradients[:count], variables[:count]))
+        if self.tables:
+            sparse = iter(gradients[count:])
+            self.sparse_optimizer.apply([(t, [next(sparse) for _ in t.shards]) for t in self.tables])
+        return after_updates(variables)
+
+
 def make_train_step(
     model: Any,
     *,
-    loss: Callable[[Any, Any], Any],
+    loss: Any,
     optimizer: Any,
     sparse_optimizer: SparseOptimizer,
 ) -> Callable[[Any, Any], tf.Tensor]:
-    """A ``tf.function`` ``step(features, labels) -> loss`` training ``model``.
+    """A ``tf.function`` ``step(features, labels) -> loss`` training ``model``, for hand-written loops.
 
-    Builds both optimizers now (call it under the strategy's scope, so slots
-    are created where the strategy wants them).
+    It runs the engine's ``ShardedTrainStep`` (what ``toolkit.fit`` uses), so
+    the loss is averaged over the *global* batch: under ``strategy.run`` with
+    N replicas, the summed gradients are those of the global mean. Builds both
+    optimizers now (call it under the strategy's scope, so slots are created
+    where the strategy wants them).
 
     Args:
         model: a built Keras 3 model, with or without sharded embeddings.
-        loss: ``loss(labels, predictions)`` returning a scalar (a Keras loss).
+        loss: a Keras loss (its reduction is switched off), a loss name, or a
+            function returning one loss per example.
         optimizer: a Keras optimizer for the dense variables.
         sparse_optimizer: updates the sharded tables.
+
+    Returns:
+        ``step(features, labels)``: the mean loss over this replica's batch
+        (plus the model's regularization losses).
     """
-    tables = sharded_tables(model)
-    sparse_optimizer.build(tables)
-    dense = list(model.trainable_variables)
-    _check_dense_unsharded(dense)
-    optimizer.build(dense)
-    shards = [shard for table in tables for shard in table.shards]
+    optimizer.build(list(model.trainable_variables))
+    state = TrainState(model=model, optimizer=optimizer, global_step=None)
+    one_step = ShardedTrainStep(state, make_forward(loss), {}, sparse_optimizer=sparse_optimizer)
 
     @tf.function
     def step(features: Any, labels: Any) -> tf.Tensor:
-        with sparse_training(), tf.GradientTape() as tape:
-            predictions = model(features, training=True)
-            value = loss(labels, predictions)
-            if model.losses:
-                value += tf.add_n(model.losses)
-        gradients = tape.gradient(value, dense + shards)
-        optimizer.apply_gradients(zip(gradients[: len(dense)], dense))
-        sparse = iter(gradients[len(dense):])
-        sparse_optimizer.apply([(t, [next(sparse) for _ in t.shards]) for t in tables])
-        return value
+        stats = one_step(features, labels)
+        return stats[1] / tf.maximum(stats[0], 1.0)
 
     return step

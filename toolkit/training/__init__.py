@@ -4,7 +4,9 @@ The pieces are public so that higher layers (an Estimator-style API, a
 synchronous parameter-server mode) reuse them instead of writing a second loop:
 
 * ``build_state`` / ``TrainState``: model, optimizer and an atomic global step;
-* ``TrainStep`` / ``EvalStep`` with a pluggable ``Forward`` (per-example loss);
+* ``TrainStep`` / ``EvalStep`` with a pluggable ``Forward`` (per-example loss); ``TrainStep``
+  is the seam new kinds of update subclass (``variables``, ``tape_scope``, ``apply``,
+  ``counts_steps``), e.g. ``toolkit.layers.ShardedTrainStep``, passed as ``fit(train_step=...)``;
 * runners (``SyncRunner``, ``ParameterServerRunner``, ``SyncParameterServerRunner``) chosen through
   ``RUNNERS``;
 * ``run_loop`` and its hooks (checkpoints, summaries, progress, callbacks).
@@ -13,7 +15,7 @@ Example:
     >>> from toolkit.training import fit      # doctest: +SKIP
 """
 from toolkit.training.config import FitConfig, TrainingError
-from toolkit.training.evaluation import Validator, run_sidecar_evaluator
+from toolkit.training.evaluation import Validator, evaluate_continuously, run_sidecar_evaluator
 from toolkit.training.export import export_model
 from toolkit.training.fit import fit
 from toolkit.training.history import History
@@ -22,13 +24,13 @@ from toolkit.training.loop import EVENT_KINDS, Hook, LoopEvent, LoopRecord, run_
 from toolkit.training.runners import (RUNNERS, ParameterServerRunner, Runner, SyncParameterServerRunner, SyncRunner,
                                       make_runner, strategy_kind)
 from toolkit.training.state import GlobalStepSchedule, TrainState, build_state
-from toolkit.training.step import EvalStep, Forward, StatLayout, TrainStep, make_forward, resolve_metrics
+from toolkit.training.step import EvalStep, Forward, StatLayout, TrainStep, after_updates, make_forward, resolve_metrics
 
 __all__ = [
     "EVENT_KINDS", "CallbackHook", "CheckpointHook", "EvalStep", "FitConfig", "Forward", "GlobalStepSchedule",
     "History", "Hook", "LogHook", "LoopEvent", "LoopRecord", "ParameterServerRunner", "ProgressHook", "RUNNERS",
     "Runner", "StatLayout", "SummaryHook", "SyncParameterServerRunner", "SyncRunner", "TrainState", "TrainStep",
     "TrainingError", "Validator",
-    "build_state", "export_model", "fit", "make_forward", "make_runner", "resolve_metrics", "run_loop",
+    "after_updates", "build_state", "evaluate_continuously", "export_model", "fit", "make_forward", "make_runner", "resolve_metrics", "run_loop",
     "run_sidecar_evaluator", "strategy_kind",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from typing import Any, Callable, Mapping
 
@@ -25,12 +26,12 @@ import tensorflow as tf
 from toolkit.training.loop import LoopRecord
 from toolkit.training.step import EvalStep, Forward, MetricFn
 
-__all__ = ["Validator", "run_sidecar_evaluator", "DONE_FILE", "write_done_marker", "read_done_marker"]
+__all__ = ["DONE_FILE", "Validator", "checkpoint_step", "evaluate_continuously", "read_done_marker",
+           "run_sidecar_evaluator", "write_done_marker"]
 
 logger = logging.getLogger(__name__)
 
 DONE_FILE = "training_done.json"
-_POLL_SECONDS = 2.0
 
 
 class Validator:
@@ -78,10 +79,93 @@ def read_done_marker(model_dir: str) -> int | None:
         return None
 
 
+def checkpoint_step(path: str) -> int:
+    """The global step of checkpoint ``path``: its ``-<step>`` suffix, else its ``global_step`` variable."""
+    match = re.search(r"-(\d+)$", path)
+    if match:
+        return int(match.group(1))
+    return int(tf.train.load_variable(path, "global_step/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+def _checkpoint_gone(path: str) -> bool:
+    return not tf.io.gfile.glob(f"{path}.index")
+
+
+def evaluate_continuously(model_dir: str, evaluate: Callable[[str], Any], *, final_step: int | None = None,
+                          timeout: float = 600.0, throttle_secs: float = 0.0, poll_secs: float = 0.5,
+                          step_of: Callable[[str], int] = checkpoint_step) -> list[tuple[int, Any]]:
+    """Calls ``evaluate(checkpoint_path)`` on each new checkpoint in ``model_dir`` until training is over.
+
+    The one checkpoint poller of the sidecar evaluators (``fit``'s evaluator
+    task and the Estimator's): it knows nothing about models, only
+    checkpoints, so any evaluator (eager Keras, a TF1 graph) plugs in.
+
+    * Only the newest checkpoint is evaluated; ones written in between are skipped.
+    * A checkpoint deleted between listing and reading it (the chief's
+      ``keep_checkpoints`` pruned it) is skipped with a warning, and the
+      poller goes on with the next one: an error raised by ``evaluate`` or
+      ``step_of`` while the checkpoint's files are gone is not fatal.
+    * ``throttle_secs``: after an evaluation, newer checkpoints are skipped for
+      this long (never the final one).
+
+    It returns after evaluating the final checkpoint (global step >=
+    ``final_step``, or the step in the chief's done marker), when the chief's
+    done marker names a step already seen, or when no new checkpoint appears
+    for ``timeout`` seconds.
+
+    Example:
+        >>> results = evaluate_continuously("runs/job", lambda path: my_eval(path), final_step=1000)  # doctest: +SKIP
+
+    Args:
+        model_dir: the directory the chief checkpoints into.
+        evaluate: ``evaluate(checkpoint_path) -> result``.
+        final_step: the last step training will reach (None: only the done marker says).
+        timeout: seconds without a new checkpoint before giving up.
+        throttle_secs: minimum seconds between two evaluations.
+        poll_secs: seconds between polls of ``model_dir``.
+        step_of: the global step of a checkpoint path.
+
+    Returns:
+        ``[(global_step, evaluate's result), ...]`` in the order evaluated.
+    """
+    results: list[tuple[int, Any]] = []
+    last_path, last_step, last_new, last_eval = None, None, time.monotonic(), float("-inf")
+    while True:
+        done = read_done_marker(model_dir)
+        path = tf.train.latest_checkpoint(model_dir)
+        if path is not None and path != last_path:
+            last_path, last_new = path, time.monotonic()
+            try:
+                step = step_of(path)
+                final = (final_step is not None and step >= final_step) or step == done
+                if final or time.monotonic() - last_eval >= throttle_secs:
+                    results.append((step, evaluate(path)))
+                    last_eval = time.monotonic()
+                else:
+                    logger.info("evaluator: skipping checkpoint at step %d (throttle_secs=%g)", step, throttle_secs)
+            except (tf.errors.OpError, ValueError) as exc:
+                if not _checkpoint_gone(path):
+                    raise
+                logger.warning("evaluator: checkpoint %s was deleted before it could be evaluated (the chief keeps "
+                               "only the newest ones); going on with the next (%s)", path, str(exc).splitlines()[0])
+                continue
+            last_step = step
+            if final:
+                return results
+            continue
+        if done is not None and (last_step is None or last_step >= done or path is None):
+            logger.info("evaluator: training finished at step %d", done)
+            return results
+        if time.monotonic() - last_new > timeout:
+            logger.warning("evaluator: no new checkpoint in %s for %.0f s; stopping", model_dir, timeout)
+            return results
+        time.sleep(poll_secs)
+
+
 def run_sidecar_evaluator(model_fn: Callable[[], keras.Model], validation_fn: Callable[..., tf.data.Dataset], *,
                           forward: Forward, metrics: Mapping[str, MetricFn], model_dir: str, final_step: int,
                           steps: int | None = None, timeout: float = 600.0) -> LoopRecord:
-    """Evaluates each new checkpoint in ``model_dir`` once, until the final one.
+    """Evaluates each new checkpoint in ``model_dir`` once, until the final one (``evaluate_continuously``).
 
     Stops after evaluating a checkpoint at ``final_step`` (or at the step the
     chief recorded in ``training_done.json`` when training stopped early), or
@@ -96,19 +180,9 @@ def run_sidecar_evaluator(model_fn: Callable[[], keras.Model], validation_fn: Ca
     checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
     validator = Validator(model, validation_fn, forward=forward, metrics=metrics, steps=steps, prefix="")
     writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
-    record, last = LoopRecord(), {"path": None, "time": time.monotonic()}
+    record = LoopRecord()
 
-    def finished() -> bool:
-        done = read_done_marker(model_dir)
-        if done is not None and tf.train.latest_checkpoint(model_dir) == last["path"]:
-            return True
-        if time.monotonic() - last["time"] > timeout:
-            logger.warning("evaluator: no new checkpoint in %s for %.0f s; stopping", model_dir, timeout)
-            return True
-        return False
-
-    for path in tf.train.checkpoints_iterator(model_dir, min_interval_secs=0.5, timeout=_POLL_SECONDS,
-                                              timeout_fn=finished):
+    def evaluate(path: str) -> dict[str, float]:
         checkpoint.restore(path).expect_partial()
         step = int(global_step.numpy())
         logs = validator()
@@ -118,9 +192,11 @@ def run_sidecar_evaluator(model_fn: Callable[[], keras.Model], validation_fn: Ca
         writer.flush()
         record.add(step, logs, {})
         record.final_step = step
-        last.update(path=path, time=time.monotonic())
         logger.info("evaluator: step %d %s", step, " ".join(f"{k}={v:.4f}" for k, v in logs.items()))
-        if step >= final_step or step == read_done_marker(model_dir):
-            break
-    writer.close()
+        return logs
+
+    try:
+        evaluate_continuously(model_dir, evaluate, final_step=final_step, timeout=timeout)
+    finally:
+        writer.close()
     return record

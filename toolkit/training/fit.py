@@ -53,6 +53,7 @@ class _Run:
     cfg: Any  # tf_config.TFConfig
     export: bool
     verbose: int
+    train_step: Callable[..., TrainStep] | None = None
 
     @property
     def task(self) -> str:
@@ -162,6 +163,24 @@ def _sync_replicas(state: TrainState, strategy: tf.distribute.Strategy, config: 
                             global_step=state.global_step)
 
 
+def _train_step(run: _Run, state: TrainState, strategy: tf.distribute.Strategy, workers: int) -> TrainStep:
+    """The per-replica step: ``run.train_step``, else ``ShardedTrainStep`` for sharded tables, else ``TrainStep``."""
+    factory = run.train_step
+    if factory is None:
+        from toolkit.layers import ShardedTrainStep, has_sharded_tables
+
+        factory = ShardedTrainStep if has_sharded_tables(state.model) else TrainStep
+    with strategy.scope():
+        step = factory(state, run.forward, run.metrics, global_batch_size=run.config.global_batch_size,
+                       sync=_sync_replicas(state, strategy, run.config, workers))
+    if not isinstance(step, TrainStep):
+        raise TrainingError(
+            f"`train_step` returned {type(step).__name__}; it must return a toolkit.training.TrainStep. "
+            "Pass a TrainStep subclass (or a callable with its constructor's arguments).", field="train_step")
+    logger.debug("train step: %s", type(step).__name__)
+    return step
+
+
 def _check_sync_strategy(strategy: tf.distribute.Strategy, config: FitConfig) -> None:
     kind = strategy_kind(strategy)
     if config.sync_replicas and kind != "parameter_server":
@@ -177,10 +196,9 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     _check_sync_strategy(strategy, config)
     workers = _num_workers(strategy, cfg)
     state = build_state(strategy, run.model_fn, run.optimizer)
+    step = _train_step(run, state, strategy, workers)  # may add checkpointed state (before the restore)
     start = _restore(state, run.model_dir)
     state.model.stop_training = False
-    step = TrainStep(state, run.forward, run.metrics, global_batch_size=config.global_batch_size,
-                     sync=_sync_replicas(state, strategy, config, workers))
     # A parameter-server coordinator that waits too often leaves workers idle: keep every worker busy
     # for a few executions between waits unless the user asked for a log interval.
     sync_every = config.log_every_steps or max(config.log_interval, 4 * workers * config.steps_per_execution)
@@ -252,6 +270,7 @@ def fit(
     evaluator_timeout: float = 600.0,
     sync_replicas: bool = False,
     replicas_to_aggregate: int | None = None,
+    train_step: Callable[..., TrainStep] | None = None,
 ) -> History:
     """Trains ``model_fn()`` on ``dataset_fn`` under the strategy TF_CONFIG calls for.
 
@@ -297,6 +316,14 @@ def fit(
         sync_replicas, replicas_to_aggregate: synchronous parameter-server
             updates (see ``FitConfig``); async stays the default. Epochs,
             checkpoints and schedules count aggregated updates (global steps).
+        train_step: the per-replica step, the engine's seam: a ``TrainStep``
+            subclass or a callable ``(state, forward, metrics, *,
+            global_batch_size, sync) -> TrainStep``, called under the
+            strategy's scope. None: ``TrainStep``, or
+            ``toolkit.layers.ShardedTrainStep`` (with ``SparseAdam()``) when the
+            model has a ``ShardedEmbedding``; pass
+            ``functools.partial(ShardedTrainStep, sparse_optimizer=...)`` to
+            choose the table optimizer.
 
     Returns:
         A ``History``. Parameter-server ps and worker tasks never return: they
@@ -319,7 +346,7 @@ def fit(
     run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, optimizer=optimizer,
                forward=forward or make_forward(loss), metrics=resolve_metrics(metrics), config=config,
                model_dir=_model_dir(model_dir, cfg), callbacks=tuple(callbacks), cfg=cfg, export=export,
-               verbose=int(verbose))
+               verbose=int(verbose), train_step=train_step)
     if cfg.is_evaluator:
         return _evaluate(run, evaluator_timeout)
     return _train(run, _build_strategy(strategy, cfg, dict(strategy_options or {})))

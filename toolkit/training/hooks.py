@@ -47,7 +47,8 @@ class CheckpointHook:
         if event.kind == "train_begin":
             # The restored step is saved already; every task agrees on it, so saves stay in step.
             self.last_saved = event.step
-        elif event.kind == "steps_end" and event.step % self.every == 0:
+        elif event.kind == "steps_end" and event.step // self.every > (self.last_saved or 0) // self.every:
+            # normally a multiple of ``every``; past one when a re-run closure counted twice
             self._save(event.step)
         elif event.kind == "train_end":
             self._save(event.step)

@@ -8,6 +8,14 @@ Keras callbacks, export) is the hooks'. Hooks are plain callables receiving a
 Work is handed to the runner in chunks that end exactly on epoch ends and on
 checkpoint steps, so a checkpoint's global step is always a multiple of the
 checkpoint interval and a resumed run replays the same batches.
+
+After each wait the loop takes the global step *variable* as the truth (not
+its own count of what it handed over), so checkpoints, progress, epochs and
+resume all use the number of updates actually counted. Under parameter
+servers a closure runs at least once: if a worker is lost after a closure's
+updates landed, the closure runs again and its steps count twice, so the
+final step can exceed ``total_steps`` by the steps of such closures. If steps
+went missing, the loop schedules more until the target is reached.
 """
 from __future__ import annotations
 
@@ -122,11 +130,13 @@ def run_loop(runner: Runner, *, config: FitConfig, layout: StatLayout, start_ste
         while step < epoch_end and not stop:
             target = _chunk_end(step, epoch_end, config, runner)
             _emit(hooks, LoopEvent("steps_begin", step, epoch, step - epoch * config.steps_per_epoch))
-            while step < target:
-                count = min(config.steps_per_execution, target - step)
+            planned = step
+            while planned < target:
+                count = min(config.steps_per_execution, target - planned)
                 runner.run(count)
-                step += count
+                planned += count
             chunk = runner.wait()
+            step = runner.current_step()  # the variable, not the plan: closures run at least once
             totals += chunk
             clock.examples += float(chunk[0])
             _emit(hooks, LoopEvent("steps_end", step, epoch, step - epoch * config.steps_per_epoch,

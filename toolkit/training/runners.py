@@ -90,12 +90,19 @@ class Runner:
         totals = tf.zeros([self.width], tf.float32)
         for _ in range(num_steps):  # a Python loop: traced into num_steps copies of the step
             totals += self._one(iterator)
-        self._advance(num_steps)
-        return totals
+        return self._advance(num_steps, totals)
 
-    def _advance(self, num_steps: Any) -> None:
-        """Counts the steps just run; each one applied one update."""
-        self.global_step.assign_add(num_steps)
+    def _advance(self, num_steps: Any, totals: tf.Tensor) -> tf.Tensor:
+        """Counts the steps just run, after their updates (``totals`` depends on every one).
+
+        A step whose ``counts_steps`` is False advances the global step itself.
+        """
+        if not self.step.counts_steps:
+            return totals
+        with tf.control_dependencies([totals]):
+            counted = self.global_step.assign_add(tf.cast(num_steps, tf.int64))
+        with tf.control_dependencies([counted]):
+            return tf.identity(totals)
 
     def _straight_for(self, num_steps: int) -> Callable[[Any], tf.Tensor]:
         # A closure taking only the iterator: the coordinator calls traced functions with positional args only.
@@ -105,8 +112,7 @@ class Runner:
         totals = tf.zeros([self.width], tf.float32)
         for _ in tf.range(num_steps):
             totals += self._one(iterator)
-        self._advance(num_steps)
-        return totals
+        return self._advance(num_steps, totals)
 
     def _call(self, num_steps: int) -> tuple[Callable[..., tf.Tensor], tuple[Any, ...]]:
         """The traced function for ``num_steps`` steps and its arguments.
@@ -129,6 +135,16 @@ class Runner:
 
     def wait(self) -> np.ndarray:
         raise NotImplementedError
+
+    def current_step(self) -> int:
+        """The global step variable, read after ``wait``: the one count the loop, checkpoints and resume use.
+
+        Under parameter servers it may exceed the steps the loop handed over:
+        ``ClusterCoordinator`` runs a closure *at least once*, so a worker
+        lost after its updates landed but before its result came back has
+        that closure run again (its updates applied, and counted, twice).
+        """
+        return int(self.global_step.numpy())
 
     def agree(self, flag: bool) -> bool:
         """Whether any task raised ``flag``; only multi-worker runners need to ask the others."""
@@ -255,9 +271,6 @@ class SyncParameterServerRunner(ParameterServerRunner):
         self.start = self._target = skip_steps
         self.contributions = 0
         self._per_call = 1
-
-    def _advance(self, num_steps: Any) -> None:
-        """Nothing: ``SyncReplicas`` adds 1 to the global step per aggregated update."""
 
     def _schedule(self, contributions: int) -> None:
         while contributions > 0:

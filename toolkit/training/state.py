@@ -48,15 +48,21 @@ class TrainState:
         model: the Keras 3 model, built under the strategy's scope.
         optimizer: a Keras 3 optimizer whose slots are already built.
         global_step: int64 count of optimizer steps taken by all workers.
+        extras: further trackables to checkpoint, by name (added by train steps).
     """
 
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     global_step: tf.Variable
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def checkpoint(self) -> tf.train.Checkpoint:
-        """Everything a restart needs to continue exactly where it stopped."""
-        return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, global_step=self.global_step)
+        """Everything a restart needs to continue exactly where it stopped.
+
+        ``extras`` holds what a train step adds (e.g. a sparse optimizer's slots).
+        """
+        return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, global_step=self.global_step,
+                                   **self.extras)
 
     @property
     def step(self) -> int:
@@ -131,4 +137,6 @@ def build_state(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras.M
         opt = _fresh_optimizer(optimizer)
         _bind_schedule(opt, global_step)
         opt.build(model.trainable_variables)
+    # Keras callbacks (ReduceLROnPlateau, LearningRateScheduler, ...) reach the optimizer through the model.
+    model.optimizer = opt
     return TrainState(model=model, optimizer=opt, global_step=global_step)

@@ -16,6 +16,7 @@ loss; higher layers (e.g. an Estimator-style ``model_fn``) can supply their own.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any, Callable, Mapping, Sequence
@@ -27,7 +28,8 @@ import tensorflow as tf
 from toolkit.training.config import TrainingError
 from toolkit.training.state import TrainState
 
-__all__ = ["Forward", "StatLayout", "SummedMetric", "TrainStep", "EvalStep", "make_forward", "resolve_metrics"]
+__all__ = ["EvalStep", "Forward", "StatLayout", "SummedMetric", "TrainStep", "after_updates", "make_forward",
+           "resolve_metrics"]
 
 Forward = Callable[[keras.Model, Any, Any, bool], "tuple[tf.Tensor, Any]"]
 MetricFn = Callable[[Any, Any], tf.Tensor]
@@ -198,11 +200,41 @@ class _Step:
         return tf.concat(sums, axis=0)
 
 
+def after_updates(variables: Sequence[Any]) -> list[tf.Tensor]:
+    """Reads of ``variables`` that run after this function's writes to them.
+
+    Inside a ``tf.function`` ops on *one* resource run in program order, but
+    ops on different resources are unordered: without these reads, the global
+    step's ``assign_add`` (another variable, maybe on another ps) could run
+    before the update it counts. Only a control edge crosses devices, not the
+    values.
+    """
+    reads = []
+    for variable in variables:
+        inner = variable.value if isinstance(variable, keras.Variable) else variable
+        read = getattr(inner, "read_value", None)
+        reads.append(read() if callable(read) else tf.convert_to_tensor(inner))
+    return reads
+
+
 class TrainStep(_Step):
-    """The per-replica training step: forward, scaled loss, gradients, update.
+    """The per-replica training step (Keras' ``one_step``): forward, scaled loss, gradients, update.
 
     Returns the replica's stats vector (see ``StatLayout``). The reported loss
-    includes the model's regularization losses, like Keras' ``fit``.
+    includes the model's regularization losses, like Keras' ``fit``. The
+    runner wraps it into executions of several steps (Keras' ``multi_step``)
+    and counts finished steps in the global step.
+
+    It is the engine's seam: a new kind of update subclasses it and overrides
+
+    * ``variables()``: what to differentiate (default: the model's trainable variables);
+    * ``tape_scope()``: a context entered around the forward pass;
+    * ``apply(gradients, variables)``: the update; returns tensors that exist
+      only once the update is done (the global step is counted after them);
+    * ``counts_steps``: False when ``apply`` advances the global step itself.
+
+    ``toolkit.layers.ShardedTrainStep`` (sharded embedding tables) plugs in this
+    way; pass such a class to ``fit(train_step=...)``.
 
     With ``sync`` (a ``strategies.sync_replicas.SyncReplicas``) the step is one
     *contribution*: it reads the global step before the forward pass, so the
@@ -214,24 +246,53 @@ class TrainStep(_Step):
     def __init__(self, state: TrainState, forward: Forward, metrics: Mapping[str, MetricFn], *,
                  global_batch_size: int | None = None, sync: Any = None) -> None:
         super().__init__(state.model, forward, metrics)
+        self.state = state
         self.optimizer, self.global_batch_size, self.sync = state.optimizer, global_batch_size, sync
+        self._read_step: Any = None
+
+    @property
+    def counts_steps(self) -> bool:
+        """True when the runner adds finished steps to the global step (False: ``apply`` does)."""
+        return self.sync is None
+
+    def variables(self) -> list[Any]:
+        """The variables the step differentiates and updates."""
+        return list(self.model.trainable_variables)
+
+    def tape_scope(self) -> Any:
+        """A context entered around the forward pass and the tape."""
+        return contextlib.nullcontext()
+
+    def scaled_loss(self, per_example: tf.Tensor, regularization: tf.Tensor) -> tf.Tensor:
+        """The loss whose gradients, summed over replicas, are those of the global batch's mean."""
+        global_batch = self.global_batch_size
+        if global_batch is None:  # this replica's batch times the replicas (1 outside strategy.run)
+            context = tf.distribute.get_replica_context()
+            replicas = context.num_replicas_in_sync if context is not None else 1
+            global_batch = tf.shape(per_example)[0] * replicas
+        loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        return loss + tf.nn.scale_regularization_loss(regularization)
+
+    def apply(self, gradients: Sequence[Any], variables: Sequence[Any]) -> list[tf.Tensor]:
+        """Applies ``gradients``; returns tensors that depend on the finished update."""
+        if self.sync is not None:
+            return [self.sync.apply_gradients(zip(gradients, variables), self._read_step)]
+        self.optimizer.apply_gradients(zip(gradients, variables))
+        return after_updates(variables)
 
     def __call__(self, features: Any, labels: Any) -> tf.Tensor:
         model = self.model
         read_step = [] if self.sync is None else [self.sync.read_step()]
-        with tf.control_dependencies(read_step), tf.GradientTape() as tape:
+        self._read_step = read_step[0] if read_step else None
+        with tf.control_dependencies(read_step), self.tape_scope(), tf.GradientTape() as tape:
             per_example, predictions = self.forward(model, features, labels, True)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch_size)
             regularization = tf.add_n([tf.constant(0.0), *model.losses])
-            loss += tf.nn.scale_regularization_loss(regularization)
-        variables = model.trainable_variables
+            loss = self.scaled_loss(per_example, regularization)
+        variables = self.variables()
         gradients = tape.gradient(loss, variables)
-        if self.sync is None:
-            self.optimizer.apply_gradients(zip(gradients, variables))
-            return self._stats(labels, predictions, per_example, regularization)
-        accepted = self.sync.apply_gradients(zip(gradients, variables), read_step[0])
-        with tf.control_dependencies([accepted]):
-            return self._stats(labels, predictions, per_example, regularization)
+        done = self.apply(gradients, variables)
+        with tf.control_dependencies(done):
+            return tf.identity(self._stats(labels, predictions, per_example, regularization))
 
 
 class EvalStep(_Step):
