@@ -98,6 +98,23 @@ def test_fit_matches_keras_with_sample_weights_and_exact_stateful_metrics(strate
     assert logs["auc"] == pytest.approx(roc_auc_score(_Y.ravel(), predictions.ravel()), abs=2e-3)
 
 
+# A schedule follows the global step, which counts whole executions: with steps_per_execution=1 it
+# moves every step, as Keras' optimizer.iterations does.
+@pytest.mark.parametrize("optimizer,steps_per_execution", [
+    (lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)), 3),
+    (lambda: keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.2, 4, 0.5)), 1),
+], ids=["loss_scale", "schedule"])
+def test_fit_matches_keras_with_loss_scaling_schedules_and_xla(strategy, enabled, optimizer, steps_per_execution):
+    reference = _compile(_model(), optimizer=optimizer(), metrics=[])
+    reference.fit(_dataset(), epochs=2, verbose=0)
+    with strategy.scope():
+        model = _compile(_model(), optimizer=optimizer(), metrics=[], jit_compile=True,
+                         steps_per_execution=steps_per_execution)
+    model.fit(_dataset(), epochs=2, verbose=0)
+    for a, b in zip(model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
 def test_callbacks_early_stopping_learning_rate_and_backup_restore(strategy, enabled, tmp_path):
     backup = str(tmp_path / "backup")
 

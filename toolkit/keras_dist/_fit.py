@@ -74,6 +74,17 @@ def _state(model: keras.Model, record: CompileRecord) -> TrainState:
     return state
 
 
+class KerasTrainStep(TrainStep):
+    """The engine's step with Keras' loss scaling: ``LossScaleOptimizer`` scales the loss before the gradient.
+
+    (``optimizer.scale_loss`` is the identity for every other optimizer; the
+    ``LossScaleOptimizer`` unscales the gradients in ``apply_gradients``.)
+    """
+
+    def scaled_loss(self, per_example: tf.Tensor, regularization: tf.Tensor) -> tf.Tensor:
+        return self.optimizer.scale_loss(super().scaled_loss(per_example, regularization))
+
+
 def _restore(state: TrainState, backup: Backup) -> int | None:
     path = tf.train.latest_checkpoint(backup.directory)
     if path is None:
@@ -162,7 +173,7 @@ def distributed_fit(model: keras.Model, record: CompileRecord, x: Any = None, y:
     if restored is None:
         state.global_step.assign(start)
     model.stop_training = False
-    step = TrainStep(state, record.forward(), record.metrics)
+    step = KerasTrainStep(state, record.forward(), record.metrics)
     sync_every = max(config.log_interval, 4 * task.workers * config.steps_per_execution)
     runner = make_runner(strategy, step, state.global_step, dataset_fn=data.source, skip_steps=restored or 0,
                          num_workers=task.workers, sync_every=sync_every)
