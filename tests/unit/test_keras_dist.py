@@ -115,6 +115,28 @@ def test_fit_matches_keras_with_loss_scaling_schedules_and_xla(strategy, enabled
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+def test_numpy_input_with_class_weight_and_rank_one_labels_matches_keras(strategy, enabled, tmp_path):
+    labels = (_X[:, 0] > 0).astype("float32")  # shape [batch] against predictions [batch, 1]
+
+    def build():
+        keras.utils.set_random_seed(5)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1, activation="sigmoid")])
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss="binary_crossentropy", metrics=["accuracy"])
+        return model
+
+    reference = build()
+    want = reference.fit(_X, labels, batch_size=32, epochs=2, shuffle=False, class_weight={0: 1.0, 1: 3.0}, verbose=0)
+    with strategy.scope():
+        model = build()
+    csv = tmp_path / "log.csv"
+    got = model.fit(_X, labels, batch_size=32, epochs=2, shuffle=False, class_weight={0: 1.0, 1: 3.0}, verbose=0,
+                    callbacks=[keras.callbacks.CSVLogger(str(csv))])
+    for a, b in zip(model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    np.testing.assert_allclose(got.history["accuracy"], want.history["accuracy"], atol=1e-6)
+    assert csv.read_text().splitlines()[0].startswith("epoch,accuracy,loss")
+
+
 def test_callbacks_early_stopping_learning_rate_and_backup_restore(strategy, enabled, tmp_path):
     backup = str(tmp_path / "backup")
 

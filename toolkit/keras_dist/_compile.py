@@ -15,7 +15,7 @@ from typing import Any, Callable
 import keras
 import tensorflow as tf
 
-from toolkit.keras_dist._metrics import engine_metrics
+from toolkit.keras_dist._metrics import engine_metrics, same_rank
 from toolkit.training import TrainingError
 from toolkit.training.step import _per_example, _unreduced_loss
 
@@ -58,7 +58,7 @@ class CompileRecord:
                 predictions = call(features, training)
             else:
                 predictions = model(features, training=training)
-            per_example = _per_example(loss_fn(y_true, predictions), what="loss")
+            per_example = _per_example(loss_fn(same_rank(y_true, predictions), predictions), what="loss")
             return per_example * tf.reshape(tf.cast(weights, tf.float32), [-1]), predictions
 
         return forward

@@ -23,9 +23,24 @@ from toolkit.keras_dist import _compat
 from toolkit.training import TrainingError
 from toolkit.training.step import SummedMetric, resolve_metrics
 
-__all__ = ["engine_metrics", "AUCSums", "ConfusionSums", "MeanIoUSums", "WeightedMean"]
+__all__ = ["engine_metrics", "same_rank", "AUCSums", "ConfusionSums", "MeanIoUSums", "WeightedMean"]
 
 EngineMetric = Any  # a per-example function (y_true, y_pred) or a SummedMetric
+
+
+def same_rank(y_true: Any, y_pred: Any) -> Any:
+    """Labels of shape [batch] against predictions of shape [batch, 1] (or the reverse) get a matching rank.
+
+    Keras' compiled losses and metrics do the same before calling a loss function.
+    """
+    true_rank, pred_rank = getattr(y_true.shape, "rank", None), getattr(y_pred.shape, "rank", None)
+    if true_rank is None or pred_rank is None or true_rank == pred_rank:
+        return y_true
+    if true_rank == pred_rank - 1 and y_pred.shape[-1] == 1:
+        return tf.expand_dims(y_true, -1)
+    if true_rank == pred_rank + 1 and y_true.shape[-1] == 1:
+        return tf.squeeze(y_true, -1)
+    return y_true
 
 
 def _flat(labels: Any, predictions: Any, name: str) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -178,7 +193,7 @@ class WeightedMean(SummedMetric):
 
     def sums(self, y_true: Any, y_pred: Any) -> tf.Tensor:
         labels, weights = y_true
-        values = tf.cast(self.fn(labels, y_pred), tf.float32)
+        values = tf.cast(self.fn(same_rank(labels, y_pred), y_pred), tf.float32)
         if values.shape.rank and values.shape.rank > 1:
             values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
         weights = tf.reshape(tf.cast(weights, tf.float32), [-1])
@@ -196,7 +211,7 @@ _STATEFUL: dict[type, Callable[..., SummedMetric]] = {
 
 def _unpacked(fn: Callable[[Any, Any], tf.Tensor]) -> Callable[[Any, Any], tf.Tensor]:
     """A per-example metric of ``(labels, weights)`` pairs that ignores the weights."""
-    return lambda labels, predictions: fn(labels[0], predictions)
+    return lambda labels, predictions: fn(same_rank(labels[0], predictions), predictions)
 
 
 def _one(metric: Any, *, weighted: bool) -> tuple[str, EngineMetric]:
