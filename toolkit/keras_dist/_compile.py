@@ -3,8 +3,9 @@
 The engine's step takes a ``Forward`` (per-example loss), a dict of metrics and
 an optimizer spec; here the Keras arguments become those, and anything the
 engine cannot run the way Keras would is refused with the argument's name.
-Batches reach the forward pass as ``(features, (labels, weights))``: sample
-and class weights travel with the labels (see ``_inputs``).
+Batches reach the forward pass as ``(features, labels)``, or as ``(features,
+(labels, weights))`` when the input carries sample or class weights (see
+``_inputs``).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any, Callable
 import keras
 import tensorflow as tf
 
-from toolkit.keras_dist._metrics import engine_metrics, same_rank
+from toolkit.keras_dist._metrics import engine_metrics, same_rank, split_labels
 from toolkit.training import TrainingError
 from toolkit.training.step import _per_example, _unreduced_loss
 
@@ -45,13 +46,13 @@ class CompileRecord:
     jit_compile: bool
 
     def forward(self) -> Callable[..., Any]:
-        """``(model, features, (labels, weights), training) -> (weighted per-example loss, predictions)``."""
+        """``(model, features, labels, training) -> (weighted per-example loss, predictions)``."""
         loss_fn = self.loss
         call: Callable[..., Any] | None = None
 
         def forward(model: keras.Model, features: Any, labels: Any, training: bool) -> tuple[tf.Tensor, Any]:
             nonlocal call
-            y_true, weights = labels
+            y_true, weights = split_labels(labels)
             if self.jit_compile:
                 if call is None:
                     call = tf.function(lambda x, t: model(x, training=t), jit_compile=True)
@@ -59,6 +60,8 @@ class CompileRecord:
             else:
                 predictions = model(features, training=training)
             per_example = _per_example(loss_fn(same_rank(y_true, predictions), predictions), what="loss")
+            if weights is None:
+                return per_example, predictions
             return per_example * tf.reshape(tf.cast(weights, tf.float32), [-1]), predictions
 
         return forward

@@ -4,9 +4,10 @@ Training input becomes either a ``tf.data.Dataset`` of global batches (under
 MultiWorkerMirrored: TensorFlow shards it per worker, honouring its
 ``auto_shard_policy``, exactly as Keras would) or a ``dataset_fn(input_context)``
 (the parameter-server tutorial's pattern, and NumPy arrays). Every element
-becomes ``(features, (labels, weights))``: the sample weight (third element,
-``sample_weight=`` or ``class_weight=``) travels with the labels to the loss
-and the weighted metrics.
+with a sample weight (third element, ``sample_weight=`` or ``class_weight=``)
+becomes ``(features, (labels, weights))``: the weight travels with the labels
+to the loss and the weighted metrics. Input without weights is not touched, so
+it costs exactly what it costs ``toolkit.fit``.
 """
 from __future__ import annotations
 
@@ -64,9 +65,16 @@ def _packer(class_weight: tf.Tensor | None) -> Callable[..., Any]:
     return pack
 
 
+def _map(dataset: tf.data.Dataset, pack: Callable[..., Any]) -> tf.data.Dataset:
+    """``dataset.map(pack)``, prefetched so the packing runs ahead of the step that takes the batch."""
+    return dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
+
+
 def _packed(dataset: tf.data.Dataset, class_weight: tf.Tensor | None, where: str) -> tf.data.Dataset:
     _check_element(dataset.element_spec, where)
-    return dataset.map(_packer(class_weight))
+    if len(dataset.element_spec) == 2 and class_weight is None:
+        return dataset
+    return _map(dataset, _packer(class_weight))
 
 
 def _arrays(x: Any, y: Any, sample_weight: Any) -> tuple[Any, ...]:
@@ -103,7 +111,7 @@ def _from_dataset(dataset: tf.data.Dataset, *, steps_per_epoch: int | None, need
 
 
 def _from_function(dataset_fn: Callable[..., tf.data.Dataset], *, steps_per_epoch: int | None, workers: int,
-                   needed: Callable[[int], int], pack: Callable[..., Any]) -> TrainInput:
+                   needed: Callable[[int], int], pack: Callable[..., Any], weighted: bool) -> TrainInput:
     if steps_per_epoch is None:
         raise TrainingError(
             "`steps_per_epoch` is None but `x` is a dataset function, whose datasets are repeated and have "
@@ -119,7 +127,9 @@ def _from_function(dataset_fn: Callable[..., tf.data.Dataset], *, steps_per_epoc
             f"`x`'s dataset has {cardinality} batches and ends, but each worker keeps drawing batches until "
             f"fit has taken {needed(steps_per_epoch)} steps over all workers: the dataset must be repeated. "
             "Add .repeat() at the end of the dataset function.", field="x")
-    return TrainInput(lambda context: dataset_fn(context).map(pack), steps_per_epoch)
+    if len(probe.element_spec) == 2 and not weighted:
+        return TrainInput(dataset_fn, steps_per_epoch)
+    return TrainInput(lambda context: _map(dataset_fn(context), pack), steps_per_epoch)
 
 
 def training_input(x: Any, y: Any = None, *, sample_weight: Any = None, class_weight: Any = None,
@@ -141,7 +151,8 @@ def training_input(x: Any, y: Any = None, *, sample_weight: Any = None, class_we
                                 "elements: (x, y) or (x, y, sample_weight).", field="y")
         return _from_dataset(_packed(x, weights, "x"), steps_per_epoch=steps_per_epoch, needed=needed, kind=kind)
     if callable(x):
-        return _from_function(x, steps_per_epoch=steps_per_epoch, workers=workers, needed=needed, pack=pack)
+        return _from_function(x, steps_per_epoch=steps_per_epoch, workers=workers, needed=needed, pack=pack,
+                              weighted=weights is not None)
     arrays = _arrays(x, y, sample_weight)
     size = batch_size or 32
     examples = len(tf.nest.flatten(arrays[0])[0])
@@ -152,7 +163,8 @@ def training_input(x: Any, y: Any = None, *, sample_weight: Any = None, class_we
         if shuffle:
             dataset = dataset.shuffle(max(examples // max(context.num_input_pipelines, 1), 1))
         dataset = dataset.batch(context.get_per_replica_batch_size(size), drop_remainder=True)
-        return dataset.repeat().map(pack)
+        dataset = dataset.repeat()
+        return dataset if len(arrays) == 2 and weights is None else _map(dataset, pack)
 
     return TrainInput(dataset_fn, steps_per_epoch or max(examples // size, 1))
 

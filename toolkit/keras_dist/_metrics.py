@@ -23,7 +23,7 @@ from toolkit.keras_dist import _compat
 from toolkit.training import TrainingError
 from toolkit.training.step import SummedMetric, resolve_metrics
 
-__all__ = ["engine_metrics", "same_rank", "AUCSums", "ConfusionSums", "MeanIoUSums", "WeightedMean"]
+__all__ = ["engine_metrics", "same_rank", "split_labels", "AUCSums", "ConfusionSums", "MeanIoUSums", "WeightedMean"]
 
 EngineMetric = Any  # a per-example function (y_true, y_pred) or a SummedMetric
 
@@ -43,9 +43,23 @@ def same_rank(y_true: Any, y_pred: Any) -> Any:
     return y_true
 
 
+def split_labels(labels: Any) -> tuple[Any, Any]:
+    """``(y, sample_weight)`` from a batch's labels: a pair when the input carries weights, else ``(y, None)``.
+
+    (Per-output labels are refused at compile time, so a tuple is always such a pair.)
+    """
+    return (labels[0], labels[1]) if isinstance(labels, tuple) else (labels, None)
+
+
+def _ones_per_example(y: Any) -> tf.Tensor:
+    return tf.ones(tf.shape(y)[:1], tf.float32)
+
+
 def _flat(labels: Any, predictions: Any, name: str) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Labels, predictions and per-entry weights flattened alike (Keras' confusion-matrix convention)."""
-    y_true, weights = labels
+    y_true, weights = split_labels(labels)
+    if weights is None:
+        weights = _ones_per_example(y_true)
     y_pred = tf.cast(predictions, tf.float32)
     y_true = tf.cast(y_true, tf.float32)
     if y_true.shape.rank is not None and y_pred.shape.rank is not None and y_true.shape.rank < y_pred.shape.rank:
@@ -160,11 +174,11 @@ class MeanIoUSums(SummedMetric):
         self.width = self.num_classes * self.num_classes
 
     def sums(self, y_true: Any, y_pred: Any) -> tf.Tensor:
-        labels, weights = y_true
+        labels, weights = split_labels(y_true)
         if not self.sparse_y_true:
             labels = tf.argmax(labels, axis=self.axis)
         predictions = y_pred if self.sparse_y_pred else tf.argmax(y_pred, axis=self.axis)
-        weights = tf.cast(weights, tf.float32) if self.weighted else tf.ones(tf.shape(labels)[:1], tf.float32)
+        weights = tf.cast(weights, tf.float32) if self.weighted and weights is not None else _ones_per_example(labels)
         weights = tf.reshape(weights, tf.concat([tf.shape(weights), tf.ones([tf.rank(labels) - 1], tf.int32)], 0))
         weights = tf.reshape(tf.broadcast_to(weights, tf.shape(labels)), [-1])
         labels = tf.reshape(tf.cast(labels, tf.int64), [-1])
@@ -192,7 +206,8 @@ class WeightedMean(SummedMetric):
         self.name, self.fn = name, fn
 
     def sums(self, y_true: Any, y_pred: Any) -> tf.Tensor:
-        labels, weights = y_true
+        labels, weights = split_labels(y_true)
+        weights = _ones_per_example(labels) if weights is None else weights
         values = tf.cast(self.fn(same_rank(labels, y_pred), y_pred), tf.float32)
         if values.shape.rank and values.shape.rank > 1:
             values = tf.reduce_mean(values, axis=list(range(1, values.shape.rank)))
@@ -210,8 +225,13 @@ _STATEFUL: dict[type, Callable[..., SummedMetric]] = {
 
 
 def _unpacked(fn: Callable[[Any, Any], tf.Tensor]) -> Callable[[Any, Any], tf.Tensor]:
-    """A per-example metric of ``(labels, weights)`` pairs that ignores the weights."""
-    return lambda labels, predictions: fn(same_rank(labels[0], predictions), predictions)
+    """A per-example metric that ignores the sample weights."""
+
+    def metric(labels: Any, predictions: Any) -> tf.Tensor:
+        y_true = split_labels(labels)[0]
+        return fn(same_rank(y_true, predictions), predictions)
+
+    return metric
 
 
 def _one(metric: Any, *, weighted: bool) -> tuple[str, EngineMetric]:
