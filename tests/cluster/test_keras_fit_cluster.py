@@ -84,6 +84,7 @@ def test_keras_fit_multi_worker_mirrored_example(tmp_path, quiet_tf, no_orphans)
 
     example = _example("keras_multi_worker")
     import keras
+
     import toolkit
 
     toolkit.disable_distributed_keras()  # the reference is Keras' own fit, in one process

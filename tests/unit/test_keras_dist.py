@@ -225,7 +225,8 @@ def test_summed_metrics_equal_keras_over_the_whole_data(make):
     summed = (AUCSums if isinstance(metric, keras.metrics.AUC) else ConfusionSums)(metric, weighted=True)
     metric.update_state(labels, predictions, sample_weight=weights)
     assert _added(summed, labels, predictions, weights) == pytest.approx(float(metric.result()), abs=1e-5)
-    if isinstance(metric, keras.metrics.AUC) and metric.curve.name == "ROC" and metric.summation_method.name == "INTERPOLATION":
+    if isinstance(metric, keras.metrics.AUC) and (metric.curve.name, metric.summation_method.name) == (
+            "ROC", "INTERPOLATION"):
         exact = roc_auc_score(labels.ravel(), predictions.ravel(), sample_weight=weights)
         assert _added(summed, labels, predictions, weights) == pytest.approx(exact, abs=2e-3)
 
@@ -236,4 +237,5 @@ def test_mean_iou_sums_equal_keras():
     metric = keras.metrics.MeanIoU(num_classes=4, sparse_y_pred=False)
     metric.update_state(labels, predictions)
     summed = MeanIoUSums(metric, weighted=False)
-    assert _added(summed, labels, predictions, np.ones(120, "float32")) == pytest.approx(float(metric.result()), abs=1e-6)
+    added = _added(summed, labels, predictions, np.ones(120, "float32"))
+    assert added == pytest.approx(float(metric.result()), abs=1e-6)

@@ -30,7 +30,12 @@ import tensorflow as tf
 
 from toolkit.keras_dist import _compat
 from toolkit.keras_dist._compile import CompileRecord, record_compile
-from toolkit.keras_dist._fit import distributed_evaluate, distributed_fit, distributed_predict, forget
+from toolkit.keras_dist._fit import (
+    distributed_evaluate,
+    distributed_fit,
+    distributed_predict,
+    forget,
+)
 from toolkit.training import TrainingError
 
 __all__ = ["enable_distributed_keras", "disable_distributed_keras", "distributed_keras_enabled"]

@@ -22,9 +22,27 @@ import tensorflow as tf
 
 from toolkit.keras_dist._callbacks import Backup, split_callbacks
 from toolkit.keras_dist._compile import CompileRecord
-from toolkit.keras_dist._inputs import evaluation_input, prediction_batches, training_input
-from toolkit.training import (CallbackHook, CheckpointHook, FitConfig, Hook, LogHook, ProgressHook, TrainingError,
-                              TrainState, TrainStep, Validator, build_state, make_runner, run_loop, strategy_kind)
+from toolkit.keras_dist._inputs import (
+    evaluation_input,
+    prediction_batches,
+    training_input,
+)
+from toolkit.training import (
+    CallbackHook,
+    CheckpointHook,
+    FitConfig,
+    Hook,
+    LogHook,
+    ProgressHook,
+    TrainingError,
+    TrainState,
+    TrainStep,
+    Validator,
+    build_state,
+    make_runner,
+    run_loop,
+    strategy_kind,
+)
 
 __all__ = ["distributed_fit", "distributed_evaluate", "distributed_predict", "Task", "task_of"]
 

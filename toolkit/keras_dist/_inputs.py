@@ -144,7 +144,10 @@ def training_input(x: Any, y: Any = None, *, sample_weight: Any = None, class_we
             field="steps_per_epoch")
     weights = _class_weights(class_weight)
     pack = _packer(weights)
-    needed = lambda steps: _needed(steps, epochs, initial_epoch)  # noqa: E731
+
+    def needed(steps: int) -> int:
+        return _needed(steps, epochs, initial_epoch)
+
     if isinstance(x, tf.data.Dataset):
         if y is not None or sample_weight is not None:
             raise TrainingError("`y` and `sample_weight` must be None when `x` is a dataset; put them in its "

@@ -83,6 +83,11 @@ def _no_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide(a, b, out=np.zeros_like(a, dtype=np.float64), where=b != 0)
 
 
+#: how Keras' AUC turns the curve's values at two neighbouring thresholds into a rectangle's height.
+_HEIGHTS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "INTERPOLATION": lambda a, b: (a + b) / 2, "MINORING": np.minimum, "MAJORING": np.maximum}
+
+
 class AUCSums(SummedMetric):
     """``keras.metrics.AUC``: tp, fp, tn, fn per threshold; the area from Keras' formulas."""
 
@@ -119,8 +124,7 @@ class AUCSums(SummedMetric):
             x, y = _no_nan(fp, fp + tn), recall
         else:
             x, y = recall, _no_nan(tp, tp + fp)
-        combine = {"INTERPOLATION": lambda a, b: (a + b) / 2, "MINORING": np.minimum, "MAJORING": np.maximum}
-        heights = combine[self.summation](y[:-1], y[1:])
+        heights = _HEIGHTS[self.summation](y[:-1], y[1:])
         return float(np.sum((x[:-1] - x[1:]) * heights))
 
     @staticmethod

@@ -44,6 +44,7 @@ class SummedMetric:
     contribution, ``result`` turns the totals into the metric's value.
     """
 
+    name: str = "summed_metric"
     width: int = 1
 
     def sums(self, y_true: Any, y_pred: Any) -> tf.Tensor:
