@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test unit cluster bench clean
+.PHONY: demo test unit cluster bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ cluster: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
+
+# Fault injection: kills tasks of a running job (CHAOS_ARGS="--runs 10 --seed 1" to change it).
+chaos: $(STAMP)
+	$(BIN)/python benchmarks/chaos.py $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

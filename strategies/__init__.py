@@ -17,6 +17,7 @@ from strategies._options import StrategyOptions
 from strategies._roles import EXIT_CHIEF_LOST, EXIT_CHIEF_NEVER_STARTED, is_server_role, run_role, serve
 from strategies._shutdown import chief_session, exit_file, shutdown_cluster
 
+from strategies._serve_options import ServeOptions
 # Model parallelism (device maps, sharded tables) imports TensorFlow, so these
 # names load on first use and `import strategies` stays fast.
 _LAZY_EXPORTS = {
@@ -36,6 +37,7 @@ __all__ = [
     "EXIT_CHIEF_NEVER_STARTED",
     "STRATEGY_NAMES",
     "StrategyError",
+    "ServeOptions",
     "StrategyOptions",
     "chief_session",
     "choose_strategy",

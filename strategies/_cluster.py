@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Mapping
 
 _TF2_JOB_NAMES = {"master": "chief"}
@@ -28,10 +29,26 @@ def tf2_cluster(cluster: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
     }
 
 
-def cluster_token(cluster: Mapping[str, list[str] | tuple[str, ...]]) -> str:
-    """A short stable id of a TF2 cluster, the same on every task that shares it."""
+#: a per-job value every task of one job shares (the launcher sets it); it keeps two jobs on the same
+#: ports apart when they share a temp dir (e.g. on NFS)
+ENV_JOB_NONCE = "TFDIST_JOB_NONCE"
+
+
+def job_nonce(environ: Mapping[str, str] | None = None) -> str:
+    """This job's nonce from the environment ('' when the tasks were not started by the launcher)."""
+    return (os.environ if environ is None else environ).get(ENV_JOB_NONCE, "")
+
+
+def cluster_token(cluster: Mapping[str, list[str] | tuple[str, ...]], nonce: str | None = None) -> str:
+    """A short stable id of a TF2 cluster and job, the same on every task that shares them.
+
+    Args:
+        cluster: the TF2 cluster.
+        nonce: the job's nonce (None: ``job_nonce()``).
+    """
     canonical = json.dumps({job: list(addrs) for job, addrs in cluster.items()}, sort_keys=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    nonce = job_nonce() if nonce is None else nonce
+    return hashlib.sha256(f"{canonical}{nonce}".encode()).hexdigest()[:16]
 
 
 def device(job: str, index: int) -> str:

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
-import time
 from typing import Any, Iterator
 
 import tensorflow as tf
 
 from strategies._cluster import device, tf2_cluster, tf2_job
-from strategies._net import is_listening, wait_listening
-from strategies._shutdown import exit_file
+from strategies._net import wait_listening
+from strategies._roles import serve_until_goodbye
+from strategies._serve_options import ServeOptions
+from strategies._shutdown import say_goodbye
 from strategies._placement_errors import DeviceMapError
 from tf_config import Problem, TFConfig
 
@@ -75,18 +75,8 @@ def connect_devices(cfg: TFConfig, *, timeout: float = 300.0) -> list[str]:
 
 
 def release_devices(cfg: TFConfig, exit_code: int = 0) -> list[str]:
-    """Tells every host to exit with ``exit_code``; returns the tasks told."""
-    cluster = tf2_cluster(cfg.cluster)
-    told = []
-    for job, index, _ in _hosts(cfg):
-        try:
-            with tf.device(device(job, index)):
-                tf.io.write_file(exit_file(cluster, job, index), str(exit_code))
-        except (tf.errors.OpError, ValueError, RuntimeError) as exc:
-            logger.warning("could not tell %s-%d to exit (%s); it will notice the client leaving",
-                           job, index, str(exc).splitlines()[0])
-            continue
-        told.append(f"{job}-{index}")
+    """Tells every host to exit with ``exit_code`` (the same goodbye as parameter servers get); returns the tasks told."""
+    told = say_goodbye(tf2_cluster(cfg.cluster), [(job, index) for job, index, _ in _hosts(cfg)], exit_code)
     logger.info("told %s to exit with code %d", ", ".join(told) or "no host", exit_code)
     return told
 
@@ -103,40 +93,17 @@ def in_graph_session(cfg: TFConfig, *, timeout: float = 300.0) -> Iterator[list[
     release_devices(cfg, 0)
 
 
-def serve_devices(cfg: TFConfig, *, client_start_timeout: float = 300.0, client_lost_after: float = 6.0,
-                  poll_interval: float = 0.5) -> int:
+def serve_devices(cfg: TFConfig, *, client_start_timeout: float | None = None,
+                  client_lost_after: float | None = None, poll_interval: float = 0.5) -> int:
     """Hosts this task's devices until the client releases them; returns the exit code.
 
-    The code is the client's (0 after success); 3 if the client was seen and
+    The same serve/goodbye protocol as parameter servers (``strategies.serve``):
+    the code is the client's (0 after success); 3 if the client was seen and
     then stayed unreachable for ``client_lost_after`` s; 4 if it never came up
-    within ``client_start_timeout`` s.
+    within ``client_start_timeout`` s (None: ``ServeOptions``' defaults).
     """
-    cluster = tf2_cluster(cfg.cluster)
-    job, index = tf2_job(cfg.task_type), cfg.task_index
-    path = exit_file(cluster, job, index)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)  # a stale goodbye from an earlier job on the same ports
-    tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
-                         protocol=cfg.rpc_layer or "grpc", start=True)
-    logger.info("%s-%d hosting devices at %s for the client at %s", job, index, cfg.address, cfg.chief_address)
-    started = last_seen = time.monotonic()
-    seen = False
-    while True:
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read().strip()
-            os.remove(path)
-            return int(text) if text.isdigit() and int(text) <= 255 else 1
-        now = time.monotonic()
-        if is_listening(cfg.chief_address, timeout=poll_interval):
-            seen, last_seen = True, now
-        elif seen and now - last_seen >= client_lost_after:
-            logger.error("client at %s gone for %.0f s; exiting with 3", cfg.chief_address, now - last_seen)
-            return 3
-        elif not seen and now - started >= client_start_timeout:
-            logger.error("client at %s never came up; exiting with 4", cfg.chief_address)
-            return 4
-        time.sleep(poll_interval)
+    options = ServeOptions.from_env(chief_start_timeout=client_start_timeout, chief_lost_after=client_lost_after)
+    return serve_until_goodbye(cfg, options, poll_interval=poll_interval, peer="client")
 
 
 def run_in_graph_role(tf_config: TFConfig | None = None, **serve_options: Any) -> TFConfig:

@@ -13,6 +13,8 @@ serve until one of two signals ends them:
    stays unreachable for ``chief_lost_after`` seconds, the server exits with
    ``EXIT_CHIEF_LOST``. If the chief never shows up within
    ``chief_start_timeout``, it exits with ``EXIT_CHIEF_NEVER_STARTED``.
+   Both timeouts are ``ServeOptions`` (arguments, or the environment the
+   launcher sets).
 
 Both work the same whether the tasks were started by ``tfdist launch`` or by
 hand in separate terminals.
@@ -28,6 +30,7 @@ from typing import Any
 from strategies._cluster import tf2_cluster, tf2_job
 from strategies._errors import StrategyError
 from strategies._net import is_listening
+from strategies._serve_options import ServeOptions
 from strategies._shutdown import exit_file, hello_file
 
 logger = logging.getLogger(__name__)
@@ -106,15 +109,16 @@ def _remove(path: str) -> bool:
     return True
 
 
-def serve(tf_config: Any = None, *, chief_start_timeout: float = 300.0,
-          chief_lost_after: float = 6.0, poll_interval: float = 0.5) -> int:
+def serve(tf_config: Any = None, *, chief_start_timeout: float | None = None,
+          chief_lost_after: float | None = None, poll_interval: float = 0.5) -> int:
     """Runs this ps/worker task's server until the chief ends the job.
 
     Args:
         tf_config: this task's ``TFConfig``; None reads TF_CONFIG.
-        chief_start_timeout: seconds to wait for the chief to appear at all.
+        chief_start_timeout: seconds to wait for the chief to appear at all
+            (None: ``ServeOptions``' default, 900, or the launcher's setting).
         chief_lost_after: seconds the chief may be unreachable before the job
-            is considered dead.
+            is considered dead (None: 6, or the launcher's setting).
         poll_interval: seconds between checks for the chief's goodbye.
 
     Returns:
@@ -127,6 +131,7 @@ def serve(tf_config: Any = None, *, chief_start_timeout: float = 300.0,
     """
     from tf_config import TFConfig
 
+    options = ServeOptions.from_env(chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after)
     cfg = TFConfig.from_env() if tf_config is None else tf_config
     if not is_server_role(cfg):
         raise StrategyError(
@@ -135,6 +140,23 @@ def serve(tf_config: Any = None, *, chief_start_timeout: float = 300.0,
             "tasks, and worker tasks of a cluster with ps, serve. Call run_role(cfg), which returns for "
             "training tasks, instead of serve().",
         )
+    return serve_until_goodbye(cfg, options, poll_interval=poll_interval)
+
+
+def serve_until_goodbye(cfg: Any, options: ServeOptions, *, poll_interval: float = 0.5,
+                        peer: str = "chief") -> int:
+    """The serve/goodbye protocol: runs this task's server until its chief (or client) ends the job.
+
+    Every task that only serves uses it: parameter-server ps and workers
+    (``serve``) and the hosts of an in-graph device map
+    (``strategies.device_map.serve_devices``). The chief ends it with a
+    goodbye (``strategies._shutdown``); a chief gone for
+    ``options.chief_lost_after`` s, or never up within
+    ``options.chief_start_timeout`` s, ends it too.
+
+    Returns:
+        The chief's exit code, ``EXIT_CHIEF_LOST`` or ``EXIT_CHIEF_NEVER_STARTED``.
+    """
     cluster = tf2_cluster(cfg.cluster)
     job, index = tf2_job(cfg.task_type), cfg.task_index
     path, hello = exit_file(cluster, job, index), hello_file(cluster, job, index)
@@ -145,14 +167,15 @@ def serve(tf_config: Any = None, *, chief_start_timeout: float = 300.0,
 
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
                                   protocol=cfg.rpc_layer or "grpc", start=True)
-    logger.info("%s-%d serving at %s (%s); exits when the chief at %s says goodbye or is gone for %.0f s",
-                job, index, cfg.address, server.target, cfg.chief_address, chief_lost_after)
-    watch = _ChiefWatch(cfg.chief_address, start_timeout=chief_start_timeout, lost_after=chief_lost_after)
+    logger.info("%s-%d serving at %s (%s); exits when the %s at %s says goodbye or is gone for %.0f s",
+                job, index, cfg.address, server.target, peer, cfg.chief_address, options.chief_lost_after)
+    watch = _ChiefWatch(cfg.chief_address, start_timeout=options.chief_start_timeout,
+                        lost_after=options.chief_lost_after)
     try:
         while True:
             code = _take_exit_file(path)
             if code is not None:
-                logger.info("%s-%d: the chief said goodbye; exiting with %d", job, index, code)
+                logger.info("%s-%d: the %s said goodbye; exiting with %d", job, index, peer, code)
                 return code
             code = watch.verdict(hello=not watch.seen and os.path.exists(hello))
             if code is not None:
@@ -162,8 +185,8 @@ def serve(tf_config: Any = None, *, chief_start_timeout: float = 300.0,
         _remove(hello)
 
 
-def run_role(tf_config: Any = None, *, strategy: str = "auto", chief_start_timeout: float = 300.0,
-             chief_lost_after: float = 6.0) -> Any:
+def run_role(tf_config: Any = None, *, strategy: str = "auto", chief_start_timeout: float | None = None,
+             chief_lost_after: float | None = None) -> Any:
     """Serves and exits in ps/worker tasks; returns in tasks that train.
 
     Put it at the top of a training script: under ParameterServerStrategy the

@@ -3,7 +3,8 @@
 ``tf.distribute.Server.join()`` never returns, so in plain TensorFlow parameter
 servers outlive their job (tensorflow#25858). Here the chief ends the job
 explicitly. Under ParameterServerStrategy the chief is connected to every
-server and can run ops on their devices, so for each ps and worker it runs::
+server and can run ops on their devices, so for each ps and worker (all at
+once, with a deadline: ``goodbye_timeout``) it runs::
 
     with tf.device("/job:ps/replica:0/task:0/device:CPU:0"):
         tf.io.write_file(<exit file>, "<exit code>")
@@ -12,7 +13,8 @@ The op executes *inside the server's process*, which polls for that file
 (``strategies.serve``) and exits with the code it carries. The exit file is
 ``<temp dir>/tfdist-<cluster token>-<job>-<index>.exit``: the cluster token is
 a hash of the cluster's addresses, which chief and servers both know from
-TF_CONFIG, and the temp dir is ``tempfile.gettempdir()`` (normally ``/tmp``;
+TF_CONFIG, and of the job's nonce (``TFDIST_JOB_NONCE``, set by the launcher,
+so two jobs on the same ports sharing a temp dir do not collide); the temp dir is ``tempfile.gettempdir()`` (normally ``/tmp``;
 chief and servers must agree on ``TMPDIR``). A chief that dies without saying
 goodbye is caught by the servers' second signal: they watch the chief's port. So that a chief that connects and dies
 between two probes is still noticed, the chief also says hello (a ``.hello``
@@ -26,10 +28,13 @@ import logging
 import os
 import sys
 import tempfile
+import threading
+import time
 import weakref
 from typing import Any, Iterator, Mapping
 
 from strategies._cluster import cluster_token, device, tf2_cluster
+from strategies._serve_options import ServeOptions
 
 logger = logging.getLogger(__name__)
 
@@ -62,21 +67,53 @@ def hello_file(cluster: Mapping[str, Any], job: str, index: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"tfdist-{cluster_token(cluster)}-{job}-{index}.hello")
 
 
-def _write_on_servers(cluster: Mapping[str, Any], path_of: Any, text: str) -> list[str]:
-    """Writes ``text`` to ``path_of(cluster, job, index)`` inside every ps/worker; returns who got it."""
+def _write_on_servers(cluster: Mapping[str, Any], path_of: Any, text: str, *,
+                      timeout: float | None = None, tasks: list[tuple[str, int]] | None = None) -> list[str]:
+    """Writes ``text`` to ``path_of(cluster, job, index)`` inside every ps/worker (or ``tasks``), in parallel.
+
+    One dead or hung server must not hold up the others, nor the chief for
+    ever: each write runs in its own daemon thread, and after ``timeout``
+    seconds (None: ``ServeOptions``' ``goodbye_timeout``) the ones still
+    running are abandoned with a warning. Those servers still exit by
+    themselves once the chief's port closes.
+
+    Returns:
+        The tasks that received the text, e.g. ``["worker-0", "ps-0"]``.
+    """
     import tensorflow as tf
 
-    reached = []
-    for job in _SERVER_JOBS:
-        for index in range(len(cluster.get(job, []))):
-            try:
-                with tf.device(device(job, index)):
-                    tf.io.write_file(path_of(cluster, job, index), text)
-            except (tf.errors.OpError, ValueError, RuntimeError) as exc:
-                logger.warning("could not reach %s-%d (%s)", job, index, str(exc).splitlines()[0])
-                continue
-            reached.append(f"{job}-{index}")
-    return reached
+    if timeout is None:
+        timeout = ServeOptions.from_env().goodbye_timeout
+    if tasks is None:
+        tasks = [(job, index) for job in _SERVER_JOBS for index in range(len(cluster.get(job, [])))]
+    reached: dict[str, bool] = {}
+
+    def write(job: str, index: int) -> None:
+        try:
+            with tf.device(device(job, index)):
+                tf.io.write_file(path_of(cluster, job, index), text)
+        except (tf.errors.OpError, ValueError, RuntimeError) as exc:
+            logger.warning("could not reach %s-%d (%s)", job, index, str(exc).splitlines()[0])
+            return
+        reached[f"{job}-{index}"] = True
+
+    threads = [threading.Thread(target=write, args=task, name=f"tfdist-goodbye-{task[0]}-{task[1]}", daemon=True)
+               for task in tasks]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+    late = [f"{job}-{index}" for (job, index), thread in zip(tasks, threads) if thread.is_alive()]
+    if late:
+        logger.warning("%s did not answer within %g s (goodbye_timeout); they exit when the chief's port "
+                       "closes", ", ".join(late), timeout)
+    return [f"{job}-{index}" for job, index in tasks if reached.get(f"{job}-{index}")]
+
+
+def say_goodbye(cluster: Mapping[str, Any], tasks: list[tuple[str, int]], exit_code: int) -> list[str]:
+    """Tells ``tasks`` (``(job, index)`` pairs serving ``serve_until_goodbye``) to exit with ``exit_code``."""
+    return _write_on_servers(cluster, exit_file, str(_exit_code(exit_code)), tasks=tasks)
 
 
 def say_hello(strategy: Any) -> None:

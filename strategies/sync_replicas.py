@@ -27,8 +27,10 @@ that worker's steps.
 
 The averaged update goes through the optimizer's ``update_step`` (Keras'
 ``apply_gradients`` all-reduces through ``merge_call``, which TensorFlow
-forbids inside the lock's control flow), so optimizers with clipping, weight
-decay, EMA or Keras-side gradient accumulation are rejected.
+forbids inside the lock's control flow). What ``apply`` would add is done
+here too: gradients are divided by the optimizer's ``loss_scale_factor`` and
+variable constraints are applied after the update. Optimizers with clipping,
+weight decay, EMA or Keras-side gradient accumulation are rejected.
 
 Example:
     >>> with strategy.scope():                                 # doctest: +SKIP
@@ -186,11 +188,17 @@ class SyncReplicas:
         import tensorflow as tf
 
         scale = 1.0 / self.replicas_to_aggregate
+        if self.optimizer.loss_scale_factor is not None:  # gradients of a scaled loss: unscale, as apply() does
+            scale /= float(self.optimizer.loss_scale_factor)
         averaged = [acc.read_value() * tf.cast(scale, acc.dtype) for acc in self._accumulators]
         learning_rate = self.optimizer.learning_rate
         for gradient, variable in zip(averaged, self.variables):
             self.optimizer.update_step(gradient, variable, learning_rate)
         self.optimizer.iterations.assign_add(1)
+        for variable in self.variables:  # constraints after the update, as Keras' apply() does
+            constraint = getattr(variable, "constraint", None)
+            if constraint is not None:
+                variable.assign(constraint(variable))
         with tf.control_dependencies(averaged + [tf.convert_to_tensor(v) for v in self.variables]):
             resets = [acc.assign(tf.zeros_like(acc)) for acc in self._accumulators]
             resets.append(self.pending.assign(0))

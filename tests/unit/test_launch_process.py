@@ -28,7 +28,8 @@ _FAKE_TASK = textwrap.dedent('''
     task_dir = Path(os.environ["TFDIST_TASK_DIR"])
     (task_dir / f"start-{restart}.json").write_text(json.dumps({
         "tf_config": json.loads(os.environ["TF_CONFIG"]), "job_dir": os.environ["TFDIST_JOB_DIR"],
-        "task_dir": str(task_dir)}))
+        "task_dir": str(task_dir), "pid": os.getpid(),
+        "env": {k: v for k, v in os.environ.items() if k.startswith("TFDIST_")}}))
     print(f"{name} start {restart}", flush=True)
     steps = plan.get(name, plan.get("*", [{"sleep": 60}]))
     action = steps[min(restart, len(steps) - 1)]
@@ -198,6 +199,29 @@ def test_sigterm_to_the_launcher_stops_every_task(fake, tmp_path, no_orphans):
     assert proc.returncode == 128 + signal.SIGTERM, out.decode()
     assert b"interrupted by SIGTERM" in out
     assert not any(_alive(int(p.read_text())) for p in pid_files)
+
+
+def test_sigkill_to_the_launcher_takes_every_task_with_it(fake, tmp_path, no_orphans):
+    """Nothing of the launcher runs after SIGKILL; the kernel's parent-death signal ends the tasks."""
+    job = tmp_path / "job"
+    cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "1", "--job-dir", str(job),
+           "--chief-lost-after", "20", "--", *fake({"*": [{"sleep": 120}]})]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    names = ("ps-0", "chief-0", "worker-0", "worker-1")
+    starts = [job / "tasks" / n / "start-0.json" for n in names]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() and p.read_text() for p in starts) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    started = [json.loads(p.read_text()) for p in starts]
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(_alive(s["pid"]) for s in started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [n for n, s in zip(names, started) if _alive(s["pid"])]
+    # every task of the job shares one nonce (its goodbye files) and the servers' timeouts
+    assert len({s["env"]["TFDIST_JOB_NONCE"] for s in started}) == 1
+    assert {s["env"]["TFDIST_CHIEF_LOST_AFTER"] for s in started} == {"20"}
 
 
 @pytest.mark.parametrize("kwargs, field, text", [

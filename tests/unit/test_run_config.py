@@ -121,3 +121,11 @@ def test_replace_validates_again():
     assert config.replace(model_dir="b").model_dir == "b"
     with pytest.raises(RunConfigError):
         config.replace(save_checkpoints_steps=0)
+
+
+def test_serve_timeouts_are_run_config_options():
+    config = RunConfig(chief_start_timeout=1200, chief_lost_after=30.0)
+    assert (config.chief_start_timeout, config.chief_lost_after) == (1200, 30.0)
+    with pytest.raises(RunConfigError) as info:
+        RunConfig(chief_lost_after=0)
+    assert info.value.field == "chief_lost_after" and "is 0; expected a positive number of seconds" in str(info.value)

@@ -141,3 +141,51 @@ def test_chief_hello_counts_as_seen_even_if_no_probe_caught_it(fast_probes):
     watch = roles._ChiefWatch(address, start_timeout=60, lost_after=0.2)
     assert watch.verdict(hello=True) is None and watch.seen
     assert _watch_until_verdict(watch) == EXIT_CHIEF_LOST
+
+
+def test_a_job_nonce_keeps_two_jobs_on_the_same_ports_apart(monkeypatch):
+    cluster = tf2_cluster(_cfg("ps-0", **PSS).cluster)
+    monkeypatch.setenv("TFDIST_JOB_NONCE", "job-a")
+    first = exit_file(cluster, "ps", 0)
+    monkeypatch.setenv("TFDIST_JOB_NONCE", "job-b")
+    assert exit_file(cluster, "ps", 0) != first
+    assert cluster_token(cluster, "job-a") == cluster_token(cluster, "job-a") != cluster_token(cluster, "")
+
+
+def test_serve_timeouts_are_options_with_patient_defaults(monkeypatch):
+    from strategies._serve_options import ServeOptions
+
+    assert ServeOptions().chief_start_timeout >= 600  # a slow image pull on Kubernetes
+    monkeypatch.setenv("TFDIST_CHIEF_LOST_AFTER", "20")
+    options = ServeOptions.from_env(chief_start_timeout=60)
+    assert (options.chief_start_timeout, options.chief_lost_after) == (60.0, 20.0)
+    monkeypatch.setenv("TFDIST_CHIEF_START_TIMEOUT", "soon")
+    with pytest.raises(StrategyError) as info:
+        ServeOptions.from_env()
+    assert info.value.field == "chief_start_timeout" and "TFDIST_CHIEF_START_TIMEOUT" in str(info.value)
+    assert "'soon'" in str(info.value) and "positive number of seconds" in str(info.value)
+
+
+def test_goodbyes_go_out_in_parallel_and_a_hung_server_cannot_hold_them(monkeypatch, tmp_path):
+    """One server that never answers: the others still get their goodbye, and the chief is free in time."""
+    import threading
+
+    from strategies import _shutdown
+
+    monkeypatch.setattr(_shutdown, "device", lambda job, index: "/job:localhost/replica:0/task:0/device:CPU:0")
+    hung = threading.Event()
+
+    def path_of(cluster, job, index):
+        if (job, index) == ("ps", 0):
+            hung.wait(60)  # a server whose RPC never returns
+        return str(tmp_path / f"{job}-{index}.exit")
+
+    cluster = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
+    result = {}
+    caller = threading.Thread(target=lambda: result.update(
+        reached=_shutdown._write_on_servers(cluster, path_of, "0", timeout=2.0)), daemon=True)
+    caller.start()
+    caller.join(30)
+    hung.set()
+    assert not caller.is_alive() and result["reached"] == ["worker-0", "worker-1"]
+    assert (tmp_path / "worker-1.exit").read_text() == "0"

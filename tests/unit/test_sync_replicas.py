@@ -87,3 +87,14 @@ def test_other_variables_are_rejected():
     _, sync = _sync(2)
     with pytest.raises(StrategyError, match="variables that differ"):
         sync.apply_gradients([(tf.constant([1.0, 1.0]), tf.Variable([0.0, 0.0]))], sync.read_step())
+
+
+def test_the_update_applies_constraints_and_unscales_a_scaled_loss_like_optimizer_apply():
+    kernel = keras.Variable([1.0, 2.0])
+    kernel.constraint = keras.constraints.NonNeg()  # what Layer.add_weight(constraint=...) does
+    plain = tf.Variable([1.0, 2.0])
+    sync = SyncReplicas(keras.optimizers.SGD(1.0, loss_scale_factor=4.0), [kernel, plain], replicas_to_aggregate=1)
+    grads = [tf.constant([8.0, 4.0]), tf.constant([8.0, 4.0])]  # of a loss scaled by 4: really [2, 1]
+    sync.apply_gradients(list(zip(grads, [kernel, plain])), tf.constant(0, tf.int64))
+    np.testing.assert_allclose(plain.numpy(), [-1.0, 1.0])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(kernel), [0.0, 1.0])  # NonNeg clipped -1 to 0

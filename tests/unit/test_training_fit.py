@@ -24,12 +24,12 @@ def digits():
     return data.load("digits"), data.load("digits", split="test")
 
 
-def _fit(train, model_dir, **kwargs):
+def _fit(train, model_dir, model_fn=lambda: models.digits_mlp(seed=0), **kwargs):
     options = dict(loss=LOSS, metrics=["accuracy"], epochs=2, steps_per_epoch=train.steps_per_epoch(BATCH),
                    steps_per_execution=5, model_dir=model_dir and str(model_dir), export=False, verbose=0,
                    optimizer=lambda: keras.optimizers.Adam(1e-2))
     options.update(kwargs)
-    return fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(BATCH, seed=1), **options)
+    return fit(model_fn, train.dataset_fn(BATCH, seed=1), **options)
 
 
 def _scalars(logdir):
@@ -105,8 +105,10 @@ def test_evaluator_task_evaluates_the_final_checkpoint_and_exits(digits, tmp_pat
 
 
 def test_resume_after_a_crash_matches_an_uninterrupted_run(digits, tmp_path):
+    """With dropout and shuffling on: the dropout seed generators' state is in the checkpoint."""
     train, _ = digits
-    reference = _fit(train, tmp_path / "reference")
+    dropout = lambda: models.digits_mlp(dropout=0.3, seed=0)  # noqa: E731
+    reference = _fit(train, tmp_path / "reference", model_fn=dropout)
 
     class Crash(keras.callbacks.Callback):
         def __init__(self):
@@ -119,9 +121,9 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(digits, tmp_path):
                 raise RuntimeError("simulated crash")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        _fit(train, tmp_path / "resumed", checkpoint_every_steps=10, callbacks=[Crash()])
+        _fit(train, tmp_path / "resumed", model_fn=dropout, checkpoint_every_steps=10, callbacks=[Crash()])
     assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("ckpt-30")
-    resumed = _fit(train, tmp_path / "resumed", checkpoint_every_steps=10)
+    resumed = _fit(train, tmp_path / "resumed", model_fn=dropout, checkpoint_every_steps=10)
     assert resumed.global_step == reference.global_step == 44
     assert resumed.epoch == [1]  # only the unfinished epoch ran again
     for got, want in zip(resumed.model.get_weights(), reference.model.get_weights()):

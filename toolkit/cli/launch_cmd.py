@@ -58,9 +58,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--grace-period", type=positive_seconds, default=10.0, metavar="S",
                         help="seconds the other tasks get to exit after the chief ends (default 10)")
     parser.add_argument("--quiet", action="store_true", help="keep task output in the log files only")
+    parser.add_argument("--chief-start-timeout", type=positive_seconds, default=None, metavar="S",
+                        help="ps/worker servers exit if the chief never came up within S seconds (default 900)")
+    parser.add_argument("--chief-lost-after", type=positive_seconds, default=None, metavar="S",
+                        help="ps/worker servers exit once the chief was up and then unreachable S seconds (default 6)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
                         help="the entrypoint, run in every task")
     parser.set_defaults(handler=_launch)
+
+
+def _serve_env(args: argparse.Namespace) -> dict[str, str]:
+    """The serve timeouts, for every task (``strategies.ServeOptions`` reads them)."""
+    from strategies._serve_options import ENV_CHIEF_LOST_AFTER, ENV_CHIEF_START_TIMEOUT
+
+    values = {ENV_CHIEF_START_TIMEOUT: args.chief_start_timeout, ENV_CHIEF_LOST_AFTER: args.chief_lost_after}
+    return {name: f"{value:g}" for name, value in values.items() if value is not None}
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -75,7 +87,8 @@ def _launch(args: argparse.Namespace) -> int:
     try:
         result = launch(cmd, chief=args.chief, workers=args.workers, ps=args.ps, evaluator=int(args.evaluator),
                         job_dir=args.job_dir, timeout=args.timeout, max_restarts=args.max_restarts,
-                        restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet)
+                        restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
+                        env=_serve_env(args))
     except (LaunchError, TFConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

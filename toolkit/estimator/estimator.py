@@ -154,6 +154,8 @@ class Estimator:
             tf_config=self.config.tf_config, export=False, verbose=0,
             sync_replicas=self.config.sync_replicas,
             replicas_to_aggregate=self.config.replicas_to_aggregate if self.config.sync_replicas else None,
+            strategy_options={name: value for name in ("chief_start_timeout", "chief_lost_after")
+                              if (value := getattr(self.config, name)) is not None},
         )
         if self.config.model_dir is None and history.model_dir:
             self.config = self.config.replace(model_dir=history.model_dir)

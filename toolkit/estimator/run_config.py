@@ -92,6 +92,9 @@ class RunConfig:
         replicas_to_aggregate: None means one per worker.
         tf_config: a ``TFConfig``, JSON text or dict; None reads TF_CONFIG.
         random_seed: passed to ``keras.utils.set_random_seed`` before building.
+        chief_start_timeout, chief_lost_after: seconds a ps/worker server
+            waits for a chief that never came up / that went silent (None:
+            ``strategies.ServeOptions``' defaults, 900 and 6, or the launcher's).
     """
 
     model_dir: str | None = None
@@ -104,6 +107,8 @@ class RunConfig:
     replicas_to_aggregate: int | None = None
     tf_config: Any = None
     random_seed: int | None = None
+    chief_start_timeout: float | None = None
+    chief_lost_after: float | None = None
 
     def __post_init__(self) -> None:
         if self.model_dir is not None:
@@ -114,6 +119,11 @@ class RunConfig:
         for name in ("save_checkpoints_steps", "save_summary_steps", "keep_checkpoint_max", "log_step_count_steps"):
             _positive(name, getattr(self, name))
         _positive("replicas_to_aggregate", self.replicas_to_aggregate, optional=True)
+        for name in ("chief_start_timeout", "chief_lost_after"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise RunConfigError(name, f"RunConfig `{name}` is {value!r}; expected a positive number of seconds "
+                                     f"or None, e.g. {name}=60.")
         if self.train_distribute not in TRAIN_DISTRIBUTE_NAMES:
             raise RunConfigError(
                 "train_distribute",

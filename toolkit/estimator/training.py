@@ -66,7 +66,9 @@ def _run_local(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tu
 def _run_server(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
     from strategies import run_role
 
-    run_role(estimator.config.tf_config, strategy=estimator.config.train_distribute)  # exits the process
+    config = estimator.config
+    run_role(config.tf_config, strategy=config.train_distribute, chief_start_timeout=config.chief_start_timeout,
+             chief_lost_after=config.chief_lost_after)  # exits the process
     raise SpecError("tf_config", "this task should have served and exited; check TF_CONFIG's task type.")
 
 

@@ -14,7 +14,12 @@ Example:
 
 Every task's environment holds ``TF_CONFIG`` plus ``TFDIST_JOB_DIR`` (the
 job's directory), ``TFDIST_TASK_DIR`` (the task's own write directory),
-``TFDIST_TASK_NAME`` and ``TFDIST_RESTART_COUNT`` (0 on the first start).
+``TFDIST_TASK_NAME``, ``TFDIST_RESTART_COUNT`` (0 on the first start) and
+``TFDIST_JOB_NONCE`` (random per job; it names the servers' goodbye files).
+The servers' timeouts are set for every task through ``env=``:
+``TFDIST_CHIEF_START_TIMEOUT`` and ``TFDIST_CHIEF_LOST_AFTER`` (see
+``strategies.ServeOptions``). Tasks die with the launcher: if it is killed,
+even by SIGKILL, the kernel kills them too (Linux).
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ ENV_JOB_DIR = "TFDIST_JOB_DIR"            # the job's directory, shared by all t
 ENV_TASK_DIR = "TFDIST_TASK_DIR"          # this task's own write dir: <job_dir>/tasks/<task>
 ENV_TASK_NAME = "TFDIST_TASK_NAME"        # e.g. "worker-1"
 ENV_RESTART_COUNT = "TFDIST_RESTART_COUNT"  # times this task was started before in this job
+ENV_JOB_NONCE = "TFDIST_JOB_NONCE"        # random per job: keeps two jobs on the same ports apart
 
 # Defaults a task gets unless the caller's environment (or ``env=``) sets them. TensorFlow's C++
 # INFO lines (oneDNN, CUDA probing, handle releases) would otherwise bury the training output;

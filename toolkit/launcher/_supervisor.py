@@ -21,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import threading
 import time
@@ -28,8 +29,8 @@ from pathlib import Path
 from typing import IO, Callable, Iterator, Mapping
 
 from toolkit.launcher._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, TaskEvent, TaskResult
-from toolkit.launcher._spec import (ENV_JOB_DIR, TASK_ENV_DEFAULTS, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
-                                  LaunchSpec)
+from toolkit.launcher._spec import (ENV_JOB_DIR, ENV_JOB_NONCE, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME,
+                                   TASK_ENV_DEFAULTS, LaunchSpec)
 from toolkit.launcher._task import TaskProcess, describe_exit, shell_exit_code, stop_all
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class Job:
                  stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None) -> None:
         self.spec, self.job_dir = spec, job_dir
         self.base_env = {**TASK_ENV_DEFAULTS, **os.environ, **(env or {})}
+        # one per job, shared by its tasks and kept across restarts: their goodbye files are per job
+        self.base_env.setdefault(ENV_JOB_NONCE, secrets.token_hex(8))
         self.configs = self._generate()
         lock = threading.Lock()
         (job_dir / "logs").mkdir(parents=True, exist_ok=True)

@@ -2,15 +2,18 @@
 
 Each task runs in a new session (``start_new_session=True``), so the task and
 everything it spawns form one process group that can be signalled as a whole:
-stopping a task never leaves a grandchild behind.
+stopping a task never leaves a grandchild behind. If the launcher itself is
+SIGKILLed, the kernel kills every task too (a parent-death signal).
 """
 from __future__ import annotations
 
 import collections
+import ctypes
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -36,6 +39,37 @@ def describe_exit(code: int) -> str:
 def shell_exit_code(code: int) -> int:
     """A Popen return code as a shell reports it: death by signal N is 128 + N."""
     return 128 - code if code < 0 else code
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the kernel SIGKILL the task when the launcher dies (Linux).
+
+    A task runs in its own session, so nothing else would stop it if the
+    launcher were SIGKILLed: the task's group cleanup never runs. With the
+    parent-death signal every task dies with the launcher; the grandchildren
+    a task started are caught by the servers' chief watch or their own
+    parent-death handling. The signal follows the *thread* that started the
+    child, and tasks are started from the launcher's supervising thread,
+    which lives as long as the job. Elsewhere (macOS) nothing is set.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
+    except (OSError, AttributeError):
+        logger.warning("prctl is unavailable; tasks will not die with the launcher if it is killed")
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died before prctl took effect
+            os._exit(1)
+
+    return preexec
 
 
 class TaskProcess:
@@ -66,7 +100,7 @@ class TaskProcess:
             log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())
         self.proc = subprocess.Popen(
             list(cmd), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent(),
         )
         self.starts += 1
         self.exit_code = self.ended_at = None

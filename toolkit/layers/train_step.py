@@ -115,7 +115,7 @@ class ShardedTrainStep(TrainStep):
     def tape_scope(self) -> Any:
         return sparse_training()
 
-    def apply(self, gradients: Sequence[Any], variables: Sequence[Any]) -> list[tf.Tensor]:
+    def apply(self, gradients: Sequence[Any], variables: Sequence[Any], *, step: Any = None) -> list[tf.Tensor]:
         count = len(self.dense)
         self.optimizer.apply_gradients(zip(gradients[:count], variables[:count]))
         if self.tables:

@@ -74,13 +74,21 @@ def _model_dir(model_dir: Any, cfg: Any) -> str:
     return os.fspath(model_dir)
 
 
-def _task_config(tf_config: Any, strategy: Any) -> Any:
-    """This task's TFConfig; in parameter-server ps/worker tasks, serve and exit here."""
+#: ``strategy_options`` keys that belong to the serve/goodbye protocol (``strategies.run_role``)
+_SERVE_OPTIONS = ("chief_start_timeout", "chief_lost_after")
+
+
+def _task_config(tf_config: Any, strategy: Any, options: dict[str, Any]) -> Any:
+    """This task's TFConfig; in parameter-server ps/worker tasks, serve and exit here.
+
+    Pops the serve options (``chief_start_timeout``, ``chief_lost_after``) from ``options``.
+    """
     from strategies import run_role
     from tf_config import TFConfig
 
+    serve = {name: options.pop(name) for name in _SERVE_OPTIONS if name in options}
     cfg = TFConfig.from_env() if tf_config is None else tf_config
-    return run_role(cfg, strategy=strategy) if isinstance(strategy, str) else cfg
+    return run_role(cfg, strategy=strategy, **serve) if isinstance(strategy, str) else cfg
 
 
 def _build_strategy(strategy: Any, cfg: Any, options: dict[str, Any]) -> tf.distribute.Strategy:
@@ -305,7 +313,10 @@ def fit(
             others only read). Resumes from its newest checkpoint.
         callbacks: Keras callbacks, run on the chief.
         strategy: ``auto``, a strategy name, or a tf.distribute.Strategy.
-        strategy_options: keyword arguments of ``strategies.make_strategy``.
+        strategy_options: keyword arguments of ``strategies.make_strategy``,
+            plus the serve timeouts of ``strategies.run_role``
+            (``chief_start_timeout``, ``chief_lost_after``; see
+            ``strategies.ServeOptions``) for parameter-server ps/worker tasks.
         tf_config: this task's ``TFConfig`` (None reads TF_CONFIG).
         forward: ``(model, features, labels, training) -> (per_example_loss,
             predictions)``, replacing ``loss`` for custom objectives.
@@ -342,11 +353,12 @@ def fit(
     if forward is None and loss is None:
         raise TrainingError("`loss` is None and no `forward` was given. Pass e.g. "
                             "loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True).", field="loss")
-    cfg = _task_config(tf_config, strategy)
+    options = dict(strategy_options or {})
+    cfg = _task_config(tf_config, strategy, options)
     run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, optimizer=optimizer,
                forward=forward or make_forward(loss), metrics=resolve_metrics(metrics), config=config,
                model_dir=_model_dir(model_dir, cfg), callbacks=tuple(callbacks), cfg=cfg, export=export,
                verbose=int(verbose), train_step=train_step)
     if cfg.is_evaluator:
         return _evaluate(run, evaluator_timeout)
-    return _train(run, _build_strategy(strategy, cfg, dict(strategy_options or {})))
+    return _train(run, _build_strategy(strategy, cfg, options))

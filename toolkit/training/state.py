@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from toolkit.training.config import TrainingError
 
-__all__ = ["TrainState", "build_state", "GlobalStepSchedule"]
+__all__ = ["GlobalStepSchedule", "TrainState", "build_state", "seed_states"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +59,22 @@ class TrainState:
     def checkpoint(self) -> tf.train.Checkpoint:
         """Everything a restart needs to continue exactly where it stopped.
 
-        ``extras`` holds what a train step adds (e.g. a sparse optimizer's slots).
+        Besides model, optimizer and global step: the state of the model's
+        seed generators (``rng``; Keras does not checkpoint them, so a resumed
+        run would draw other dropout masks than the uninterrupted one), and
+        ``extras``, what a train step adds (e.g. a sparse optimizer's slots).
         """
         return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, global_step=self.global_step,
-                                   **self.extras)
+                                   rng=seed_states(self.model), **self.extras)
 
     @property
     def step(self) -> int:
         return int(self.global_step.numpy())
+
+
+def seed_states(model: keras.Model) -> list[Any]:
+    """The state variables of the model's ``keras.random.SeedGenerator``\ s (dropout, noise layers), in order."""
+    return [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
 
 
 def _fresh_optimizer(spec: OptimizerSpec) -> keras.optimizers.Optimizer:

@@ -230,7 +230,7 @@ class TrainStep(_Step):
 
     * ``variables()``: what to differentiate (default: the model's trainable variables);
     * ``tape_scope()``: a context entered around the forward pass;
-    * ``apply(gradients, variables)``: the update; returns tensors that exist
+    * ``apply(gradients, variables, *, step)``: the update; returns tensors that exist
       only once the update is done (the global step is counted after them);
     * ``counts_steps``: False when ``apply`` advances the global step itself.
 
@@ -249,7 +249,6 @@ class TrainStep(_Step):
         super().__init__(state.model, forward, metrics)
         self.state = state
         self.optimizer, self.global_batch_size, self.sync = state.optimizer, global_batch_size, sync
-        self._read_step: Any = None
 
     @property
     def counts_steps(self) -> bool:
@@ -274,24 +273,26 @@ class TrainStep(_Step):
         loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         return loss + tf.nn.scale_regularization_loss(regularization)
 
-    def apply(self, gradients: Sequence[Any], variables: Sequence[Any]) -> list[tf.Tensor]:
-        """Applies ``gradients``; returns tensors that depend on the finished update."""
+    def apply(self, gradients: Sequence[Any], variables: Sequence[Any], *, step: Any = None) -> list[tf.Tensor]:
+        """Applies ``gradients``; returns tensors that depend on the finished update.
+
+        ``step`` is the global step read before the forward pass (only with ``sync``).
+        """
         if self.sync is not None:
-            return [self.sync.apply_gradients(zip(gradients, variables), self._read_step)]
+            return [self.sync.apply_gradients(zip(gradients, variables), step)]
         self.optimizer.apply_gradients(zip(gradients, variables))
         return after_updates(variables)
 
     def __call__(self, features: Any, labels: Any) -> tf.Tensor:
         model = self.model
         read_step = [] if self.sync is None else [self.sync.read_step()]
-        self._read_step = read_step[0] if read_step else None
         with tf.control_dependencies(read_step), self.tape_scope(), tf.GradientTape() as tape:
             per_example, predictions = self.forward(model, features, labels, True)
             regularization = tf.add_n([tf.constant(0.0), *model.losses])
             loss = self.scaled_loss(per_example, regularization)
         variables = self.variables()
         gradients = tape.gradient(loss, variables)
-        done = self.apply(gradients, variables)
+        done = self.apply(gradients, variables, step=read_step[0] if read_step else None)
         with tf.control_dependencies(done):
             return tf.identity(self._stats(labels, predictions, per_example, regularization))
 
