@@ -5,13 +5,14 @@ batch 64, synthetic data). For each multi-worker strategy one cluster is
 launched (MultiWorkerMirrored: 2 workers; ParameterServer: chief, 2 workers,
 1 ps), and in that job every task trains the same model twice on the same
 input pipeline and ``steps_per_execution``: first with ``toolkit.fit``, then
-with ``model.compile(...)`` + ``model.fit(...)``. Both go through the same
+with ``model.compile(...)`` + ``model.fit(...)`` (``--keras-first`` swaps the
+order, to see how much the order itself costs). Both go through the same
 engine, so the ratio is the cost of the Keras wrapper (target >= 0.95x).
 Each figure is the best epoch after a warm-up epoch, timed by the same Keras
 callback. Not a test: the machine is shared, expect +-30% between runs.
 
 Usage:
-    python benchmarks/bench_keras_fit.py [--steps 300] [--spe 10]
+    python benchmarks/bench_keras_fit.py [--steps 300] [--spe 10] [--keras-first]
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def _child(argv) -> None:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--spe", type=int, required=True)
     parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--keras-first", action="store_true")
     args = parser.parse_args(argv)
 
     from strategies import make_strategy, run_role
@@ -71,16 +73,27 @@ def _child(argv) -> None:
 
     strategy = make_strategy()
     engine_clock, keras_clock = EpochClock(), EpochClock()
-    history = toolkit.fit(model, dataset_fn, loss="mse", optimizer=lambda: keras.optimizers.Adam(1e-3),
-                          epochs=EPOCHS, steps_per_epoch=args.steps, steps_per_execution=args.spe,
-                          checkpoint_every_steps=EPOCHS * args.steps, summary_every_steps=EPOCHS * args.steps,
-                          model_dir=args.model_dir, export=False, verbose=0, strategy=strategy,
-                          callbacks=[engine_clock])
-    toolkit.enable_distributed_keras()
-    with strategy.scope():
-        keras_model = model()
-        keras_model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse", steps_per_execution=args.spe)
-    keras_model.fit(dataset_fn, epochs=EPOCHS, steps_per_epoch=args.steps, verbose=0, callbacks=[keras_clock])
+
+    def engine():
+        return toolkit.fit(model, dataset_fn, loss="mse", optimizer=lambda: keras.optimizers.Adam(1e-3),
+                           epochs=EPOCHS, steps_per_epoch=args.steps, steps_per_execution=args.spe,
+                           checkpoint_every_steps=EPOCHS * args.steps, summary_every_steps=EPOCHS * args.steps,
+                           model_dir=args.model_dir, export=False, verbose=0, strategy=strategy,
+                           callbacks=[engine_clock])
+
+    def keras_fit():
+        toolkit.enable_distributed_keras()
+        with strategy.scope():
+            keras_model = model()
+            keras_model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse", steps_per_execution=args.spe)
+        keras_model.fit(dataset_fn, epochs=EPOCHS, steps_per_epoch=args.steps, verbose=0, callbacks=[keras_clock])
+
+    if args.keras_first:
+        keras_fit()
+        history = engine()
+    else:
+        history = engine()
+        keras_fit()
     if history.role == "chief":
         Path(args.out).write_text(json.dumps({"toolkit.fit": max(engine_clock.rates[1:]),
                                               "model.fit": max(keras_clock.rates[1:])}))
@@ -92,13 +105,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300, help="steps per epoch (default 300)")
     parser.add_argument("--spe", type=int, default=10, help="steps_per_execution of both (default 10)")
+    parser.add_argument("--keras-first", action="store_true",
+                        help="run model.fit before toolkit.fit in each task (the default runs it second)")
     args = parser.parse_args()
     print(f"steps/s, best of epochs 2-{EPOCHS}, {args.steps} steps per epoch, steps_per_execution {args.spe}")
     with tempfile.TemporaryDirectory(prefix="bench-keras-fit-") as tmp:
         for strategy, shape in _CLUSTERS.items():
             out = Path(tmp) / f"{strategy}.json"
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--out", str(out), "--steps",
-                   str(args.steps), "--spe", str(args.spe), "--model-dir", str(Path(tmp) / strategy / "model")]
+                   str(args.steps), "--spe", str(args.spe), "--model-dir", str(Path(tmp) / strategy / "model"),
+                   *(["--keras-first"] if args.keras_first else [])]
             started = time.perf_counter()
             result = launch(cmd, job_dir=Path(tmp) / strategy / "job", timeout=900, echo=False,
                             env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(_REPO)}, **shape)
