@@ -41,7 +41,7 @@ def build_and_compile_model():
         keras.layers.Dense(64, activation="relu"),
         keras.layers.Dense(10, activation="softmax"),
     ])
-    model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.01), loss="categorical_crossentropy",
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9), loss="categorical_crossentropy",
                   metrics=["accuracy", keras.metrics.AUC(name="auc")])
     return model
 
