@@ -18,6 +18,8 @@ _EXPORTS: dict[str, str] = {
     "LaunchResult": "toolkit.launcher",
     "History": "toolkit.training",
     "fit": "toolkit.training",
+    "enable_distributed_keras": "toolkit.keras_dist",
+    "disable_distributed_keras": "toolkit.keras_dist",
     "ShardedEmbedding": "toolkit.layers",
     "make_sparse_optimizer": "toolkit.layers",
     "report_metric": "toolkit.hypertune",

@@ -24,12 +24,13 @@ from toolkit.training.loop import EVENT_KINDS, Hook, LoopEvent, LoopRecord, run_
 from toolkit.training.runners import (RUNNERS, ParameterServerRunner, Runner, SyncParameterServerRunner, SyncRunner,
                                       make_runner, strategy_kind)
 from toolkit.training.state import GlobalStepSchedule, TrainState, build_state
-from toolkit.training.step import EvalStep, Forward, StatLayout, TrainStep, after_updates, make_forward, resolve_metrics
+from toolkit.training.step import (EvalStep, Forward, StatLayout, SummedMetric, TrainStep, after_updates, make_forward,
+                                   resolve_metrics)
 
 __all__ = [
     "EVENT_KINDS", "CallbackHook", "CheckpointHook", "EvalStep", "FitConfig", "Forward", "GlobalStepSchedule",
     "History", "Hook", "LogHook", "LoopEvent", "LoopRecord", "ParameterServerRunner", "ProgressHook", "RUNNERS",
-    "Runner", "StatLayout", "SummaryHook", "SyncParameterServerRunner", "SyncRunner", "TrainState", "TrainStep",
+    "Runner", "StatLayout", "SummedMetric", "SummaryHook", "SyncParameterServerRunner", "SyncRunner", "TrainState", "TrainStep",
     "TrainingError", "Validator",
     "after_updates", "build_state", "evaluate_continuously", "export_model", "fit", "make_forward", "make_runner", "resolve_metrics", "run_loop",
     "run_sidecar_evaluator", "strategy_kind",

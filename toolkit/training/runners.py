@@ -156,7 +156,11 @@ class Runner:
 
 
 class SyncRunner(Runner):
-    """Every task runs the loop; one ``tf.function`` call per execution."""
+    """Every task runs the loop; one ``tf.function`` call per execution.
+
+    ``dataset_fn`` may also be a ``tf.data.Dataset`` of global batches, which is
+    distributed the way Keras distributes one (``experimental_distribute_dataset``).
+    """
 
     def __init__(self, strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, *,
                  dataset_fn: DatasetFn, skip_steps: int = 0, num_workers: int = 1,
@@ -164,9 +168,14 @@ class SyncRunner(Runner):
         super().__init__(strategy, step, global_step)
         self.num_workers = num_workers  # ``sync_every`` is ignored: results are ready after each call
         self.single_controller = num_workers <= 1
-        # Each step takes one batch per replica from this task's pipeline.
-        per_pipeline = max(strategy.num_replicas_in_sync // num_workers, 1)
-        dataset = strategy.distribute_datasets_from_function(_skipping(dataset_fn, skip_steps * per_pipeline))
+        if isinstance(dataset_fn, tf.data.Dataset):
+            # A dataset of global batches: TensorFlow shards it per worker (honouring its
+            # auto_shard_policy) and splits each batch over the replicas.
+            dataset = strategy.experimental_distribute_dataset(dataset_fn.skip(skip_steps))
+        else:
+            # Each step takes one batch per replica from this task's pipeline.
+            per_pipeline = max(strategy.num_replicas_in_sync // num_workers, 1)
+            dataset = strategy.distribute_datasets_from_function(_skipping(dataset_fn, skip_steps * per_pipeline))
         self._iterator = iter(dataset)
         self._pending: list[tf.Tensor] = []
 

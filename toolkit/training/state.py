@@ -108,7 +108,7 @@ def _fresh_optimizer(spec: OptimizerSpec) -> keras.optimizers.Optimizer:
 
 
 def _bind_schedule(optimizer: keras.optimizers.Optimizer, global_step: tf.Variable) -> None:
-    serialized = optimizer.get_config()["learning_rate"]
+    serialized = optimizer.get_config().get("learning_rate")  # absent for a LossScaleOptimizer (a wrapper)
     if not isinstance(serialized, dict):
         return
     schedule = keras.optimizers.schedules.deserialize(serialized)

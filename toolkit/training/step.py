@@ -28,10 +28,30 @@ import tensorflow as tf
 from toolkit.training.config import TrainingError
 from toolkit.training.state import TrainState
 
-__all__ = ["EvalStep", "Forward", "StatLayout", "TrainStep", "after_updates", "make_forward", "resolve_metrics"]
+__all__ = ["EvalStep", "Forward", "StatLayout", "SummedMetric", "TrainStep", "after_updates", "make_forward",
+           "resolve_metrics"]
 
 Forward = Callable[[keras.Model, Any, Any, bool], "tuple[tf.Tensor, Any]"]
 MetricFn = Callable[[Any, Any], tf.Tensor]
+
+
+class SummedMetric:
+    """A metric whose state is a vector of sums, added over replicas, steps and workers.
+
+    Stateful metrics (AUC, precision, recall, IoU) are exact across workers
+    when each step only *contributes* additive counts and the value is computed
+    from the totals at the end: ``sums`` returns this batch's ``[width]``
+    contribution, ``result`` turns the totals into the metric's value.
+    """
+
+    name: str = "summed_metric"
+    width: int = 1
+
+    def sums(self, y_true: Any, y_pred: Any) -> tf.Tensor:
+        raise NotImplementedError
+
+    def result(self, totals: np.ndarray) -> float:
+        raise NotImplementedError
 
 
 def _per_example(values: tf.Tensor, *, what: str) -> tf.Tensor:
@@ -103,6 +123,8 @@ def _metric_fn(metric: Any) -> tuple[str, MetricFn]:
                 "'sparse_categorical_accuracy', or a function (y_true, y_pred) -> per-example values.",
                 field="metrics")
         return metric, fn
+    if isinstance(metric, SummedMetric):
+        return getattr(metric, "name", type(metric).__name__), metric
     if isinstance(metric, keras.metrics.MeanMetricWrapper):
         # e.g. SparseCategoricalAccuracy(): a mean of its per-example function, which Keras keeps in _fn.
         return metric.name, functools.partial(metric._fn, **metric._fn_kwargs)
@@ -130,32 +152,53 @@ def resolve_metrics(metrics: Sequence[Any]) -> dict[str, MetricFn]:
 
 @dataclasses.dataclass(frozen=True)
 class StatLayout:
-    """Which slot of the stats vector holds what: ``[examples, loss_sum, metric_sums...]``."""
+    """Which slot of the stats vector holds what: ``[examples, loss_sum, metric_sums...]``.
+
+    A per-example metric takes one slot (its sum, divided by the examples); a
+    ``SummedMetric`` named in ``summed`` takes its ``width`` slots and computes
+    its value from them.
+    """
 
     metric_names: tuple[str, ...]
+    summed: Mapping[str, SummedMetric] = dataclasses.field(default_factory=dict)
+
+    def _width_of(self, name: str) -> int:
+        return self.summed[name].width if name in self.summed else 1
 
     @property
     def width(self) -> int:
-        return 2 + len(self.metric_names)
+        return 2 + sum(self._width_of(name) for name in self.metric_names)
 
     def to_logs(self, totals: np.ndarray, *, prefix: str = "") -> dict[str, float]:
         count = max(float(totals[0]), 1.0)
         logs = {f"{prefix}loss": float(totals[1]) / count}
-        logs.update({f"{prefix}{name}": float(totals[2 + i]) / count for i, name in enumerate(self.metric_names)})
+        offset = 2
+        for name in self.metric_names:
+            width = self._width_of(name)
+            if name in self.summed:
+                logs[f"{prefix}{name}"] = float(self.summed[name].result(np.asarray(totals[offset:offset + width])))
+            else:
+                logs[f"{prefix}{name}"] = float(totals[offset]) / count
+            offset += width
         return logs
 
 
 class _Step:
     def __init__(self, model: keras.Model, forward: Forward, metrics: Mapping[str, MetricFn]) -> None:
         self.model, self.forward, self.metrics = model, forward, dict(metrics)
-        self.layout = StatLayout(tuple(self.metrics))
+        summed = {name: fn for name, fn in self.metrics.items() if isinstance(fn, SummedMetric)}
+        self.layout = StatLayout(tuple(self.metrics), summed)
 
     def _stats(self, labels: Any, predictions: Any, per_example: tf.Tensor, extra: tf.Tensor) -> tf.Tensor:
         count = tf.cast(tf.shape(per_example)[0], tf.float32)
-        sums = [count, tf.reduce_sum(per_example) + extra * count]
+        sums = [tf.stack([count, tf.reduce_sum(per_example) + extra * count])]
         for name, fn in self.metrics.items():
-            sums.append(tf.reduce_sum(_per_example(fn(labels, predictions), what=f"metrics[{name!r}]")))
-        return tf.stack(sums)
+            if isinstance(fn, SummedMetric):
+                sums.append(tf.reshape(tf.cast(fn.sums(labels, predictions), tf.float32), [fn.width]))
+            else:
+                sums.append(tf.reshape(tf.reduce_sum(_per_example(fn(labels, predictions), what=f"metrics[{name!r}]")),
+                                       [1]))
+        return tf.concat(sums, axis=0)
 
 
 def after_updates(variables: Sequence[Any]) -> list[tf.Tensor]:

@@ -1,0 +1,135 @@
+"""Keras' own ``model.fit`` through ``enable_distributed_keras`` next to ``toolkit.fit``, same cluster, one run.
+
+The small model of FINDINGS.md (MLP 32 -> 64 -> 64 -> 1, MSE, Adam, global
+batch 64, synthetic data). For each multi-worker strategy one cluster is
+launched (MultiWorkerMirrored: 2 workers; ParameterServer: chief, 2 workers,
+1 ps), and in that job every task trains the same model twice on the same
+input pipeline and ``steps_per_execution``: first with ``toolkit.fit``, then
+with ``model.compile(...)`` + ``model.fit(...)`` (``--keras-first`` swaps the
+order, to see how much the order itself costs). Both go through the same
+engine, so the ratio is the cost of the Keras wrapper (target >= 0.95x).
+Each figure is the best epoch after a warm-up epoch, timed by the same Keras
+callback. Not a test: the machine is shared, expect +-30% between runs.
+
+Usage:
+    python benchmarks/bench_keras_fit.py [--steps 300] [--spe 10] [--keras-first]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[1]
+if str(_REPO) not in sys.path:  # run as a plain script from a checkout
+    sys.path.insert(0, str(_REPO))
+
+BATCH, FEATURES, EXAMPLES, EPOCHS = 64, 32, 8192, 3
+_CLUSTERS = {"multi_worker_mirrored": {"workers": 2}, "parameter_server": {"chief": 1, "workers": 2, "ps": 1}}
+
+
+def _child(argv) -> None:
+    """One task of the job: toolkit.fit, then Keras' model.fit, on one strategy."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--spe", type=int, required=True)
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--keras-first", action="store_true")
+    args = parser.parse_args(argv)
+
+    from strategies import make_strategy, run_role
+
+    run_role()  # parameter-server ps and workers serve here
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import toolkit
+    from toolkit.data import make_dataset_fn
+
+    rng = np.random.RandomState(0)
+    x = rng.randn(EXAMPLES, FEATURES).astype(np.float32)
+    y = (x @ rng.randn(FEATURES, 1)).astype(np.float32)
+    dataset_fn = make_dataset_fn(lambda: tf.data.Dataset.from_tensor_slices((x, y)), BATCH, seed=0)
+
+    class EpochClock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.rates, self.start = [], 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.rates.append(args.steps / (time.perf_counter() - self.start))
+
+    def model():
+        return keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(64, activation="relu"),
+                                 keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+
+    strategy = make_strategy()
+    engine_clock, keras_clock = EpochClock(), EpochClock()
+
+    def engine():
+        return toolkit.fit(model, dataset_fn, loss="mse", optimizer=lambda: keras.optimizers.Adam(1e-3),
+                           epochs=EPOCHS, steps_per_epoch=args.steps, steps_per_execution=args.spe,
+                           checkpoint_every_steps=EPOCHS * args.steps, summary_every_steps=EPOCHS * args.steps,
+                           model_dir=args.model_dir, export=False, verbose=0, strategy=strategy,
+                           callbacks=[engine_clock])
+
+    def keras_fit():
+        toolkit.enable_distributed_keras()
+        with strategy.scope():
+            keras_model = model()
+            keras_model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse", steps_per_execution=args.spe)
+        keras_model.fit(dataset_fn, epochs=EPOCHS, steps_per_epoch=args.steps, verbose=0, callbacks=[keras_clock])
+
+    if args.keras_first:
+        keras_fit()
+        history = engine()
+    else:
+        history = engine()
+        keras_fit()
+    if history.role == "chief":
+        Path(args.out).write_text(json.dumps({"toolkit.fit": max(engine_clock.rates[1:]),
+                                              "model.fit": max(keras_clock.rates[1:])}))
+
+
+def main() -> None:
+    from toolkit.launcher import launch
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=300, help="steps per epoch (default 300)")
+    parser.add_argument("--spe", type=int, default=10, help="steps_per_execution of both (default 10)")
+    parser.add_argument("--keras-first", action="store_true",
+                        help="run model.fit before toolkit.fit in each task (the default runs it second)")
+    args = parser.parse_args()
+    print(f"steps/s, best of epochs 2-{EPOCHS}, {args.steps} steps per epoch, steps_per_execution {args.spe}")
+    with tempfile.TemporaryDirectory(prefix="bench-keras-fit-") as tmp:
+        for strategy, shape in _CLUSTERS.items():
+            out = Path(tmp) / f"{strategy}.json"
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--out", str(out), "--steps",
+                   str(args.steps), "--spe", str(args.spe), "--model-dir", str(Path(tmp) / strategy / "model"),
+                   *(["--keras-first"] if args.keras_first else [])]
+            started = time.perf_counter()
+            result = launch(cmd, job_dir=Path(tmp) / strategy / "job", timeout=900, echo=False,
+                            env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(_REPO)}, **shape)
+            if not result.ok or not out.exists():
+                print(f"{strategy:24s} failed: {result.message}", file=sys.stderr)
+                continue
+            rates = json.loads(out.read_text())
+            ratio = rates["model.fit"] / rates["toolkit.fit"]
+            print(f"{strategy:24s} toolkit.fit {rates['toolkit.fit']:7.1f}   model.fit {rates['model.fit']:7.1f}   "
+                  f"model.fit / toolkit.fit {ratio:.2f}x [>= 0.95x]   ({time.perf_counter() - started:.0f} s)",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child(sys.argv[2:])
+    else:
+        main()

@@ -1,0 +1,236 @@
+"""``model.fit``/``evaluate``/``predict`` of a model compiled under a multi-worker strategy.
+
+They run on the engine behind ``toolkit.fit`` (``toolkit.training``): the same
+``TrainStep``, runners and ``run_loop``, with Keras' arguments translated
+(``_compile``, ``_inputs``, ``_callbacks``). The model's optimizer, global step
+and slots are built once per compiled model, so a second ``fit`` continues
+from the first. Evaluation and prediction run in the calling process over the
+whole data (a parameter-server coordinator reads the variables from the
+servers), so the numbers are exact and need no collective.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tempfile
+import weakref
+from typing import Any, Callable, Mapping
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from toolkit.keras_dist._callbacks import Backup, split_callbacks
+from toolkit.keras_dist._compile import CompileRecord
+from toolkit.keras_dist._inputs import (
+    evaluation_input,
+    prediction_batches,
+    training_input,
+)
+from toolkit.training import (
+    CallbackHook,
+    CheckpointHook,
+    FitConfig,
+    Hook,
+    LogHook,
+    ProgressHook,
+    TrainingError,
+    TrainState,
+    TrainStep,
+    Validator,
+    build_state,
+    make_runner,
+    run_loop,
+    strategy_kind,
+)
+
+__all__ = ["distributed_fit", "distributed_evaluate", "distributed_predict", "Task", "task_of"]
+
+logger = logging.getLogger(__name__)
+
+_states: "weakref.WeakKeyDictionary[keras.Model, TrainState]" = weakref.WeakKeyDictionary()
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """This process's part in the strategy's job."""
+
+    kind: str  # "parameter_server" or "sync"
+    is_chief: bool
+    workers: int  # input pipelines that split the data
+    name: str
+
+
+def task_of(strategy: tf.distribute.Strategy) -> Task:
+    from tf_config import TFConfig
+
+    cfg = TFConfig.from_env()
+    kind = strategy_kind(strategy)
+    if kind == "parameter_server":
+        workers = len(cfg.cluster.get("worker", ()))
+    else:
+        workers = cfg.num_workers
+    name = "local" if cfg.is_local else f"{cfg.task_type}-{cfg.task_index}"
+    return Task(kind=kind, is_chief=cfg.is_chief or cfg.is_local, workers=max(workers, 1), name=name)
+
+
+def forget(model: keras.Model) -> None:
+    """A recompiled model starts with a fresh optimizer, as in Keras."""
+    _states.pop(model, None)
+
+
+def _state(model: keras.Model, record: CompileRecord) -> TrainState:
+    state = _states.get(model)
+    if state is None:
+        if not model.built or not model.weights:
+            raise TrainingError(
+                f"Model {model.name!r} has no weights yet, so its variables would be created inside the training "
+                "step, where the strategy cannot place them. Give it a keras.Input(shape=...) first layer, or call "
+                "model.build(input_shape) inside strategy.scope() before fit.", field="model")
+        state = build_state(record.strategy, lambda: model, record.optimizer)
+        _states[model] = state  # build_state also sets model.optimizer, which Keras callbacks change
+    return state
+
+
+class KerasTrainStep(TrainStep):
+    """The engine's step with Keras' loss scaling: ``LossScaleOptimizer`` scales the loss before the gradient.
+
+    (``optimizer.scale_loss`` is the identity for every other optimizer; the
+    ``LossScaleOptimizer`` unscales the gradients in ``apply_gradients``.)
+    """
+
+    def scaled_loss(self, per_example: tf.Tensor, regularization: tf.Tensor) -> tf.Tensor:
+        return self.optimizer.scale_loss(super().scaled_loss(per_example, regularization))
+
+
+def _restore(state: TrainState, backup: Backup) -> int | None:
+    path = tf.train.latest_checkpoint(backup.directory)
+    if path is None:
+        return None
+    status = state.checkpoint().restore(path)
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as exc:
+        raise TrainingError(
+            f"BackupAndRestore's backup_dir holds backup {path}, which does not match this model and optimizer "
+            f"({str(exc).splitlines()[0]}). Use a new backup_dir.", field="callbacks") from exc
+    logger.info("restored the backup %s at global step %d", path, state.step)
+    return state.step
+
+
+def _validator(model: keras.Model, record: CompileRecord, validation_data: Any, *, batch_size: int | None,
+               steps: int | None, freq: int, first_epoch: int) -> Callable[[], Mapping[str, float]] | None:
+    if validation_data is None:
+        return None
+    if isinstance(freq, bool) or not isinstance(freq, int) or freq <= 0:
+        raise TrainingError(f"`validation_freq` must be a positive int. Received: validation_freq={freq!r}.",
+                            field="validation_freq")
+    validator = Validator(model, evaluation_input(validation_data, batch_size=batch_size, steps=steps),
+                          forward=record.forward(), metrics=record.metrics, steps=steps)
+    epochs = iter(range(first_epoch, 1 << 62))
+
+    def validate() -> Mapping[str, float]:
+        return validator() if (next(epochs) + 1) % freq == 0 else {}
+
+    return validate
+
+
+def _hooks(task: Task, state: TrainState, record: CompileRecord, *, callbacks: list[Any], backup: Backup | None,
+           config: FitConfig, verbose: int) -> list[Hook]:
+    hooks: list[Hook] = []
+    if backup is not None:
+        directory = backup.directory if task.is_chief else tempfile.mkdtemp(prefix=f"tfdist-{task.name}-")
+        hooks.append(CheckpointHook(state.checkpoint(), directory, every=backup.every(config.steps_per_epoch), keep=1,
+                                    temporary=not task.is_chief))
+    if task.is_chief and verbose:
+        hooks.append(ProgressHook(epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
+                                  metric_names=list(record.metrics)))
+    if callbacks:
+        hooks.append(CallbackHook(callbacks, model=state.model, epochs=config.epochs,
+                                  steps_per_epoch=config.steps_per_epoch))
+    hooks.append(LogHook(task.name, epochs=config.epochs))
+    return hooks
+
+
+def _verbose(verbose: Any) -> int:
+    return 1 if verbose == "auto" else int(verbose)
+
+
+def _history(model: keras.Model, loop: Any, *, verbose: int, epochs: int, steps: int) -> keras.callbacks.History:
+    history = keras.callbacks.History()
+    history.set_model(model)
+    history.set_params({"verbose": verbose, "epochs": epochs, "steps": steps})
+    history.epoch = list(loop.epochs)
+    history.history = {name: list(values) for name, values in loop.history.items()}
+    return history
+
+
+def distributed_fit(model: keras.Model, record: CompileRecord, x: Any = None, y: Any = None,
+                    batch_size: int | None = None, epochs: int = 1, verbose: Any = "auto", callbacks: Any = None,
+                    validation_split: float = 0.0, validation_data: Any = None, shuffle: bool = True,
+                    class_weight: Any = None, sample_weight: Any = None, initial_epoch: int = 0,
+                    steps_per_epoch: int | None = None, validation_steps: int | None = None,
+                    validation_batch_size: int | None = None, validation_freq: int = 1) -> keras.callbacks.History:
+    """``model.fit`` with Keras' arguments, on the engine (see the module docstring)."""
+    strategy = record.strategy
+    task = task_of(strategy)
+    if validation_split:
+        raise TrainingError(
+            f"`validation_split` is {validation_split!r}, which Keras only supports for arrays in one process. "
+            "Pass validation_data=(x_val, y_val) (or a dataset) instead.", field="validation_split")
+    data = training_input(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
+                          shuffle=shuffle, steps_per_epoch=steps_per_epoch, epochs=epochs,
+                          initial_epoch=initial_epoch, kind=task.kind, workers=task.workers)
+    run_callbacks, backup = split_callbacks(callbacks, is_chief=task.is_chief)
+    config = FitConfig(epochs=epochs, steps_per_epoch=data.steps_per_epoch,
+                       steps_per_execution=record.steps_per_execution, validation_steps=validation_steps,
+                       checkpoint_every_steps=backup.every(data.steps_per_epoch) if backup else None)
+    state = _state(model, record)
+    restored = _restore(state, backup) if backup is not None else None
+    start = restored if restored is not None else initial_epoch * config.steps_per_epoch
+    if restored is None:
+        state.global_step.assign(start)
+    model.stop_training = False
+    step = KerasTrainStep(state, record.forward(), record.metrics)
+    sync_every = max(config.log_interval, 4 * task.workers * config.steps_per_execution)
+    runner = make_runner(strategy, step, state.global_step, dataset_fn=data.source, skip_steps=restored or 0,
+                         num_workers=task.workers, sync_every=sync_every)
+    validate = _validator(model, record, validation_data, batch_size=validation_batch_size or batch_size,
+                          steps=validation_steps, freq=validation_freq, first_epoch=start // config.steps_per_epoch)
+    verbose = _verbose(verbose)
+    hooks = _hooks(task, state, record, callbacks=run_callbacks, backup=backup, config=config, verbose=verbose)
+    loop = run_loop(runner, config=config, layout=step.layout, start_step=start, hooks=hooks, validate=validate,
+                    stop_requested=lambda: bool(model.stop_training))
+    if backup is not None and backup.delete_checkpoint and task.is_chief and tf.io.gfile.exists(backup.directory):
+        tf.io.gfile.rmtree(backup.directory)  # Keras deletes the backup after a run that ended normally
+    return _history(model, loop, verbose=verbose, epochs=epochs, steps=config.steps_per_epoch)
+
+
+def _evaluation_data(x: Any, y: Any, sample_weight: Any) -> Any:
+    if isinstance(x, tf.data.Dataset) or callable(x):
+        return x
+    return (x, y) if sample_weight is None else (x, y, sample_weight)
+
+
+def distributed_evaluate(model: keras.Model, record: CompileRecord, x: Any = None, y: Any = None,
+                         batch_size: int | None = None, verbose: Any = "auto", sample_weight: Any = None,
+                         steps: int | None = None, callbacks: Any = None, return_dict: bool = False,
+                         **kwargs: Any) -> Any:
+    """``model.evaluate``: the loss and metrics over the whole data, computed in this process."""
+    data = evaluation_input(_evaluation_data(x, y, sample_weight), batch_size=batch_size, steps=steps, where="x")
+    logs = Validator(model, data, forward=record.forward(), metrics=record.metrics, steps=steps, prefix="")()
+    if return_dict:
+        return logs
+    values = list(logs.values())
+    return values[0] if len(values) == 1 else values
+
+
+def distributed_predict(model: keras.Model, record: CompileRecord, x: Any, batch_size: int | None = None,
+                        verbose: Any = "auto", steps: int | None = None, callbacks: Any = None) -> Any:
+    """``model.predict``: the model's outputs for every batch, concatenated (computed in this process)."""
+    call = tf.function(lambda features: model(features, training=False))
+    outputs = [tf.nest.map_structure(np.asarray, call(batch))
+               for batch in prediction_batches(x, batch_size=batch_size, steps=steps)]
+    if not outputs:
+        raise TrainingError("`x` produced no batches, so there is nothing to predict.", field="x")
+    return tf.nest.map_structure(lambda *parts: np.concatenate(parts, axis=0), *outputs)
