@@ -45,7 +45,9 @@ def test_stale_contribution_is_counted_and_dropped():
 
 
 def test_minimize_counts_global_steps_per_n_local_steps():
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    # zero weights start the loss at 1.0: four Adam(0.1) updates must lower it (a random start can
+    # sit near the optimum, where Adam's first steps overshoot)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, kernel_initializer="zeros")])
     optimizer = keras.optimizers.Adam(0.1)
     sync = SyncReplicas(optimizer, model.trainable_variables, replicas_to_aggregate=2)
     step = tf.function(lambda x: sync.minimize(lambda: tf.reduce_mean((model(x) - 1.0) ** 2)))
