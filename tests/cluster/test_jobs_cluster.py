@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _polling import wait_until
 
 from toolkit.cli import main
 from toolkit.jobs import JobState, JobStore, api
@@ -26,16 +27,6 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
 TRAINER = str(FIXTURES / "trainer")
 
 
-def _wait(predicate, *, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
 def _recorded_pids(home: Path, job: str) -> list[int]:
     store = JobStore(home)
     return [store.supervisor(job).pid] + [pid for _, pid, _ in store.task_processes(job)]
@@ -43,7 +34,7 @@ def _recorded_pids(home: Path, job: str) -> list[int]:
 
 def _assert_all_gone(home: Path, job: str) -> None:
     pids = _recorded_pids(home, job)
-    _wait(lambda: not any(is_alive(p) for p in pids), timeout=30, what=f"every process of {job} to exit")
+    wait_until(lambda: not any(is_alive(p) for p in pids), timeout=30, what=f"every process of {job} to exit")
 
 
 def _write_config(tmp_path: Path, **training_input) -> str:
@@ -98,7 +89,7 @@ def test_cancel_mid_run_stops_every_process(home, tmp_path, capsys, no_orphans):
                  "--package-path", TRAINER, "--job-dir", str(tmp_path / "out"), "--",
                  "--steps", "1000000", "--log-every", "100"]) == 0
     chief_log = home / "jobs" / "long-job" / "logs" / "chief-0.log"
-    _wait(lambda: chief_log.exists() and "step 100 " in chief_log.read_text(), timeout=180,
+    wait_until(lambda: chief_log.exists() and "step 100 " in chief_log.read_text(), timeout=180,
           what="training to start")
     running = api.describe("long-job")
     assert running.state is JobState.RUNNING and len(running.tasks) == 3
@@ -122,10 +113,10 @@ def test_job_outlives_the_cli_and_a_killed_supervisor_ends_failed(home, tmp_path
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr  # the CLI has exited; the detached supervisor runs on
     store = JobStore(home)
-    _wait(lambda: len(store.task_processes("orphan-job")) == 8, timeout=60, what="8 tasks to start")
+    wait_until(lambda: len(store.task_processes("orphan-job")) == 8, timeout=60, what="8 tasks to start")
     assert api.describe("orphan-job").state is JobState.RUNNING
     os.kill(store.supervisor("orphan-job").pid, signal.SIGKILL)
-    record = _wait(lambda: (r := api.describe("orphan-job")).is_final and r, timeout=60,
+    record = wait_until(lambda: (r := api.describe("orphan-job")).is_final and r, timeout=60,
                    what="the job to be seen as orphaned")
     assert record.state is JobState.FAILED
     assert record.error.startswith("supervisor died (pid ")

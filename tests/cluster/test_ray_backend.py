@@ -12,11 +12,11 @@ import io
 import json
 import os
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from _polling import wait_until
 
 from toolkit.cli import main
 from toolkit.jobs import JobState, JobStore, api
@@ -44,16 +44,6 @@ def _processes_with(entry: str) -> list[int]:
         except OSError:
             continue
     return found
-
-
-def _wait(predicate, *, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def _agent_ports() -> dict[str, int]:
@@ -95,7 +85,7 @@ def ray_cluster(tmp_path_factory):
         patch.undo()
         marker = f"RAY_TMPDIR={root}"
         try:
-            _wait(lambda: not _processes_with(marker), timeout=60, what="every Ray process to exit")
+            wait_until(lambda: not _processes_with(marker), timeout=60, what="every Ray process to exit")
         except AssertionError:
             raise AssertionError(f"Ray processes left behind: {_processes_with(marker)}") from None
 
@@ -159,7 +149,7 @@ def test_worker_actor_killed_mid_training_is_restarted_and_the_step_is_exact(ray
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        _wait(lambda: (job_dir / "paused").exists() or not thread.is_alive(), timeout=180, what="the pause")
+        wait_until(lambda: (job_dir / "paused").exists() or not thread.is_alive(), timeout=180, what="the pause")
         assert thread.is_alive(), output.getvalue()[-3000:]
         victim = placement["worker-1"]
         ray.kill(ray.get_actor(victim["actor"], namespace="tfdist"), no_restart=False)
@@ -209,7 +199,7 @@ def test_cancel_leaves_no_actor_and_no_process(ray_cluster, home, tmp_path, caps
                  "--package-path", str(FIXTURES / "trainer"), "--job-dir", str(tmp_path / "out"),
                  "--backend", "ray", "--ray-address", ray_cluster.address, "--", "--seconds", "600"]) == 0
     logs = home / "jobs" / "ray-long" / "logs"
-    _wait(lambda: all((logs / f"{t}.log").exists() and " started" in (logs / f"{t}.log").read_text()
+    wait_until(lambda: all((logs / f"{t}.log").exists() and " started" in (logs / f"{t}.log").read_text()
                       for t in ("chief-0", "worker-0", "worker-1", "ps-0")), timeout=120, what="every task")
     record = api.describe("ray-long")
     assert record.state is JobState.RUNNING and len(record.tasks) == 4
@@ -222,9 +212,9 @@ def test_cancel_leaves_no_actor_and_no_process(ray_cluster, home, tmp_path, caps
     assert capsys.readouterr().out.strip() == "Job [ray-long] is CANCELLED."
     assert [h.state.value for h in api.describe("ray-long").history][-2:] == ["CANCELLING", "CANCELLED"]
     assert all(_no_actor(n["actor"]) for n in nodes.values())
-    _wait(lambda: not _processes_with(f"TFDIST_JOB_DIR={job_dir}"), timeout=30, what="the tasks to exit")
+    wait_until(lambda: not _processes_with(f"TFDIST_JOB_DIR={job_dir}"), timeout=30, what="the tasks to exit")
     supervisor = JobStore(home).supervisor("ray-long")
-    _wait(lambda: not is_alive(supervisor.pid, supervisor.start_ticks), timeout=30, what="the supervisor to exit")
+    wait_until(lambda: not is_alive(supervisor.pid, supervisor.start_ticks), timeout=30, what="the supervisor to exit")
     assert main(["jobs", "stream-logs", "ray-long", "--task", "worker-1"]) == 4
     assert "[worker-1] probe worker-1 started" in capsys.readouterr().out
 
@@ -235,7 +225,7 @@ def test_tuning_runs_four_trials_two_at_a_time_on_ray(ray_cluster, home, tmp_pat
     assert main(["jobs", "submit", "training", "ray-hp", "--config", str(FIXTURES / "tune_probe.yaml"),
                  "--package-path", str(FIXTURES / "trainer"), "--job-dir", str(study),
                  "--backend", "ray", "--ray-address", ray_cluster.address, "--", "--seconds", "2"]) == 0
-    record = _wait(lambda: (r := api.describe("ray-hp")).is_final and r, timeout=300, what="the study")
+    record = wait_until(lambda: (r := api.describe("ray-hp")).is_final and r, timeout=300, what="the study")
     assert record.state is JobState.SUCCEEDED, record.error
     assert record.details["trainingOutput"]["completedTrialCount"] == 4
     store = JobStore(home)

@@ -8,14 +8,13 @@ output) is what a user gets.
 from __future__ import annotations
 
 import json
-
 import sqlite3
-import time
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
+from _polling import wait_until
 
 from toolkit.cli import main
 from toolkit.jobs import JobSpec, JobSpecError, JobState, JobStore, api
@@ -33,18 +32,8 @@ def _submit(name: str, *args: str, job_dir: str | None = None, **hyper) -> None:
     api.submit(spec)
 
 
-def _wait(predicate, *, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
 def _finished(name: str, timeout: float = 90):
-    return _wait(lambda: (r := api.describe(name)).is_final and r, timeout=timeout, what=f"{name} to end")
+    return wait_until(lambda: (r := api.describe(name)).is_final and r, timeout=timeout, what=f"{name} to end")
 
 
 def _pids(home: Path, job: str) -> list[int]:
@@ -100,7 +89,7 @@ def test_trials_run_in_parallel_as_child_jobs_and_the_best_is_recorded(home, tmp
     assert len(resumed["trials"]) == 5 and sum(t.get("resumedFrom") == "probe" for t in resumed["trials"]) == 4
     assert resumed["completedTrialCount"] == 1
     pids = _pids(home, "probe") + _pids(home, "probe-more")
-    _wait(lambda: not any(is_alive(p) for p in pids), timeout=30, what="every process of both studies to exit")
+    wait_until(lambda: not any(is_alive(p) for p in pids), timeout=30, what="every process of both studies to exit")
 
 
 def test_failed_trials_beyond_max_failed_trials_stop_the_job(home, capsys, no_orphans):
@@ -133,17 +122,17 @@ def test_cancel_stops_one_trial_or_every_trial(home, no_orphans):
     def running(n: int) -> bool:
         return all(store.task_processes(t) for t in store.children("slow")) and len(store.children("slow")) == n
 
-    _wait(lambda: running(2), timeout=60, what="two trials with processes")
+    wait_until(lambda: running(2), timeout=60, what="two trials with processes")
     trial_pid = store.task_processes("slow-trial-1")[0][1]
     assert api.cancel("slow-trial-1", timeout=30).state is JobState.CANCELLED  # one trial: the study goes on
     assert not is_alive(trial_pid)
-    _wait(lambda: running(3), timeout=60, what="trial 3 to take the freed slot")
+    wait_until(lambda: running(3), timeout=60, what="trial 3 to take the freed slot")
     assert api.describe("slow").state is JobState.RUNNING
     pids = _pids(home, "slow")
     record = api.cancel("slow", timeout=60)
     assert record.state is JobState.CANCELLED
     assert [store.get(t).state for t in store.children("slow")] == [JobState.CANCELLED] * 3
-    _wait(lambda: not any(is_alive(p) for p in pids), timeout=30, what="every process of the study to exit")
+    wait_until(lambda: not any(is_alive(p) for p in pids), timeout=30, what="every process of the study to exit")
     output = api.describe("slow").details["trainingOutput"]
     assert output["failedTrialCount"] == 0 and {t["state"] for t in output["trials"]} == {"CANCELLED"}
     study = optuna.load_study(study_name="slow", storage=store.url)

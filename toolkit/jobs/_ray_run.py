@@ -8,13 +8,12 @@ A cancel is seen in the store (the job turns CANCELLING) and stops every actor.
 """
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, TextIO
 
 from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._run import RunResult, _env, task_name
+from toolkit.jobs._run import RunResult, _env, finish, task_name
 from toolkit.jobs.states import JobState
 from toolkit.jobs.store import JobStore
 
@@ -68,10 +67,4 @@ def run_ray_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | No
             shared_paths=_job_dir_arg(plan.args))
     except LaunchError as exc:
         return RunResult(1, f"the job could not start on Ray: {exc}")
-    if recording:
-        for task in result.tasks:
-            state = "SUCCEEDED" if task.exit_code == 0 else ("STOPPED" if task.stopped else "FAILED")
-            store.update_task(job, task_name(task.name, plan.primary), state=state, exit_code=task.exit_code,
-                              restarts=task.restarts, log_path=str(task.log_path))
-    message = re.sub(r"(?<![/\w])chief-0(?!\.log)", f"{plan.primary}-0", result.message)
-    return RunResult(result.exit_code, None if result.ok else message)
+    return finish(result, plan, store=store if recording else None, job=job)

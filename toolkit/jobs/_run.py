@@ -22,7 +22,7 @@ from toolkit.jobs._task_shim import ENV_CWD, ENV_JOB, ENV_PRIMARY
 from toolkit.jobs.store import JobStore
 
 if TYPE_CHECKING:
-    from toolkit.launcher import TaskEvent
+    from toolkit.launcher import LaunchResult, TaskEvent
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,12 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
                     evaluator=counts.get("evaluator", 0), job_dir=job_dir, env={**_env(plan), **(env or {})},
                     timeout=timeout if timeout is not None else plan.timeout, max_restarts=max_restarts,
                     stream=stream or sys.stdout, echo=stream is not None, on_task=on_task)
-    if store is not None:
+    return finish(result, plan, store=store, job=job)
+
+
+def finish(result: LaunchResult, plan: LocalPlan, *, store: JobStore | None, job: str | None) -> RunResult:
+    """Records each task's final state (when a store is given) and turns the launch into the job's result."""
+    if store is not None and job is not None:
         for task in result.tasks:
             state = "SUCCEEDED" if task.exit_code == 0 else ("STOPPED" if task.stopped else "FAILED")
             store.update_task(job, task_name(task.name, plan.primary), state=state, exit_code=task.exit_code,
