@@ -1,0 +1,209 @@
+"""The canned heads and model_fns in plain TF1 graphs: TF's losses, metrics, predictions and export outputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from toolkit.estimator.canned import CannedError  # noqa: E402
+from toolkit.estimator.canned._model_fns import (combined_model_fn, dnn_model_fn, linear_learning_rate,  # noqa: E402
+                                                 linear_model_fn)
+from toolkit.estimator.canned._tf_private import (ClassificationOutput, PredictOutput,  # noqa: E402
+                                                  RegressionOutput)
+from toolkit.estimator.canned.heads import (BinaryClassHead, MultiClassHead, RegressionHead,  # noqa: E402
+                                            classification_head)
+
+v1 = tf.compat.v1
+fc = tf.feature_column
+
+
+def _run(fields, *, update_first=True):
+    """Runs a spec's pieces in a fresh session: updates the metrics once, then reads everything."""
+    with v1.Session() as sess:
+        sess.run([v1.global_variables_initializer(), v1.local_variables_initializer(), v1.tables_initializer()])
+        metrics = fields.get("eval_metric_ops", {})
+        if update_first and metrics:
+            sess.run({k: u for k, (_, u) in metrics.items()})
+        out = sess.run({"loss": fields["loss"]} if "loss" in fields else {})
+        out["metrics"] = sess.run({k: v for k, (v, _) in metrics.items()})
+        out["predictions"] = sess.run(fields["predictions"])
+        return out
+
+
+def test_binary_head_matches_tf_documented_values():
+    # tf.estimator.BinaryClassHead's docstring: logits (45, -41), labels (1, 1)
+    with tf.Graph().as_default():
+        head = BinaryClassHead()
+        fields = head.build(features={}, mode="eval", logits=tf.constant([[45.0], [-41.0]]),
+                            labels=tf.constant([[1], [1]]))
+        out = _run(fields)
+    assert out["loss"] == pytest.approx(20.5)
+    m = out["metrics"]
+    assert m["accuracy"] == pytest.approx(0.5)
+    assert m["accuracy_baseline"] == pytest.approx(1.0)
+    assert m["average_loss"] == pytest.approx(20.5)
+    assert m["label/mean"] == pytest.approx(1.0)
+    assert m["precision"] == pytest.approx(1.0)
+    assert m["prediction/mean"] == pytest.approx(0.5)
+    assert m["recall"] == pytest.approx(0.5)
+    assert set(m) == {"accuracy", "accuracy_baseline", "auc", "auc_precision_recall", "average_loss", "label/mean",
+                      "precision", "prediction/mean", "recall"}
+    p = out["predictions"]
+    assert set(p) == {"logits", "logistic", "probabilities", "class_ids", "classes", "all_class_ids", "all_classes"}
+    np.testing.assert_array_equal(p["class_ids"], [[1], [0]])
+    np.testing.assert_array_equal(p["classes"], [[b"1"], [b"0"]])
+    np.testing.assert_array_equal(p["all_classes"], [[b"0", b"1"]] * 2)
+    np.testing.assert_allclose(p["probabilities"][:, 1], p["logistic"][:, 0], rtol=1e-6)
+
+
+def test_multiclass_head_loss_reduction_weights_and_vocabulary():
+    logits = np.array([[2.0, 0.0, -1.0], [0.0, 3.0, 0.0], [1.0, 1.0, 4.0]], np.float32)
+    ids = np.array([0, 2, 2])
+    weights = np.array([1.0, 2.0, 0.5], np.float32)
+    per_example = -np.log(np.exp(logits[range(3), ids]) / np.exp(logits).sum(1))
+    for reduction, expected in (("weighted_sum_over_batch_size", (per_example * weights).sum() / 3),
+                                ("weighted_sum", (per_example * weights).sum())):
+        with tf.Graph().as_default():
+            head = MultiClassHead(n_classes=3, label_vocabulary=["cat", "dog", "emu"], weight_column="w",
+                                  loss_reduction=reduction)
+            fields = head.build(features={"w": tf.constant(weights)}, mode="eval", logits=tf.constant(logits),
+                                labels=tf.constant(["cat", "emu", "emu"]))
+            out = _run(fields)
+        assert out["loss"] == pytest.approx(expected, rel=1e-5)
+    assert out["metrics"]["accuracy"] == pytest.approx((1.0 + 0 + 0.5) / 3.5)
+    assert out["metrics"]["average_loss"] == pytest.approx((per_example * weights).sum() / weights.sum(), rel=1e-5)
+    assert set(out["metrics"]) == {"accuracy", "average_loss"}
+    np.testing.assert_array_equal(out["predictions"]["classes"], [[b"cat"], [b"dog"], [b"emu"]])
+    assert "logistic" not in out["predictions"]
+
+
+def test_label_outside_vocabulary_or_range_fails_naming_the_vocabulary():
+    with tf.Graph().as_default():
+        head = classification_head(n_classes=2, label_vocabulary=["no", "yes"])
+        fields = head.build(features={}, mode="eval", logits=tf.zeros([2, 1]), labels=tf.constant(["yes", "maybe"]))
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"not in label_vocabulary \[no, yes\]; every label must be one of them.*labels received:\] \[\[yes\]\[maybe\]\]"):
+            _run(fields)
+    with tf.Graph().as_default():
+        head = classification_head(n_classes=3)
+        fields = head.build(features={}, mode="eval", logits=tf.zeros([2, 3]), labels=tf.constant([1, 3]))
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"outside \[0, 2\] \(n_classes=3\)"):
+            _run(fields)
+
+
+def test_labels_the_head_cannot_read_are_refused_when_the_graph_is_built():
+    with tf.Graph().as_default():
+        head = classification_head(n_classes=3)
+        with pytest.raises(CannedError, match="labels are strings but no `label_vocabulary`") as err:
+            head.build(features={}, mode="train", logits=tf.zeros([2, 3]), labels=tf.constant(["a", "b"]),
+                       train_op_fn=lambda loss: tf.no_op())
+        assert err.value.field == "labels"
+        with pytest.raises(CannedError, match="no labels in mode 'eval'"):
+            head.build(features={}, mode="eval", logits=tf.zeros([2, 3]), labels=None)
+        with pytest.raises(CannedError, match=r"labels are float32; expected integer class ids in \[0, 2\]"):
+            head.build(features={}, mode="eval", logits=tf.zeros([2, 3]), labels=tf.constant([0.0, 1.0]))
+        with pytest.raises(CannedError, match="`weight_column` is 'w' but the features have no such key"):
+            MultiClassHead(n_classes=3, weight_column="w").build(
+                features={"x": tf.zeros([2])}, mode="eval", logits=tf.zeros([2, 3]), labels=tf.constant([0, 1]))
+        with pytest.raises(CannedError, match=r"labels have shape \[2, 3\] but this estimator expects \[batch, 2\]"):
+            RegressionHead(label_dimension=2).build(features={}, mode="eval", logits=tf.zeros([2, 2]),
+                                                    labels=tf.zeros([2, 3]))
+
+
+def test_export_outputs_are_tfs_signatures():
+    with tf.Graph().as_default():
+        logits1, logits3 = tf.zeros([2, 1]), tf.zeros([2, 3])
+        binary = BinaryClassHead().build(features={}, mode="infer", logits=logits1)["export_outputs"]
+        multi = MultiClassHead(n_classes=3).build(features={}, mode="infer", logits=logits3)["export_outputs"]
+        reg = RegressionHead().build(features={}, mode="infer", logits=logits1)
+    assert {k: type(v) for k, v in binary.items()} == {
+        "serving_default": ClassificationOutput, "classification": ClassificationOutput,
+        "regression": RegressionOutput, "predict": PredictOutput}
+    assert {k: type(v) for k, v in multi.items()} == {
+        "serving_default": ClassificationOutput, "classification": ClassificationOutput, "predict": PredictOutput}
+    assert set(reg["predictions"]) == {"predictions"}
+    assert {k: type(v) for k, v in reg["export_outputs"].items()} == {
+        "serving_default": RegressionOutput, "regression": RegressionOutput, "predict": PredictOutput}
+
+
+def _data(n=200, seed=0):
+    rng = np.random.RandomState(seed)
+    x = rng.randn(n, 2).astype("float32")
+    city = rng.choice(["a", "b", "c"], n)
+    y = ((x[:, 0] - x[:, 1] + (city == "a") * 1.5) > 0.3).astype("int64")
+    return {"x": tf.constant(x), "city": tf.constant(city.reshape(-1, 1))}, tf.constant(y), y
+
+
+def _train(fields, steps):
+    with v1.Session() as sess:
+        sess.run([v1.global_variables_initializer(), v1.local_variables_initializer(), v1.tables_initializer()])
+        for _ in range(steps):
+            sess.run(fields["train_op"])
+        return sess.run([fields["loss"], fields["predictions"], v1.train.get_global_step()])
+
+
+CITY = fc.categorical_column_with_vocabulary_list("city", ["a", "b", "c"])
+
+
+@pytest.mark.parametrize("which", ["dnn", "linear", "combined"])
+def test_each_model_fn_learns_in_a_plain_graph(which):
+    head = classification_head(n_classes=2)
+    dense = [fc.numeric_column("x", shape=(2,)), fc.indicator_column(CITY)]
+    model_fns = {
+        "dnn": lambda f, l: dnn_model_fn(f, l, "train", head=head, hidden_units=[16], feature_columns=dense,
+                                         optimizer=lambda: v1.train.AdamOptimizer(0.05), activation_fn=tf.nn.relu,
+                                         dropout=0.1, batch_norm=True, make=dict),
+        "linear": lambda f, l: linear_model_fn(f, l, "train", head=head, optimizer="Ftrl", sparse_combiner="sum",
+                                               feature_columns=[fc.numeric_column("x", shape=(2,)), CITY], make=dict),
+        "combined": lambda f, l: combined_model_fn(
+            f, l, "train", head=head, linear_feature_columns=[CITY],
+            linear_optimizer=lambda: v1.train.FtrlOptimizer(0.3),
+            dnn_feature_columns=[fc.numeric_column("x", shape=(2,))], dnn_optimizer=v1.train.AdamOptimizer(0.05), dnn_hidden_units=[16],
+            dnn_activation_fn=tf.nn.relu, dnn_dropout=None, batch_norm=False, linear_sparse_combiner="sum",
+            make=dict),
+    }
+    with tf.Graph().as_default():
+        features, labels, y = _data()
+        fields = model_fns[which](features, labels)
+        names = {v.op.name for v in v1.global_variables()}
+        loss, predictions, step = _train(fields, 150)
+    assert step == 150  # one global step per batch, also with the combined model's two optimizers
+    assert (predictions["class_ids"][:, 0] == y).mean() > 0.9
+    expected = {"dnn": {"dnn/hiddenlayer_0/kernel", "dnn/hiddenlayer_0/bias", "dnn/logits/kernel",
+                        "dnn/batchnorm_0/moving_mean"},
+                "linear": {"linear/linear_model/city/weights", "linear/linear_model/bias_weights"},
+                "combined": {"dnn/logits/kernel", "linear/linear_model/city/weights"}}[which]
+    assert expected <= names
+
+
+def test_model_fns_refuse_features_they_cannot_read():
+    head = RegressionHead()
+    with tf.Graph().as_default():
+        with pytest.raises(CannedError, match="returned features as a single Tensor") as err:
+            linear_model_fn(tf.zeros([2, 2]), None, "infer", head=head, feature_columns=[CITY], optimizer="Ftrl",
+                            sparse_combiner="sum", make=dict)
+        assert err.value.field == "features"
+        with pytest.raises(CannedError, match=r"need feature\(s\) \['city'\] but input_fn returned only \['x'\]"):
+            linear_model_fn({"x": tf.zeros([2, 2])}, None, "infer", head=head, feature_columns=[CITY],
+                            optimizer="Ftrl", sparse_combiner="sum", make=dict)
+
+
+def test_optimizer_names_resolve_to_tf2_defaults():
+    from toolkit.estimator.canned.optimizers import get_optimizer
+    assert linear_learning_rate(1) == 0.005 and linear_learning_rate(10**6) == pytest.approx(0.001)
+    with tf.Graph().as_default():
+        adagrad = get_optimizer("optimizer", "Adagrad", learning_rate=None)
+        assert isinstance(adagrad, v1.train.AdagradOptimizer) and adagrad._learning_rate == 0.001
+        assert get_optimizer("optimizer", "SGD", learning_rate=None)._learning_rate == 0.01
+        ftrl = get_optimizer("optimizer", "Ftrl", learning_rate=0.2)
+        assert isinstance(ftrl, v1.train.FtrlOptimizer) and ftrl._learning_rate == 0.2
+        mine = v1.train.RMSPropOptimizer(0.5)
+        assert get_optimizer("optimizer", mine, learning_rate=None) is mine
+        with pytest.raises(CannedError, match="`optimizer` returned int 3; expected a tf.compat.v1.train.Optimizer"):
+            get_optimizer("optimizer", lambda: 3, learning_rate=None)
+
+
+def test_private_tensorflow_symbols_still_exist():
+    from tensorflow.python.saved_model.model_utils import export_output
+    for name in ("ClassificationOutput", "RegressionOutput", "PredictOutput"):
+        assert hasattr(export_output, name), f"tensorflow.python.saved_model.model_utils.export_output.{name} is gone"
