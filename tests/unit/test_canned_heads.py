@@ -9,8 +9,7 @@ tf = pytest.importorskip("tensorflow")
 from toolkit.estimator.canned import CannedError  # noqa: E402
 from toolkit.estimator.canned._model_fns import (combined_model_fn, dnn_model_fn, linear_learning_rate,  # noqa: E402
                                                  linear_model_fn)
-from toolkit.estimator.canned._tf_private import (ClassificationOutput, PredictOutput,  # noqa: E402
-                                                  RegressionOutput)
+from toolkit.estimator.export import ClassificationOutput, PredictOutput, RegressionOutput  # noqa: E402
 from toolkit.estimator.canned.heads import (BinaryClassHead, MultiClassHead, RegressionHead,  # noqa: E402
                                             classification_head)
 
@@ -201,9 +200,3 @@ def test_optimizer_names_resolve_to_tf2_defaults():
         assert get_optimizer("optimizer", mine, learning_rate=None) is mine
         with pytest.raises(CannedError, match="`optimizer` returned int 3; expected a tf.compat.v1.train.Optimizer"):
             get_optimizer("optimizer", lambda: 3, learning_rate=None)
-
-
-def test_private_tensorflow_symbols_still_exist():
-    from tensorflow.python.saved_model.model_utils import export_output
-    for name in ("ClassificationOutput", "RegressionOutput", "PredictOutput"):
-        assert hasattr(export_output, name), f"tensorflow.python.saved_model.model_utils.export_output.{name} is gone"

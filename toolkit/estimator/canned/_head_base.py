@@ -14,7 +14,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
-from toolkit.estimator.canned._tf_private import PredictOutput
+from toolkit.estimator.export import PredictOutput
 
 __all__ = ["DEFAULT_SERVING_KEY", "CLASSIFY_SERVING_KEY", "REGRESS_SERVING_KEY", "PREDICT_SERVING_KEY", "Head",
            "make_spec"]
