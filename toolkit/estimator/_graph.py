@@ -107,6 +107,14 @@ def check_tensors(spec: EstimatorSpec) -> None:
                                 "a tensor or a dict of tensors.")
 
 
+def _as_local_variables(variables: Any) -> None:
+    """A Keras metric's variables, initialised by the session's local init op like tf.metrics' own."""
+    known = {id(v) for v in v1.global_variables() + v1.local_variables()}
+    for variable in variables:
+        if id(variable) not in known:
+            v1.add_to_collection(v1.GraphKeys.LOCAL_VARIABLES, variable)
+
+
 def metric_ops(spec: EstimatorSpec) -> tuple[dict[str, Any], list[Any]]:
     """``({name: value tensor}, [update ops])`` from eval_metric_ops, plus the mean ``loss``."""
     values: dict[str, Any] = {}
@@ -120,6 +128,7 @@ def metric_ops(spec: EstimatorSpec) -> tuple[dict[str, Any], list[Any]]:
                                 "object that was never updated in this graph; call it (metric(labels, "
                                 "predictions)) or metric.update_state(...) in model_fn before returning it.")
             values[name], updates = value, updates + update
+            _as_local_variables(getattr(metric, "variables", ()))
         else:
             value, update = metric
             values[name] = value

@@ -142,8 +142,8 @@ def export_graph(spec: EstimatorSpec, receiver: ServingInputReceiver, scaffold: 
     """Writes the current graph with ``checkpoint``'s variables as a SavedModel; returns its directory."""
     signatures = _signatures(spec, receiver)
     main_op = v1.group(v1.local_variables_initializer(), v1.tables_initializer())
-    scaffold.finalize()
     saver = scaffold.saver or v1.get_collection(v1.GraphKeys.SAVERS)[0]
+    saver.build()
     export_dir = _fresh_dir(base)
     temp_dir = os.path.join(base, f"temp-{os.path.basename(export_dir)}")
     os.makedirs(base, exist_ok=True)
