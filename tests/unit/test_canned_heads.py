@@ -6,12 +6,23 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from toolkit.estimator.canned import CannedError  # noqa: E402
-from toolkit.estimator.canned._model_fns import (combined_model_fn, dnn_model_fn, linear_learning_rate,  # noqa: E402
-                                                 linear_model_fn)
-from toolkit.estimator.export import ClassificationOutput, PredictOutput, RegressionOutput  # noqa: E402
-from toolkit.estimator.canned.heads import (BinaryClassHead, MultiClassHead, RegressionHead,  # noqa: E402
-                                            classification_head)
+from toolkit.estimator.canned import CannedError
+from toolkit.estimator.canned._model_fns import (
+    dnn_model_fn,
+    linear_learning_rate,
+    linear_model_fn,
+)
+from toolkit.estimator.canned.heads import (
+    BinaryClassHead,
+    MultiClassHead,
+    RegressionHead,
+    classification_head,
+)
+from toolkit.estimator.export import (
+    ClassificationOutput,
+    PredictOutput,
+    RegressionOutput,
+)
 
 v1 = tf.compat.v1
 fc = tf.feature_column
@@ -133,46 +144,28 @@ def _data(n=200, seed=0):
     return {"x": tf.constant(x), "city": tf.constant(city.reshape(-1, 1))}, tf.constant(y), y
 
 
-def _train(fields, steps):
-    with v1.Session() as sess:
-        sess.run([v1.global_variables_initializer(), v1.local_variables_initializer(), v1.tables_initializer()])
-        for _ in range(steps):
-            sess.run(fields["train_op"])
-        return sess.run([fields["loss"], fields["predictions"], v1.train.get_global_step()])
-
-
 CITY = fc.categorical_column_with_vocabulary_list("city", ["a", "b", "c"])
 
 
-@pytest.mark.parametrize("which", ["dnn", "linear", "combined"])
-def test_each_model_fn_learns_in_a_plain_graph(which):
+def test_dnn_model_fn_with_batch_norm_and_dropout_learns_in_a_plain_graph():
     head = classification_head(n_classes=2)
-    dense = [fc.numeric_column("x", shape=(2,)), fc.indicator_column(CITY)]
-    model_fns = {
-        "dnn": lambda f, l: dnn_model_fn(f, l, "train", head=head, hidden_units=[16], feature_columns=dense,
-                                         optimizer=lambda: v1.train.AdamOptimizer(0.05), activation_fn=tf.nn.relu,
-                                         dropout=0.1, batch_norm=True, make=dict),
-        "linear": lambda f, l: linear_model_fn(f, l, "train", head=head, optimizer="Ftrl", sparse_combiner="sum",
-                                               feature_columns=[fc.numeric_column("x", shape=(2,)), CITY], make=dict),
-        "combined": lambda f, l: combined_model_fn(
-            f, l, "train", head=head, linear_feature_columns=[CITY],
-            linear_optimizer=lambda: v1.train.FtrlOptimizer(0.3),
-            dnn_feature_columns=[fc.numeric_column("x", shape=(2,))], dnn_optimizer=v1.train.AdamOptimizer(0.05), dnn_hidden_units=[16],
-            dnn_activation_fn=tf.nn.relu, dnn_dropout=None, batch_norm=False, linear_sparse_combiner="sum",
-            make=dict),
-    }
     with tf.Graph().as_default():
         features, labels, y = _data()
-        fields = model_fns[which](features, labels)
+        fields = dnn_model_fn(features, labels, "train", head=head, hidden_units=[16],
+                              feature_columns=[fc.numeric_column("x", shape=(2,)), fc.indicator_column(CITY)],
+                              optimizer=lambda: v1.train.AdamOptimizer(0.05), activation_fn=tf.nn.relu, dropout=0.1,
+                              batch_norm=True, make=dict)
         names = {v.op.name for v in v1.global_variables()}
-        loss, predictions, step = _train(fields, 150)
-    assert step == 150  # one global step per batch, also with the combined model's two optimizers
-    assert (predictions["class_ids"][:, 0] == y).mean() > 0.9
-    expected = {"dnn": {"dnn/hiddenlayer_0/kernel", "dnn/hiddenlayer_0/bias", "dnn/logits/kernel",
-                        "dnn/batchnorm_0/moving_mean"},
-                "linear": {"linear/linear_model/city/weights", "linear/linear_model/bias_weights"},
-                "combined": {"dnn/logits/kernel", "linear/linear_model/city/weights"}}[which]
-    assert expected <= names
+        moving_mean = next(v for v in v1.global_variables() if v.op.name == "dnn/batchnorm_0/moving_mean")
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer(), v1.tables_initializer()])
+            for _ in range(100):
+                sess.run(fields["train_op"])
+            predictions, step, mean = sess.run([fields["predictions"], v1.train.get_global_step(), moving_mean])
+    assert step == 100 and (predictions["class_ids"][:, 0] == y).mean() > 0.85
+    assert np.abs(mean).max() > 0  # the moving averages follow the batches through UPDATE_OPS
+    assert {"dnn/hiddenlayer_0/kernel", "dnn/hiddenlayer_0/bias", "dnn/logits/kernel", "dnn/logits/bias",
+            "dnn/batchnorm_0/gamma", "dnn/batchnorm_0/moving_variance"} <= names
 
 
 def test_model_fns_refuse_features_they_cannot_read():
@@ -200,3 +193,22 @@ def test_optimizer_names_resolve_to_tf2_defaults():
         assert get_optimizer("optimizer", mine, learning_rate=None) is mine
         with pytest.raises(CannedError, match="`optimizer` returned int 3; expected a tf.compat.v1.train.Optimizer"):
             get_optimizer("optimizer", lambda: 3, learning_rate=None)
+
+
+def test_keras_optimizers_from_tf2_code_train_as_their_v1_twins():
+    import keras
+
+    from toolkit.estimator.canned.optimizers import check_optimizer, get_optimizer
+    adam, sgd = (check_optimizer("optimizer", o) for o in (keras.optimizers.Adam(0.02),
+                                                            keras.optimizers.SGD(0.1, momentum=0.9)))
+    with tf.Graph().as_default():
+        adam = get_optimizer("optimizer", adam, learning_rate=None)
+        assert isinstance(adam, v1.train.AdamOptimizer) and adam._lr == pytest.approx(0.02)
+        sgd = get_optimizer("optimizer", sgd, learning_rate=None)
+        assert isinstance(sgd, v1.train.MomentumOptimizer) and sgd._momentum == pytest.approx(0.9)
+        with pytest.raises(CannedError, match="returned the Keras optimizer Adam inside the graph"):
+            get_optimizer("optimizer", lambda: keras.optimizers.Adam(0.1), learning_rate=None)
+    with pytest.raises(CannedError, match=r"`optimizer` is Adam with weight_decay=0.1, which a TF1 optimizer cannot"):
+        check_optimizer("optimizer", keras.optimizers.Adam(0.01, weight_decay=0.1))
+    with pytest.raises(CannedError, match="`dnn_optimizer` is the Keras optimizer Lion, which has no TF1 graph"):
+        check_optimizer("dnn_optimizer", keras.optimizers.Lion())

@@ -6,8 +6,8 @@ runs in the constructor and names the argument, the value received and the fix.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from toolkit.estimator.canned._errors import CannedError
 

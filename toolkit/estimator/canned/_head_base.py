@@ -8,16 +8,22 @@ following TF 2's ``tf.estimator`` heads (``BinaryClassHead``,
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
 from toolkit.estimator.export import PredictOutput
 
-__all__ = ["DEFAULT_SERVING_KEY", "CLASSIFY_SERVING_KEY", "REGRESS_SERVING_KEY", "PREDICT_SERVING_KEY", "Head",
-           "make_spec"]
+__all__ = [
+    "CLASSIFY_SERVING_KEY",
+    "DEFAULT_SERVING_KEY",
+    "PREDICT_SERVING_KEY",
+    "REGRESS_SERVING_KEY",
+    "Head",
+    "make_spec",
+]
 
 v1 = tf.compat.v1
 DEFAULT_SERVING_KEY = "serving_default"
@@ -119,8 +125,7 @@ class Head:
                 metrics = self.metrics(labels=processed, predictions=predictions, unweighted_loss=unweighted,
                                        weights=weights)
                 return {"mode": mode, "predictions": predictions, "loss": loss, "eval_metric_ops": metrics}
-        v1.summary.scalar("loss", loss)
-        if train_op_fn is None:
+        if train_op_fn is None:  # (the engine writes the 'loss' summary, as TF's did when the head had not)
             raise CannedError("train_op_fn", "the head needs train_op_fn(loss) in mode 'train'.")
         return {"mode": mode, "predictions": predictions, "loss": loss, "train_op": train_op_fn(loss)}
 

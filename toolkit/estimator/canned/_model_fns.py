@@ -5,8 +5,8 @@ fields themselves when a test passes ``make=dict``.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -15,7 +15,7 @@ from toolkit.estimator.canned._head_base import TRAIN, Head, make_spec
 from toolkit.estimator.canned._nets import check_features, dnn_logits, linear_logits
 from toolkit.estimator.canned.optimizers import get_optimizer
 
-__all__ = ["combined_model_fn", "dnn_model_fn", "linear_model_fn", "linear_learning_rate"]
+__all__ = ["combined_model_fn", "dnn_model_fn", "linear_learning_rate", "linear_model_fn"]
 
 v1 = tf.compat.v1
 _LINEAR_LEARNING_RATE = 0.2            # TF's linear estimators, for an optimizer given by name

@@ -7,8 +7,8 @@ warm-starting read the same names TF's estimators wrote.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 

@@ -9,7 +9,8 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import tensorflow as tf
 

@@ -12,7 +12,8 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import tensorflow as tf
 
@@ -38,8 +39,9 @@ def _combined_estimator(self: Estimator, head: Any, *, linear_feature_columns: A
                           "empty; pass at least one list of feature columns (e.g. categorical columns to the "
                           "linear part, numeric and embedding columns to the DNN part).")
     units = _args.check_hidden_units("dnn_hidden_units", dnn_hidden_units) if dnn else None
+    linear_optimizer = check_optimizer("linear_optimizer", linear_optimizer)
+    dnn_optimizer = check_optimizer("dnn_optimizer", dnn_optimizer)
     for field, value in (("linear_optimizer", linear_optimizer), ("dnn_optimizer", dnn_optimizer)):
-        check_optimizer(field, value)
         if isinstance(value, tf.compat.v1.train.SyncReplicasOptimizer):
             raise CannedError(field, f"`{field}` is a SyncReplicasOptimizer; a combined model trains with two "
                               "optimizers and SyncReplicasOptimizer supports one (as in TF). Use DNN* or Linear* "

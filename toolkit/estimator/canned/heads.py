@@ -27,8 +27,15 @@ from typing import Any
 import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
-from toolkit.estimator.canned._head_base import (CLASSIFY_SERVING_KEY, DEFAULT_SERVING_KEY, PREDICT_SERVING_KEY,
-                                                 REGRESS_SERVING_KEY, Head, broadcast, predict_output)
+from toolkit.estimator.canned._head_base import (
+    CLASSIFY_SERVING_KEY,
+    DEFAULT_SERVING_KEY,
+    PREDICT_SERVING_KEY,
+    REGRESS_SERVING_KEY,
+    Head,
+    broadcast,
+    predict_output,
+)
 from toolkit.estimator.export import ClassificationOutput, RegressionOutput
 
 __all__ = ["BinaryClassHead", "MultiClassHead", "RegressionHead", "classification_head"]

@@ -8,7 +8,8 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from toolkit.estimator import Estimator
 from toolkit.estimator.canned import _args

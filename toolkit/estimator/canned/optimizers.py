@@ -11,14 +11,18 @@ RMSProp's epsilon 1e-7, Adagrad's and Ftrl's initial accumulator 0.1).
 An instance of ``tf.compat.v1.train.Optimizer`` (e.g. ``AdamOptimizer(0.01)``,
 ``SyncReplicasOptimizer(...)``) is used as given; a callable is called inside
 the graph, as TF did, so a learning-rate schedule may read the global step.
+A Keras optimizer (what TF 2 code passes) is translated to its v1 twin, see
+``_keras_optimizers``.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
+from toolkit.estimator.canned._keras_optimizers import from_keras, is_keras_optimizer
 
 __all__ = ["DEFAULT_LEARNING_RATES", "OPTIMIZER_NAMES", "check_optimizer", "get_optimizer", "is_v1_optimizer"]
 
@@ -65,12 +69,14 @@ def check_optimizer(field: str, value: Any) -> Any:
                               f"{sorted(OPTIMIZER_NAMES)} (case matters), a tf.compat.v1.train.Optimizer, or a "
                               "function returning one.")
         return value
-    if is_v1_optimizer(value) or (callable(value) and not hasattr(value, "apply_gradients")):
+    if is_keras_optimizer(value):
+        return from_keras(field, value)
+    if is_v1_optimizer(value) or callable(value):
         return value
     raise CannedError(field, f"`{field}` is {type(value).__name__} {value!r}; expected an optimizer name "
                       f"{sorted(OPTIMIZER_NAMES)}, a tf.compat.v1.train.Optimizer such as "
-                      "tf.compat.v1.train.AdamOptimizer(0.01), or a function returning one. Keras optimizers "
-                      "do not run in a TF1 graph.")
+                      "tf.compat.v1.train.AdamOptimizer(0.01), a Keras Adagrad/Adam/Ftrl/RMSprop/SGD, or a "
+                      "function returning one of those.")
 
 
 def get_optimizer(field: str, value: Any, *, learning_rate: float | None) -> Any:
@@ -85,8 +91,12 @@ def get_optimizer(field: str, value: Any, *, learning_rate: float | None) -> Any
         check_optimizer(field, value)
         rate = DEFAULT_LEARNING_RATES[value] if learning_rate is None else learning_rate
         return OPTIMIZER_NAMES[value](rate)
-    if not is_v1_optimizer(value) and callable(value):
+    if not is_v1_optimizer(value) and callable(value) and not is_keras_optimizer(value):
         value = value()
+    if is_keras_optimizer(value):
+        raise CannedError(field, f"`{field}` returned the Keras optimizer {type(value).__name__} inside the graph, "
+                          "where its settings cannot be read. Pass the Keras optimizer itself (not a function "
+                          "returning it), or return a tf.compat.v1.train optimizer.")
     if not is_v1_optimizer(value):
         raise CannedError(field, f"`{field}` returned {type(value).__name__} {value!r}; expected a "
                           "tf.compat.v1.train.Optimizer such as tf.compat.v1.train.AdagradOptimizer(0.05).")
