@@ -6,7 +6,6 @@ by ``toolkit.estimator``: string labels through ``label_vocabulary`` (lookup tab
 """
 from __future__ import annotations
 
-import json
 import re
 import textwrap
 
