@@ -212,3 +212,20 @@ def test_keras_optimizers_from_tf2_code_train_as_their_v1_twins():
         check_optimizer("optimizer", keras.optimizers.Adam(0.01, weight_decay=0.1))
     with pytest.raises(CannedError, match="`dnn_optimizer` is the Keras optimizer Lion, which has no TF1 graph"):
         check_optimizer("dnn_optimizer", keras.optimizers.Lion())
+
+
+def test_regression_head_with_two_values_per_label_and_a_normalised_weight_column():
+    logits = np.array([[1.0, 2.0], [0.0, -1.0], [3.0, 3.0]], np.float32)
+    labels = np.array([[1.5, 2.0], [1.0, -1.0], [2.0, 5.0]], np.float32)
+    raw_w = np.array([1.0, 0.5, 2.0], np.float32)
+    with tf.Graph().as_default():
+        head = RegressionHead(label_dimension=2,
+                              weight_column=fc.numeric_column("w", normalizer_fn=lambda w: w * 2.0))
+        fields = head.build(features={"w": tf.constant(raw_w)}, mode="eval", logits=tf.constant(logits),
+                            labels=tf.constant(labels))
+        out = _run(fields)
+    sq, w = (logits - labels) ** 2, (raw_w * 2.0)[:, None]
+    assert out["loss"] == pytest.approx((sq * w).sum() / sq.size, rel=1e-5)  # sum over batch size x dimension
+    assert out["metrics"]["average_loss"] == pytest.approx((sq * w).sum() / (w.sum() * 2), rel=1e-5)
+    assert out["metrics"]["label/mean"] == pytest.approx((labels * w).sum() / (w.sum() * 2), rel=1e-5)
+    np.testing.assert_allclose(out["predictions"]["predictions"], logits)
