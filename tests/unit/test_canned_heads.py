@@ -229,3 +229,26 @@ def test_regression_head_with_two_values_per_label_and_a_normalised_weight_colum
     assert out["metrics"]["average_loss"] == pytest.approx((sq * w).sum() / (w.sum() * 2), rel=1e-5)
     assert out["metrics"]["label/mean"] == pytest.approx((labels * w).sum() / (w.sum() * 2), rel=1e-5)
     np.testing.assert_allclose(out["predictions"]["predictions"], logits)
+
+
+def test_tf1_variants_keep_tf1_defaults_sum_reduction_and_dnn_learning_rate(tmp_path, monkeypatch):
+    from toolkit.estimator import RunConfig
+    from toolkit.estimator.canned import DNNClassifier as DNNClassifierV2
+    from toolkit.estimator.canned import v1 as canned_v1
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    config = RunConfig(model_dir=str(tmp_path), tf_config={})
+    est = canned_v1.DNNClassifier([4], [fc.numeric_column("x", shape=(2,)), fc.indicator_column(CITY)],
+                                  str(tmp_path), 3, config=config)  # TF1's positional order
+    assert isinstance(est, DNNClassifierV2)
+    with tf.Graph().as_default():
+        features, _, y = _data(16)
+        labels = tf.constant(y % 3)
+        v1.train.get_or_create_global_step()
+        spec = est.model_fn(features, labels, "train", config)
+        rates = [op.inputs[2] for op in v1.get_default_graph().get_operations() if op.type.endswith("ApplyAdagrad")]
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.tables_initializer()])
+            loss, logits, rates = sess.run([spec.loss, spec.predictions["logits"], rates])
+    per_example = -np.log(np.exp(logits[range(16), y % 3]) / np.exp(logits).sum(1))
+    assert loss == pytest.approx(per_example.sum(), rel=1e-5)  # SUM, not the mean
+    assert len(rates) == 4 and np.allclose(rates, 0.05)  # every kernel and bias: 0.05, TF1's rate for a name

@@ -47,14 +47,16 @@ def _scope_vars(scope: str) -> list[Any]:
 
 def dnn_model_fn(features: Any, labels: Any, mode: str, *, head: Head, hidden_units: Sequence[int],
                  feature_columns: Sequence[Any], optimizer: Any, activation_fn: Callable[..., Any],
-                 dropout: float | None, batch_norm: bool, make: Callable[..., Any] = make_spec) -> Any:
+                 dropout: float | None, batch_norm: bool, make: Callable[..., Any] = make_spec,
+                 name_learning_rate: float | None = None, input_layer_partitioner: Any = None) -> Any:
+    """``name_learning_rate``: the rate for an optimizer given by name (None: Keras' default, TF 2's choice)."""
     features = check_features(features, _needed_columns(head, mode, feature_columns))
     logits = dnn_logits(features, mode, units=head.logits_dimension, hidden_units=hidden_units,
                         feature_columns=feature_columns, activation_fn=activation_fn, dropout=dropout,
-                        batch_norm=batch_norm)
+                        batch_norm=batch_norm, input_layer_partitioner=input_layer_partitioner)
 
     def train_op_fn(loss: tf.Tensor) -> Any:
-        opt = get_optimizer("optimizer", optimizer, learning_rate=None)
+        opt = get_optimizer("optimizer", optimizer, learning_rate=name_learning_rate)
         return _minimize(opt, loss, _scope_vars("dnn"), global_step=v1.train.get_or_create_global_step())
 
     return make(**head.build(features=features, mode=mode, logits=logits, labels=labels,
@@ -62,10 +64,11 @@ def dnn_model_fn(features: Any, labels: Any, mode: str, *, head: Head, hidden_un
 
 
 def linear_model_fn(features: Any, labels: Any, mode: str, *, head: Head, feature_columns: Sequence[Any],
-                    optimizer: Any, sparse_combiner: str, make: Callable[..., Any] = make_spec) -> Any:
+                    optimizer: Any, sparse_combiner: str, make: Callable[..., Any] = make_spec,
+                    partitioner: Any = None) -> Any:
     features = check_features(features, _needed_columns(head, mode, feature_columns))
     logits = linear_logits(features, units=head.logits_dimension, feature_columns=feature_columns,
-                           sparse_combiner=sparse_combiner)
+                           sparse_combiner=sparse_combiner, partitioner=partitioner)
 
     def train_op_fn(loss: tf.Tensor) -> Any:
         opt = get_optimizer("optimizer", optimizer, learning_rate=_LINEAR_LEARNING_RATE)
@@ -79,17 +82,18 @@ def combined_model_fn(features: Any, labels: Any, mode: str, *, head: Head, line
                       linear_optimizer: Any, dnn_feature_columns: Sequence[Any], dnn_optimizer: Any,
                       dnn_hidden_units: Sequence[int] | None, dnn_activation_fn: Callable[..., Any],
                       dnn_dropout: float | None, batch_norm: bool, linear_sparse_combiner: str,
-                      make: Callable[..., Any] = make_spec) -> Any:
+                      make: Callable[..., Any] = make_spec, input_layer_partitioner: Any = None) -> Any:
     """Wide & deep: the sum of both logits; each half trained by its own optimizer, one global step per batch."""
     features = check_features(features, _needed_columns(head, mode, linear_feature_columns, dnn_feature_columns))
     parts = []
     if dnn_feature_columns:
         parts.append(dnn_logits(features, mode, units=head.logits_dimension, hidden_units=dnn_hidden_units or (),
                                 feature_columns=dnn_feature_columns, activation_fn=dnn_activation_fn,
-                                dropout=dnn_dropout, batch_norm=batch_norm))
+                                dropout=dnn_dropout, batch_norm=batch_norm,
+                                input_layer_partitioner=input_layer_partitioner))
     if linear_feature_columns:
         linear = linear_logits(features, units=head.logits_dimension, feature_columns=linear_feature_columns,
-                               sparse_combiner=linear_sparse_combiner)
+                               sparse_combiner=linear_sparse_combiner, partitioner=input_layer_partitioner)
         v1.summary.scalar("linear/fraction_of_zero_values", tf.math.zero_fraction(linear))
         parts.append(linear)
     logits = tf.add_n(parts) if len(parts) > 1 else parts[0]

@@ -74,11 +74,11 @@ def _layer_summary(value: tf.Tensor, tag: str) -> None:
 
 def dnn_logits(features: Mapping[str, Any], mode: str, *, units: int, hidden_units: Sequence[int],
                feature_columns: Sequence[Any], activation_fn: Callable[..., Any], dropout: float | None,
-               batch_norm: bool) -> tf.Tensor:
+               batch_norm: bool, input_layer_partitioner: Any = None) -> tf.Tensor:
     """Logits ``[batch, units]`` of the DNN, built under variable scope ``dnn``."""
     training = mode == _TRAIN
     with v1.variable_scope("dnn"):
-        with v1.variable_scope("input_from_feature_columns"):
+        with v1.variable_scope("input_from_feature_columns", partitioner=input_layer_partitioner):
             net = v1.feature_column.input_layer(dict(features), list(feature_columns))
         for i, width in enumerate(hidden_units):
             net = _dense(net, width, activation_fn, f"hiddenlayer_{i}")
@@ -93,9 +93,9 @@ def dnn_logits(features: Mapping[str, Any], mode: str, *, units: int, hidden_uni
 
 
 def linear_logits(features: Mapping[str, Any], *, units: int, feature_columns: Sequence[Any],
-                  sparse_combiner: str) -> tf.Tensor:
+                  sparse_combiner: str, partitioner: Any = None) -> tf.Tensor:
     """Logits ``[batch, units]`` of the linear model, built under variable scope ``linear``."""
-    with v1.variable_scope("linear"):
+    with v1.variable_scope("linear", partitioner=partitioner):
         logits = v1.feature_column.linear_model(dict(features), list(feature_columns), units=units,
                                                 sparse_combiner=sparse_combiner)
         bias = [v for v in v1.global_variables() if v.op.name.endswith("linear_model/bias_weights")

@@ -25,7 +25,8 @@ __all__ = ["DNNClassifier", "DNNRegressor"]
 
 def _dnn_estimator(self: Estimator, head: Any, *, hidden_units: Any, feature_columns: Any, optimizer: Any,
                    activation_fn: Any, dropout: Any, batch_norm: bool, model_dir: Any, config: Any,
-                   warm_start_from: Any) -> None:
+                   warm_start_from: Any, name_learning_rate: float | None = None,
+                   input_layer_partitioner: Any = None) -> None:
     units = _args.check_hidden_units("hidden_units", hidden_units)
     columns = _args.check_feature_columns("feature_columns", feature_columns, dense=True)
     optimizer = check_optimizer("optimizer", optimizer)
@@ -36,7 +37,8 @@ def _dnn_estimator(self: Estimator, head: Any, *, hidden_units: Any, feature_col
         del config  # TF 2's canned estimators do not partition variables
         return dnn_model_fn(features, labels, mode, head=head, hidden_units=units, feature_columns=columns,
                             optimizer=optimizer, activation_fn=activation_fn, dropout=dropout,
-                            batch_norm=bool(batch_norm))
+                            batch_norm=bool(batch_norm), name_learning_rate=name_learning_rate,
+                            input_layer_partitioner=input_layer_partitioner)
 
     Estimator.__init__(self, _model_fn, model_dir=model_dir, config=config, warm_start_from=warm_start_from)
     self.head = head

@@ -30,7 +30,8 @@ __all__ = ["DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor"]
 def _combined_estimator(self: Estimator, head: Any, *, linear_feature_columns: Any, linear_optimizer: Any,
                         dnn_feature_columns: Any, dnn_optimizer: Any, dnn_hidden_units: Any,
                         dnn_activation_fn: Any, dnn_dropout: Any, batch_norm: bool, linear_sparse_combiner: Any,
-                        model_dir: Any, config: Any, warm_start_from: Any) -> None:
+                        model_dir: Any, config: Any, warm_start_from: Any,
+                        input_layer_partitioner: Any = None) -> None:
     linear = _args.check_feature_columns("linear_feature_columns", linear_feature_columns, dense=False,
                                          required=False)
     dnn = _args.check_feature_columns("dnn_feature_columns", dnn_feature_columns, dense=True, required=False)
@@ -55,7 +56,8 @@ def _combined_estimator(self: Estimator, head: Any, *, linear_feature_columns: A
         return combined_model_fn(features, labels, mode, head=head, linear_feature_columns=linear,
                                  linear_optimizer=linear_optimizer, dnn_feature_columns=dnn,
                                  dnn_optimizer=dnn_optimizer, dnn_hidden_units=units, dnn_activation_fn=activation,
-                                 dnn_dropout=dropout, batch_norm=bool(batch_norm), linear_sparse_combiner=combiner)
+                                 dnn_dropout=dropout, batch_norm=bool(batch_norm), linear_sparse_combiner=combiner,
+                                 input_layer_partitioner=input_layer_partitioner)
 
     Estimator.__init__(self, _model_fn, model_dir=model_dir, config=config, warm_start_from=warm_start_from)
     self.head = head

@@ -21,7 +21,7 @@ __all__ = ["LinearClassifier", "LinearRegressor"]
 
 
 def _linear_estimator(self: Estimator, head: Any, *, feature_columns: Any, optimizer: Any, sparse_combiner: Any,
-                      model_dir: Any, config: Any, warm_start_from: Any) -> None:
+                      model_dir: Any, config: Any, warm_start_from: Any, partitioner: Any = None) -> None:
     columns = _args.check_feature_columns("feature_columns", feature_columns, dense=False)
     optimizer = check_optimizer("optimizer", optimizer)
     combiner = _args.check_sparse_combiner("sparse_combiner", sparse_combiner)
@@ -29,7 +29,7 @@ def _linear_estimator(self: Estimator, head: Any, *, feature_columns: Any, optim
     def _model_fn(features: Any, labels: Any, mode: str, config: Any) -> Any:
         del config  # TF 2's canned estimators do not partition variables
         return linear_model_fn(features, labels, mode, head=head, feature_columns=columns, optimizer=optimizer,
-                               sparse_combiner=combiner)
+                               sparse_combiner=combiner, partitioner=partitioner)
 
     Estimator.__init__(self, _model_fn, model_dir=model_dir, config=config, warm_start_from=warm_start_from)
     self.head = head
