@@ -208,6 +208,11 @@ def test_keras_optimizers_from_tf2_code_train_as_their_v1_twins():
         assert isinstance(sgd, v1.train.MomentumOptimizer) and sgd._momentum == pytest.approx(0.9)
         with pytest.raises(CannedError, match="returned the Keras optimizer Adam inside the graph"):
             get_optimizer("optimizer", lambda: keras.optimizers.Adam(0.1), learning_rate=None)
+    import tf_keras
+    with tf.Graph().as_default():  # TF1 code's tf.keras is tf_keras: its float32 learning rate translates too
+        legacy = get_optimizer("optimizer", check_optimizer("optimizer", tf_keras.optimizers.legacy.Adagrad(0.1)),
+                               learning_rate=None)
+        assert isinstance(legacy, v1.train.AdagradOptimizer) and legacy._learning_rate == pytest.approx(0.1)
     with pytest.raises(CannedError, match=r"`optimizer` is Adam with weight_decay=0.1, which a TF1 optimizer cannot"):
         check_optimizer("optimizer", keras.optimizers.Adam(0.01, weight_decay=0.1))
     with pytest.raises(CannedError, match="`dnn_optimizer` is the Keras optimizer Lion, which has no TF1 graph"):

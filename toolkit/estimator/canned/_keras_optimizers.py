@@ -10,6 +10,7 @@ clipping, EMA, AMSGrad) is refused with the v1 spelling to use instead.
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -78,7 +79,7 @@ def from_keras(field: str, optimizer: Any) -> Callable[[], Any]:
     config = dict(optimizer.get_config())
     config.setdefault("learning_rate", config.get("lr"))
     rate = config["learning_rate"]
-    if isinstance(rate, dict) or not isinstance(rate, (int, float)):
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
         raise CannedError(field, f"`{field}` is {name} with the learning rate {rate!r}; only a number translates "
                           "to a TF1 optimizer. For a schedule pass a function, e.g. lambda: "
                           f"tf.compat.v1.train.{builder(dict(config, learning_rate=0.1)).__class__.__name__}("
