@@ -82,6 +82,14 @@ def test_dnn_classifier_learns_digits_and_serves_its_export(config, tmp_path):
     assert set(first) == {"probabilities", "class_ids", "classes"}
     assert first["classes"] == str(first["class_ids"][0]).encode()
 
+    # warm-starting a new estimator from this one finds every variable under TF's canned names
+    warm = DNNClassifier(hidden_units=[32], feature_columns=[fc.numeric_column("pixels", shape=(64,))], n_classes=10,
+                         optimizer="SGD", warm_start_from=est.model_dir,
+                         config=config.replace(model_dir=str(tmp_path / "warm")))
+    warm.train(_input_fn({"pixels": x[:64]}, y[:64], batch=64, repeat=True), max_steps=1)
+    np.testing.assert_allclose(warm.get_variable_value("dnn/hiddenlayer_0/kernel"),
+                               est.get_variable_value("dnn/hiddenlayer_0/kernel"), atol=0.02)
+
     path = est.export_saved_model(str(tmp_path / "export"),
                                   build_raw_serving_input_receiver_fn({"pixels": tf.constant(x[:1])}))
     served = tf.saved_model.load(path).signatures["predict"](pixels=tf.constant(x[1400:1600]))
