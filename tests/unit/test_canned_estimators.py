@@ -212,3 +212,9 @@ def test_bad_constructor_input_is_refused_naming_the_argument(build, field, mess
     with pytest.raises(CannedError, match=message) as err:
         build()
     assert err.value.field == field
+
+
+def test_canned_errors_belong_to_the_estimator_error_family():
+    with pytest.raises(est_lib.EstimatorError, match="`n_classes` is 0") as err:
+        LinearClassifier([X], n_classes=0)
+    assert isinstance(err.value, ValueError) and err.value.field == "n_classes"
