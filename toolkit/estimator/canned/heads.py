@@ -81,13 +81,13 @@ class _ClassHead(Head):
             raise CannedError("labels", f"labels are {labels.dtype.name}; expected integer class ids in "
                               f"[0, {self.n_classes - 1}] (n_classes={self.n_classes}), or strings with "
                               "label_vocabulary.")
-        top = tf.cast(self.n_classes - 1, labels.dtype) if not labels.dtype.is_bool else None
-        if top is None:
+        if labels.dtype.is_bool:
             return labels
-        message = (f"`labels` holds a value outside [0, {self.n_classes - 1}] (n_classes={self.n_classes}); "
-                   "fix the data or n_classes.")
-        checks = [_assert(tf.reduce_all((labels >= 0) & (labels <= top)), labels, message)]
-        with tf.control_dependencies(checks):
+        top = tf.cast(self.n_classes - 1, labels.dtype)
+        check = _assert(tf.reduce_all((labels >= 0) & (labels <= top)), labels,
+                        f"`labels` holds a value outside [0, {self.n_classes - 1}] (n_classes={self.n_classes}); "
+                        "fix the data or n_classes.")
+        with tf.control_dependencies([check]):
             return tf.identity(labels)
 
     def class_strings(self, class_ids: tf.Tensor) -> tf.Tensor:
