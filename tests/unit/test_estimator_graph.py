@@ -13,9 +13,24 @@ import pytest
 import tensorflow as tf
 
 import toolkit.compat.v1 as tf1
-from toolkit.estimator import (BestExporter, Estimator, EstimatorError, EstimatorSpec, EvalSpec, FinalExporter,
-                               LatestExporter, ModeKeys, RunConfig, SpecError, TrainSpec, train_and_evaluate)
-from toolkit.estimator.export import build_parsing_serving_input_receiver_fn, build_raw_serving_input_receiver_fn
+from toolkit.estimator import (
+    BestExporter,
+    Estimator,
+    EstimatorError,
+    EstimatorSpec,
+    EvalSpec,
+    FinalExporter,
+    LatestExporter,
+    ModeKeys,
+    RunConfig,
+    SpecError,
+    TrainSpec,
+    train_and_evaluate,
+)
+from toolkit.estimator.export import (
+    build_parsing_serving_input_receiver_fn,
+    build_raw_serving_input_receiver_fn,
+)
 
 _ROOT = Path(__file__).resolve().parents[2]
 v1 = tf.compat.v1
@@ -245,13 +260,31 @@ def test_spec_defaults_follow_tf():
         EstimatorSpec("training")
 
 
-def test_keras3_paths_do_not_import_tf_keras():
-    code = ("import sys, toolkit, toolkit.training, toolkit.estimator, models; "
-            "from toolkit.estimator import Estimator, RunConfig, EstimatorSpec; "
-            "import toolkit.compat.v1 as tf; tf.estimator.Estimator; tf.train.AdamOptimizer; "
-            "assert 'tf_keras' not in sys.modules, sorted(m for m in sys.modules if 'tf_keras' in m)[:3]; "
-            "tf.layers.dense; assert 'tf_keras' in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+def test_keras3_paths_do_not_import_tf_keras_and_tf1_scripts_may_disable_eager(tmp_path):
+    code = f"""
+import sys
+import numpy as np
+import toolkit, toolkit.training, toolkit.estimator, models
+from toolkit.estimator import Estimator, RunConfig, EstimatorSpec, ModeKeys
+import toolkit.compat.v1 as tf
+tf.estimator.Estimator; tf.train.AdamOptimizer
+assert 'tf_keras' not in sys.modules, sorted(m for m in sys.modules if 'tf_keras' in m)[:3]
+assert tf.estimator.DNNClassifier is toolkit.estimator.canned.DNNClassifier
+tf.disable_eager_execution()   # what TF1 scripts ported to TF 2 do first
+
+def model_fn(features, labels, mode):
+    logits = tf.layers.dense(features, 2)
+    loss = tf.losses.sparse_softmax_cross_entropy(labels, logits)
+    train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=tf.train.get_global_step())
+    return EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+x, y = np.ones((8, 3), 'float32'), np.zeros(8, 'int64')
+est = Estimator(model_fn, model_dir={str(tmp_path)!r}, config=RunConfig(tf_config={{}}))
+est.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(4), steps=3)
+assert est.evaluate(lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(4))['global_step'] == 3
+assert 'tf_keras' in sys.modules
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=180)
 
 
 def test_private_symbols_behind_the_fences_still_exist():

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -27,8 +28,10 @@ class _StopAfterHook(v1.train.SessionRunHook):
             run_context.request_stop()
 
 
-def _session(scaffold: Any, path: str, hooks: Sequence[Any], master: str, error: Callable[..., Exception]) -> Any:
-    creator = v1.train.ChiefSessionCreator(scaffold=scaffold, checkpoint_filename_with_path=path, master=master)
+def _session(scaffold: Any, path: str, hooks: Sequence[Any], master: str, error: Callable[..., Exception],
+             config: Any) -> Any:
+    creator = v1.train.ChiefSessionCreator(scaffold=scaffold, checkpoint_filename_with_path=path, master=master,
+                                           config=config)
     try:
         return v1.train.MonitoredSession(session_creator=creator, hooks=list(hooks))
     except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as exc:
@@ -36,11 +39,11 @@ def _session(scaffold: Any, path: str, hooks: Sequence[Any], master: str, error:
 
 
 def run_evaluation(spec: EstimatorSpec, scaffold: Any, path: str, *, steps: int | None, hooks: Sequence[Any],
-                   master: str, error: Callable[..., Exception]) -> dict[str, Any]:
+                   master: str, error: Callable[..., Exception], config: Any = None) -> dict[str, Any]:
     """Runs the metric update ops over the input; returns the metrics and the checkpoint's global step."""
     values, updates = metric_ops(spec)
     final = v1.train.FinalOpsHook({**values, "global_step": v1.train.get_global_step()})
-    with _session(scaffold, path, [*hooks, _StopAfterHook(steps), final], master, error) as session:
+    with _session(scaffold, path, [*hooks, _StopAfterHook(steps), final], master, error, config) as session:
         while not session.should_stop():
             session.run(updates)
     results = final.final_ops_values
@@ -50,7 +53,8 @@ def run_evaluation(spec: EstimatorSpec, scaffold: Any, path: str, *, steps: int 
 
 
 def run_prediction(spec: EstimatorSpec, scaffold: Any, path: str, *, predict_keys: Sequence[str] | None,
-                   hooks: Sequence[Any], single: bool, error: Callable[..., Exception]) -> Iterator[Any]:
+                   hooks: Sequence[Any], single: bool, error: Callable[..., Exception],
+                   config: Any = None) -> Iterator[Any]:
     predictions = spec.predictions
     if predict_keys is not None:
         if not isinstance(predictions, dict):
@@ -60,7 +64,7 @@ def run_prediction(spec: EstimatorSpec, scaffold: Any, path: str, *, predict_key
             raise SpecError("predict_keys", f"predict_keys {missing!r} are not among the predictions "
                             f"({', '.join(predictions)}). Pick from those.")
         predictions = {k: predictions[k] for k in predict_keys}
-    with _session(scaffold, path, hooks, "", error) as session:
+    with _session(scaffold, path, hooks, "", error, config) as session:
         while not session.should_stop():
             batch = session.run(predictions)
             if not single:

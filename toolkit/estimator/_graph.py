@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
 from toolkit.estimator.spec import EstimatorSpec, ModeKeys, SpecError, is_metric_object
 
-__all__ = ["call_input_fn", "call_model_fn", "metric_ops", "check_tensors"]
+__all__ = ["call_input_fn", "call_model_fn", "check_tensors", "metric_ops"]
 
 v1 = tf.compat.v1
 

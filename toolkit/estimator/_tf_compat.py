@@ -8,7 +8,8 @@ removes it fails there first.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["SYNC_HOOK_ATTRIBUTE", "sync_optimizers"]
 

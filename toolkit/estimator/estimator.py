@@ -21,10 +21,12 @@ import logging
 import os
 import sys
 import tempfile
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
+from strategies.between_graph import STOP_GRACE_SECS
 from toolkit.estimator import _session
 from toolkit.estimator._graph import call_input_fn, call_model_fn
 from toolkit.estimator.run_config import RunConfig, RunConfigError
@@ -151,6 +153,10 @@ class Estimator:
             v1.add_to_collection(v1.GraphKeys.SAVERS, saver)
         return scaffold
 
+    def _local_session_config(self) -> Any:
+        """Evaluation and prediction run in this process: the user's session_config, else soft placement."""
+        return self._config.session_config or v1.ConfigProto(allow_soft_placement=True)
+
     # ---- checkpoints ------------------------------------------------------------
     def latest_checkpoint(self) -> str | None:
         """The newest checkpoint in ``model_dir``, or None."""
@@ -198,13 +204,18 @@ class Estimator:
             logger.info("skipping training: the checkpoint is already at max_steps=%d", max_steps)
             return self
         target = _session.server_target(self._config)
+        distributed = not self._config.is_local and self._config.num_ps_replicas > 0
+        if distributed and self._config.is_chief:
+            _session.chief_starts(self._config)
         with self._new_graph().as_default():
             spec, stop = self._train_graph(input_fn, steps, max_steps)
             all_hooks = [stop, v1.train.NanTensorHook(spec.loss), *spec.training_hooks, *hooks,
                          *_release_sync_workers(spec, self._config)]
             self._run_training(spec, all_hooks, list(saving_listeners or []), target)
-        if self._config.is_chief and self._config.num_ps_replicas:
+        if distributed and self._config.is_chief:
             _arm_goodbye(self._config, target)
+        elif distributed:
+            _session.worker_done(self._config, target)
         return self
 
     def _train_graph(self, input_fn: Callable[..., Any], steps: int | None, max_steps: int | None) -> tuple[Any, Any]:
@@ -212,7 +223,8 @@ class Estimator:
         setter = _session.replica_setter(config)
         with v1.device(setter):
             global_step = v1.train.get_or_create_global_step()
-        worker_cpu = None if config.is_local else "/job:%s/task:%d/device:CPU:0" % _session.job_and_task(config)
+        job, index = _session.job_and_task(config)
+        worker_cpu = None if config.is_local else f"/job:{job}/task:{index}/device:CPU:0"
         with tf.device(worker_cpu):
             features, labels = self._inputs(input_fn, ModeKeys.TRAIN)
         with v1.device(setter):
@@ -248,10 +260,11 @@ class Estimator:
                 save_checkpoint_steps=every["save_checkpoints_steps"],
                 save_summaries_steps=config.save_summary_steps or None, config=proto,
                 log_step_count_steps=config.log_step_count_steps or None,
-                max_wait_secs=config.session_creation_timeout_secs)
+                max_wait_secs=config.session_creation_timeout_secs, stop_grace_period_secs=STOP_GRACE_SECS)
         else:
             creator = _session.FastWorkerSessionCreator(scaffold, target, proto, config.session_creation_timeout_secs)
-            session = v1.train.MonitoredSession(session_creator=creator, hooks=hooks)
+            session = v1.train.MonitoredSession(session_creator=creator, hooks=hooks,
+                                                stop_grace_period_secs=STOP_GRACE_SECS)
         steps = 0
         with session:
             while not session.should_stop():
@@ -272,6 +285,9 @@ class Estimator:
 
         _positive("steps", steps)
         hooks = _hooks("hooks", hooks)
+        if name is not None and not (isinstance(name, str) and name.replace("_", "").replace("-", "").isalnum()):
+            raise EstimatorError("name", f"evaluate() `name` is {name!r}; expected letters, digits, '-' and '_' "
+                                 "(summaries go to model_dir/eval_<name>).")
         path = self._checkpoint(checkpoint_path, "evaluate()")
         with self._new_graph().as_default():
             v1.train.get_or_create_global_step()
@@ -279,7 +295,7 @@ class Estimator:
             spec = self._call(features, labels, ModeKeys.EVAL)
             metrics = run_evaluation(spec, self._saver_scaffold(spec), path, steps=steps,
                                      hooks=[*spec.evaluation_hooks, *hooks], master=self._config.evaluation_master,
-                                     error=_restore_error)
+                                     error=_restore_error, config=self._local_session_config())
         summary_dir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
         from toolkit.estimator._evaluate import write_eval_summary
 
@@ -302,7 +318,7 @@ class Estimator:
             spec = self._call(features, None, ModeKeys.PREDICT)
             yield from run_prediction(spec, self._saver_scaffold(spec), path, predict_keys=predict_keys,
                                       hooks=[*spec.prediction_hooks, *hooks], single=yield_single_examples,
-                                      error=_restore_error)
+                                      error=_restore_error, config=self._local_session_config())
 
     # ---- export -----------------------------------------------------------------
     def export_saved_model(self, export_dir_base: str | os.PathLike, serving_input_receiver_fn: Callable[[], Any],
@@ -340,17 +356,21 @@ def _receiver(serving_input_receiver_fn: Any) -> Any:
 
 
 def _release_sync_workers(spec: EstimatorSpec, config: RunConfig) -> list[Any]:
-    """On the chief of a SyncReplicasOptimizer job: a hook that unblocks waiting workers at the end."""
+    """In a SyncReplicasOptimizer job: a hook that, when this task stops, unblocks the others' last steps."""
     from toolkit.estimator._tf_compat import sync_optimizers
 
-    if not config.is_chief or config.num_worker_replicas < 2:
+    if config.is_local or config.num_worker_replicas < 2:
         return []
     return [_ReleaseTokensHook(opt.get_init_tokens_op(num_tokens=config.num_worker_replicas))
             for opt in sync_optimizers([*spec.training_hooks, *spec.training_chief_hooks])]
 
 
 class _ReleaseTokensHook(v1.train.SessionRunHook):
-    """Gives each waiting sync worker a token when the chief stops, so their last step returns."""
+    """Gives each waiting sync worker a token when this task stops, so their last step returns.
+
+    TF1 left them blocked: a worker whose step waits for the token of an
+    update that needs a contribution from a task that has already stopped.
+    """
 
     def __init__(self, tokens_op: Any) -> None:
         self._op = tokens_op
@@ -376,5 +396,4 @@ def goodbye(config: RunConfig, target: str, code: int | None = None) -> list[str
     if marker in _goodbyes:
         return []
     _goodbyes.add(marker)
-    _session.wait_for_workers(config, timeout=_WORKERS_EXIT_TIMEOUT)
-    return _session.say_goodbye(config, target, code)
+    return _session.goodbye_ps(config, target, code, workers_timeout=_WORKERS_EXIT_TIMEOUT)

@@ -12,7 +12,8 @@ import dataclasses
 import os
 import shutil
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import tensorflow as tf
 

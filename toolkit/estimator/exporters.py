@@ -4,7 +4,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = ["BestExporter", "FinalExporter", "LatestExporter"]
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from tf_config import Problem, TFConfig, TFConfigError
 
-__all__ = ["RunConfig", "RunConfigError", "ClusterSpecDict"]
+__all__ = ["ClusterSpecDict", "RunConfig", "RunConfigError"]
 
 _DEFAULT_CHECKPOINT_SECS = 600
 

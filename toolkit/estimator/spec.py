@@ -11,10 +11,10 @@ engine.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["ModeKeys", "EstimatorSpec", "TrainSpec", "EvalSpec", "SpecError"]
+__all__ = ["EstimatorSpec", "EvalSpec", "ModeKeys", "SpecError", "TrainSpec"]
 
 
 class SpecError(ValueError):

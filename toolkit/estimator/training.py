@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from toolkit.estimator._roles import role_of, serve_if_ps
 from toolkit.estimator.spec import EvalSpec, SpecError, TrainSpec
 
-__all__ = ["train_and_evaluate", "poll_checkpoints", "ROLES"]
+__all__ = ["ROLES", "poll_checkpoints", "train_and_evaluate"]
 
 logger = logging.getLogger(__name__)
 
