@@ -1,6 +1,8 @@
-"""The Estimator's use of between-graph replication (``strategies.between_graph``), from a ``RunConfig``."""
+"""The Estimator's between-graph replication (``strategies.between_graph``) from a ``RunConfig``, and its goodbye."""
 from __future__ import annotations
 
+import atexit
+import sys
 from typing import Any
 
 import tensorflow as tf
@@ -20,6 +22,8 @@ __all__ = [
 ]
 
 v1 = tf.compat.v1
+_WORKERS_EXIT_TIMEOUT = 120.0
+_goodbyes: set[str] = set()
 FastWorkerSessionCreator = between_graph.FastWorkerSessionCreator
 
 
@@ -87,3 +91,47 @@ def goodbye_ps(config: Any, target: str, code: int, *, workers_timeout: float) -
     between_graph.wait_for_workers(cluster, [w for w in _workers(config) if w != _chief(config)],
                                    timeout=workers_timeout)
     return between_graph.say_goodbye(cluster, target, *job_and_task(config), code)
+
+
+def release_sync_workers(spec: Any, config: Any) -> list[Any]:
+    """In a SyncReplicasOptimizer job: a hook that, when this task stops, unblocks the others' last steps."""
+    from toolkit.estimator._tf_compat import sync_optimizers
+
+    if config.is_local or config.num_worker_replicas < 2:
+        return []
+    return [_ReleaseTokensHook(opt.get_init_tokens_op(num_tokens=config.num_worker_replicas))
+            for opt in sync_optimizers([*spec.training_hooks, *spec.training_chief_hooks])]
+
+
+class _ReleaseTokensHook(v1.train.SessionRunHook):
+    """Gives each waiting sync worker a token when this task stops, so their last step returns.
+
+    TF1 left them blocked: a worker whose step waits for the token of an
+    update that needs a contribution from a task that has already stopped.
+    """
+
+    def __init__(self, tokens_op: Any) -> None:
+        self._op = tokens_op
+
+    def end(self, session: Any) -> None:
+        session.run(self._op)
+
+
+def arm_goodbye(config: Any, target: str) -> None:
+    """The chief ends the ps tasks when its process exits, after the workers have left."""
+    key = config.master
+    if key in _goodbyes:
+        return
+    _goodbyes.add(key)
+    atexit.register(goodbye, config, target)
+
+
+def goodbye(config: Any, target: str, code: int | None = None) -> list[str]:
+    """Waits for the workers to leave, then tells every ps to exit (0, or 1 after an uncaught exception)."""
+    if code is None:
+        code = 1 if getattr(sys, "last_value", None) is not None else 0
+    marker = f"done:{config.master}"
+    if marker in _goodbyes:
+        return []
+    _goodbyes.add(marker)
+    return goodbye_ps(config, target, code, workers_timeout=_WORKERS_EXIT_TIMEOUT)

@@ -14,12 +14,10 @@ Example:
 """
 from __future__ import annotations
 
-import atexit
 import copy
 import dataclasses
 import logging
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -37,8 +35,6 @@ __all__ = ["Estimator", "EstimatorError", "WarmStartSettings"]
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
 
-_WORKERS_EXIT_TIMEOUT = 120.0
-_goodbyes: set[str] = set()
 
 
 class EstimatorError(ValueError):
@@ -205,15 +201,18 @@ class Estimator:
             return self
         target = _session.server_target(self._config)
         distributed = not self._config.is_local and self._config.num_ps_replicas > 0
+        if not self._config.is_local and not distributed:
+            logger.warning("TF_CONFIG has no ps tasks: between-graph replication keeps the shared variables on "
+                           "the ps, so each task trains its own copy, as in TF1. Add a ps job to share them.")
         if distributed and self._config.is_chief:
             _session.chief_starts(self._config)
         with self._new_graph().as_default():
             spec, stop = self._train_graph(input_fn, steps, max_steps)
             all_hooks = [stop, v1.train.NanTensorHook(spec.loss), *spec.training_hooks, *hooks,
-                         *_release_sync_workers(spec, self._config)]
+                         *_session.release_sync_workers(spec, self._config)]
             self._run_training(spec, all_hooks, list(saving_listeners or []), target)
         if distributed and self._config.is_chief:
-            _arm_goodbye(self._config, target)
+            _session.arm_goodbye(self._config, target)
         elif distributed:
             _session.worker_done(self._config, target)
         return self
@@ -353,47 +352,3 @@ def _receiver(serving_input_receiver_fn: Any) -> Any:
         raise EstimatorError("serving_input_receiver_fn", f"serving_input_receiver_fn returned "
                              f"{type(receiver).__name__}; expected a ServingInputReceiver(features, receiver_tensors).")
     return receiver
-
-
-def _release_sync_workers(spec: EstimatorSpec, config: RunConfig) -> list[Any]:
-    """In a SyncReplicasOptimizer job: a hook that, when this task stops, unblocks the others' last steps."""
-    from toolkit.estimator._tf_compat import sync_optimizers
-
-    if config.is_local or config.num_worker_replicas < 2:
-        return []
-    return [_ReleaseTokensHook(opt.get_init_tokens_op(num_tokens=config.num_worker_replicas))
-            for opt in sync_optimizers([*spec.training_hooks, *spec.training_chief_hooks])]
-
-
-class _ReleaseTokensHook(v1.train.SessionRunHook):
-    """Gives each waiting sync worker a token when this task stops, so their last step returns.
-
-    TF1 left them blocked: a worker whose step waits for the token of an
-    update that needs a contribution from a task that has already stopped.
-    """
-
-    def __init__(self, tokens_op: Any) -> None:
-        self._op = tokens_op
-
-    def end(self, session: Any) -> None:
-        session.run(self._op)
-
-
-def _arm_goodbye(config: RunConfig, target: str) -> None:
-    """The chief ends the ps tasks when its process exits, after the workers have left."""
-    key = config.master
-    if key in _goodbyes:
-        return
-    _goodbyes.add(key)
-    atexit.register(goodbye, config, target)
-
-
-def goodbye(config: RunConfig, target: str, code: int | None = None) -> list[str]:
-    """Waits for the workers to leave, then tells every ps to exit (0, or 1 after an uncaught exception)."""
-    if code is None:
-        code = 1 if getattr(sys, "last_value", None) is not None else 0
-    marker = f"done:{config.master}"
-    if marker in _goodbyes:
-        return []
-    _goodbyes.add(marker)
-    return _session.goodbye_ps(config, target, code, workers_timeout=_WORKERS_EXIT_TIMEOUT)

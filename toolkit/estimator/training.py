@@ -61,7 +61,7 @@ def _run_ps(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple
 
 def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
     from toolkit.estimator import _session
-    from toolkit.estimator.estimator import goodbye
+    from toolkit.estimator._session import goodbye
 
     try:
         _train(estimator, train_spec)
