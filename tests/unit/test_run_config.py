@@ -126,7 +126,9 @@ def test_master_is_this_tasks_grpc_address_and_empty_locally_and_on_the_evaluato
     doc = {"cluster": _CLUSTER, "task": {"type": "worker", "index": 0}, "session_master": "grpc://other:9",
            "eval_session_master": "grpc://eval:9"}
     explicit = RunConfig(tf_config=doc)
-    assert explicit.master == "grpc://other:9" and explicit.evaluation_master == "grpc://eval:9"
+    assert explicit.master == "grpc://other:9" and explicit.evaluation_master == ""
+    evaluator = RunConfig(tf_config={**doc, "task": {"type": "evaluator", "index": 0}})
+    assert evaluator.evaluation_master == "grpc://eval:9" and evaluator.master == ""
 
 
 def test_evaluator_sees_an_empty_cluster_spec_and_is_not_chief():

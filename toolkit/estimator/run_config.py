@@ -6,7 +6,7 @@ Estimator's derivations, under TF's attribute names:
 
 * ``master``: ``grpc://host:port`` of this task (``session_master`` from
   TF_CONFIG if set; ``''`` locally and on the evaluator);
-* ``evaluation_master``: TF_CONFIG's ``eval_session_master``, else ``''``;
+* ``evaluation_master``: the evaluator's TF_CONFIG ``eval_session_master``, else ``''``;
 * ``cluster_spec``: ``{job: [addresses]}`` without the evaluator; the
   evaluator's own is empty, and it is not chief;
 * ``num_ps_replicas``, ``num_worker_replicas`` (workers + chief),
@@ -247,6 +247,9 @@ class RunConfig:
 
     @property
     def evaluation_master(self) -> str:
+        """The evaluator's TF_CONFIG ``eval_session_master``; ``''`` (in-process) otherwise, as in TF."""
+        if not self.is_evaluator:
+            return ""
         return _text(self._raw, "eval_session_master") or ""  # type: ignore[attr-defined]
 
     @property
