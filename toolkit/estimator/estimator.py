@@ -115,6 +115,7 @@ class Estimator:
                                  "checkpoint path or WarmStartSettings.")
         self._model_fn, self._params, self._config = model_fn, dict(params or {}), config
         self._warm_start = warm_start_from
+        self.last_local_steps = 0  # steps this task ran in its last train() call (between-graph: its own share)
 
     model_fn = property(lambda self: self._model_fn)
     params = property(lambda self: copy.deepcopy(self._params))
