@@ -1,7 +1,9 @@
-"""A digits/MNIST classifier written against toolkit.estimator: one script for every task.
+"""A digits/MNIST classifier as a classic TF1 Estimator script: feature columns, tf.layers, tf.metrics.
 
-Run it the way Estimator scripts always ran: once per task, each with its own
-TF_CONFIG. With no TF_CONFIG it trains and evaluates in this process.
+Written the way TF1 Estimator scripts were, with one difference: `import
+toolkit.compat.v1 as tf` instead of `import tensorflow as tf`. Run it once
+per task, each with its own TF_CONFIG; with no TF_CONFIG it trains and
+evaluates in this process.
 """
 from __future__ import annotations
 
@@ -19,13 +21,13 @@ distributed run (one terminal per task, same directory, same flags):
 
   ...then the same with "task": {"type": "chief", "index": 0}, {"type": "worker", "index": 0}
   and {"type": "worker", "index": 1}. Add "task": {"type": "evaluator", "index": 0} in a fifth
-  terminal for an evaluator that reports accuracy on every new checkpoint.
+  terminal for an evaluator that reports accuracy on new checkpoints and exports the model.
 
-The ps and worker tasks serve the chief and exit 0 when it is done; the chief trains
-(parameter-server strategy when the cluster has ps, multi-worker mirrored when it has
-several workers and no ps), evaluates the final checkpoint and exports a SavedModel.
-`tfdist tf-config generate --chief 1 --workers 2 --ps 1` prints the four exports, with
-free ports, ready to paste; `tfdist tf-config validate` checks one.
+Between-graph, as TF1 ran it: the chief and each worker are their own clients, each training
+on its own shard of the data, with the variables on the ps; the chief initialises them and
+writes the checkpoints. When training ends every process exits 0, the ps included.
+`tfdist tf-config generate --chief 1 --workers 2 --ps 1 --evaluator 1` prints the exports,
+with free ports, ready to paste; `tfdist tf-config validate` checks one.
 
 exit codes: 0 success (every task), 1 training failed or TF_CONFIG invalid, 2 bad flags.
 """
@@ -33,12 +35,12 @@ exit codes: 0 success (every task), 1 training failed or TF_CONFIG invalid, 2 ba
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Train a digits/MNIST classifier with toolkit.estimator, locally or on a TF_CONFIG cluster.",
+        description="Train a digits/MNIST classifier with a TF1-style Estimator, locally or on a TF_CONFIG cluster.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_dir", default="estimator_model",
                         help="checkpoints, summaries and exports; every task must see the same directory")
     parser.add_argument("--train_steps", type=int, default=1000, help="global steps to train")
-    parser.add_argument("--batch_size", type=int, default=64, help="global batch size")
+    parser.add_argument("--batch_size", type=int, default=64, help="batch size of each worker")
     parser.add_argument("--learning_rate", type=float, default=0.01)
     parser.add_argument("--eval_steps", type=int, default=None, help="evaluation batches (default: whole test set)")
     parser.add_argument("--save_checkpoints_steps", type=int, default=100)
@@ -51,61 +53,76 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def model_fn(features, labels, mode, params):
-    """TF1's classic model_fn, in Keras layers: hidden layer, logits, softmax head."""
-    import keras
+    """TF1's classic model_fn: feature columns, two dense layers, softmax cross-entropy, Adam."""
+    import toolkit.compat.v1 as tf
 
-    from toolkit.estimator import EstimatorSpec, ModeKeys
+    net = tf.feature_column.input_layer(features, params["feature_columns"])
+    net = tf.layers.dense(net, params["hidden_units"], activation=tf.nn.relu, name="hid")
+    logits = tf.layers.dense(net, params["num_classes"], name="sm")
+    classes = tf.argmax(logits, 1)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        predictions = {"classes": classes, "probabilities": tf.nn.softmax(logits)}
+        return tf.estimator.EstimatorSpec(mode, predictions=predictions)
+    loss = tf.losses.sparse_softmax_cross_entropy(labels=labels, logits=logits)
+    metrics = {"accuracy": tf.metrics.accuracy(labels=labels, predictions=classes)}
+    if mode == tf.estimator.ModeKeys.EVAL:
+        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+    optimizer = tf.train.AdamOptimizer(params["learning_rate"])
+    train_op = optimizer.minimize(loss, global_step=tf.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
-    x = keras.layers.Flatten(name="flatten")(features)
-    x = keras.layers.Dense(params["hidden_units"], activation="relu", name="hid")(x)
-    logits = keras.layers.Dense(params["num_classes"], name="sm")(x)
-    predictions = {"classes": keras.ops.argmax(logits, axis=-1), "probabilities": keras.ops.softmax(logits)}
-    if mode == ModeKeys.PREDICT:
-        return EstimatorSpec(mode, predictions=predictions)
-    loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    metrics = {"accuracy": keras.metrics.sparse_categorical_accuracy(labels, logits)}
-    return EstimatorSpec(mode, predictions=predictions, loss=loss, eval_metric_ops=metrics,
-                         optimizer=keras.optimizers.Adam(params["learning_rate"]))
 
-
-def _input_fns(args: argparse.Namespace):
-    import tensorflow as tf
+def _arrays(args: argparse.Namespace, split: str):
+    import numpy as np
 
     from toolkit import data
 
-    train = data.load(args.dataset, split="train", data_dir=args.data_dir)
-    test = data.load(args.dataset, split="test", data_dir=args.data_dir)
-    train_fn = train.dataset_fn(args.batch_size, seed=0)
+    source = data.load(args.dataset, split=split, data_dir=args.data_dir)
+    if hasattr(source, "features"):
+        images, labels = source.features, source.labels
+    else:  # TFDS: materialise the (small) split
+        import tensorflow
 
-    def train_input_fn(input_context):
-        return train_fn(input_context)
-
-    def eval_input_fn():
-        return test.dataset_fn(args.batch_size, shuffle=False, repeat=False, drop_remainder=False)(
-            tf.distribute.InputContext())
-
-    return train_input_fn, eval_input_fn, train.num_classes
+        batches = list(source.dataset_fn(1000, shuffle=False, repeat=False, drop_remainder=False)(
+            tensorflow.distribute.InputContext()))
+        images, labels = (np.concatenate([b[i].numpy() for b in batches]) for i in (0, 1))
+    return images.reshape(len(images), -1).astype("float32"), labels.astype("int64"), int(source.num_classes)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    import toolkit.compat.v1 as tf
     from tf_config import TFConfigError
 
-    from toolkit.estimator import Estimator, EvalSpec, RunConfig, TrainSpec, train_and_evaluate
-
     try:
-        config = RunConfig(model_dir=args.model_dir, save_checkpoints_steps=args.save_checkpoints_steps)
+        config = tf.estimator.RunConfig(model_dir=args.model_dir, save_checkpoints_steps=args.save_checkpoints_steps)
     except TFConfigError as exc:
         print(f"estimator.py: {exc}", file=sys.stderr)
         return 1
-    train_input_fn, eval_input_fn, num_classes = _input_fns(args)
-    estimator = Estimator(model_fn, config=config, params={
-        "hidden_units": 100, "num_classes": num_classes, "learning_rate": args.learning_rate})
-    result, exports = train_and_evaluate(
-        estimator, TrainSpec(train_input_fn, max_steps=args.train_steps),
-        EvalSpec(eval_input_fn, steps=args.eval_steps, throttle_secs=args.throttle_secs))
+    train_x, train_y, num_classes = _arrays(args, "train")
+    test_x, test_y, _ = _arrays(args, "test")
+    columns = [tf.feature_column.numeric_column("pixels", shape=(train_x.shape[1],))]
+
+    def train_input_fn(input_context):
+        dataset = tf.data.Dataset.from_tensor_slices(({"pixels": train_x}, train_y))
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        return dataset.shuffle(2000, seed=input_context.input_pipeline_id).repeat().batch(args.batch_size)
+
+    def eval_input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"pixels": test_x}, test_y)).batch(args.batch_size)
+
+    estimator = tf.estimator.Estimator(model_fn, config=config, params={
+        "feature_columns": columns, "hidden_units": 100, "num_classes": num_classes,
+        "learning_rate": args.learning_rate})
+    serving = tf.estimator.export.build_parsing_serving_input_receiver_fn(
+        tf.feature_column.make_parse_example_spec(columns))
+    result, exports = tf.estimator.train_and_evaluate(
+        estimator, tf.estimator.TrainSpec(train_input_fn, max_steps=args.train_steps),
+        tf.estimator.EvalSpec(eval_input_fn, steps=args.eval_steps, start_delay_secs=0,
+                              throttle_secs=args.throttle_secs,
+                              exporters=[tf.estimator.LatestExporter("exporter", serving)]))
     task = "local" if config.is_local else f"{config.task_type}-{config.task_id}"
     if result is not None:
         print(f"[{task}] global_step={result['global_step']} accuracy={result['accuracy']:.4f} "

@@ -1,4 +1,4 @@
-"""TensorFlow's old official mnist_replica.py, ported to TF 2: same flags, same experiments.
+"""TensorFlow's old official mnist_replica.py, between-graph as TF1 ran it: same flags, same experiments.
 
 Between-graph async (1 ps, 2 workers):
 
@@ -7,28 +7,34 @@ Between-graph async (1 ps, 2 workers):
   python mnist_replica.py --num_gpus=0 --job_name=worker --task_index=1 --train_steps=2000
 
 Add --sync_replicas to the workers for synchronous updates, and
---ps_hosts=localhost:2222,localhost:2225 to every task for two ps (the
-coordinator prints where each variable lives).
+--ps_hosts=localhost:2222,localhost:2225 to every task for two ps (each worker
+prints where each variable lives, in TF's device placement format).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import sys
+import time
 
 _EPILOG = """\
-how the TF1 process model maps onto TF 2: worker 0 (TF1's chief) coordinates a
-ParameterServerStrategy; a child process serves its worker slot. ps tasks and the other
-workers serve until worker 0 says goodbye, then exit 0. Training stops when the GLOBAL
-step reaches --train_steps: async, every worker step is an update; --sync_replicas,
---replicas_to_aggregate worker steps (default: one per worker) make one update and
-contributions computed on an outdated step are dropped and counted (stale).
-Workers not listening after --worker_wait_secs are left out, so worker 0 alone still
-trains (with --sync_replicas and 2 workers: one global step per two of its steps).
+as in TF1: every worker is its own client with its own graph and its own shard of the
+training data (worker i reads examples i, i+N, i+2N, ... of N workers); the variables live
+on the ps tasks (replica_device_setter: several ps split them); worker 0 is the chief and
+initialises them, the others start stepping as soon as it has. Training stops when the
+GLOBAL step reaches --train_steps: async, every worker step is an update; --sync_replicas
+(SyncReplicasOptimizer), --replicas_to_aggregate worker steps (default: one per worker)
+make one update, so with 2 workers their local steps add up to about twice --train_steps
+(a chief alone takes two local steps per global step).
+At the end the chief waits up to --worker_wait_secs for the other workers to finish, then
+tells the ps tasks to exit: every process exits 0.
 
 data: MNIST from a prepared TFDS directory (--data_dir), else the embedded 8x8 digits.
-exit codes: 0 success, 1 failure, 2 bad flags, 3 (servers) the coordinator vanished.
+exit codes: 0 success, 1 failure, 2 bad flags, 3 (ps) the chief vanished.
 """
+
+logger = logging.getLogger("mnist_replica")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -48,61 +54,157 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="contributions per update (default: number of workers)")
     parser.add_argument("--data_dir", default=None, help="TFDS directory holding a prepared 'mnist'")
     parser.add_argument("--worker_wait_secs", type=float, default=60.0,
-                        help="worker 0: how long to wait for the other workers before training without them")
+                        help="chief: how long to wait for the other workers to finish before ending the ps tasks")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     return parser.parse_args(argv)
 
 
-def _data(data_dir: str | None, batch_size: int):
+def _cluster(args: argparse.Namespace) -> dict[str, list[str]]:
+    from tf_config import TFConfig
+
+    cluster = {"ps": args.ps_hosts.split(","), "worker": args.worker_hosts.split(",")}
+    TFConfig.from_dict({"cluster": cluster, "task": {"type": args.job_name, "index": args.task_index}})
+    for name in ("train_steps", "batch_size", "hidden_units"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} is {getattr(args, name)}; expected a positive integer.")
+    if args.replicas_to_aggregate is not None and args.replicas_to_aggregate < 1:
+        raise ValueError(f"--replicas_to_aggregate is {args.replicas_to_aggregate}; expected a positive integer.")
+    return cluster
+
+
+def shard_indices(num_examples: int, num_workers: int, task_index: int) -> list[int]:
+    """The examples worker ``task_index`` trains on: every ``num_workers``-th, starting at its index."""
+    return list(range(task_index, num_examples, num_workers))
+
+
+def fingerprint(indices: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, indices)).encode()).hexdigest()[:12]
+
+
+def _data(args: argparse.Namespace, num_workers: int):
+    import numpy as np
+
     from toolkit import data
 
-    if data_dir:
-        train, test = (data.load("tfds:mnist", split=s, data_dir=data_dir) for s in ("train", "test"))
-        images, labels = _materialise(test)
+    if args.data_dir:
+        import tensorflow as tf
+
+        def arrays(split):
+            batches = list(data.load("tfds:mnist", split=split, data_dir=args.data_dir).dataset_fn(
+                1000, shuffle=False, repeat=False, drop_remainder=False)(tf.distribute.InputContext()))
+            return (np.concatenate([b[0].numpy() for b in batches]), np.concatenate([b[1].numpy() for b in batches]))
+
+        (x, y), (tx, ty) = arrays("train"), arrays("test")
     else:
-        logging.getLogger("mnist_replica").warning("no --data_dir: training on the embedded 8x8 digits")
+        logger.warning("no --data_dir: training on the embedded 8x8 digits")
         train, test = data.load("digits"), data.load("digits", split="test")
-        images, labels = test.features, test.labels
-    return train.dataset_fn(batch_size, seed=0), (images, labels), int(train.num_classes), train.input_shape
+        (x, y), (tx, ty) = (train.features, train.labels), (test.features, test.labels)
+    x, tx = x.reshape(len(x), -1).astype("float32"), tx.reshape(len(tx), -1).astype("float32")
+    shard = shard_indices(len(x), num_workers, args.task_index)
+    print(f"worker {args.task_index}: data shard {args.task_index} of {num_workers}: {len(shard)} examples "
+          f"of {len(x)} (fingerprint {fingerprint(shard)})", flush=True)
+    return x[shard], y[shard].astype("int64"), tx, ty.astype("int64"), int(max(y.max(), ty.max())) + 1
 
 
-def _materialise(split):
+def _build(args: argparse.Namespace, cluster: dict, num_features: int, classes: int):
+    """TF1's graph: variables on the ps by replica_device_setter, the rest on this worker."""
+    import tensorflow as tf
+
+    from strategies import between_graph
+
+    v1 = tf.compat.v1
+    num_workers = len(cluster["worker"])
+    with v1.device(between_graph.replica_setter(cluster, "worker", args.task_index)):
+        global_step = v1.train.get_or_create_global_step()
+        hid_w = v1.Variable(v1.truncated_normal([num_features, args.hidden_units], stddev=1.0 / num_features ** 0.5),
+                            name="hid_w")
+        hid_b = v1.Variable(v1.zeros([args.hidden_units]), name="hid_b")
+        sm_w = v1.Variable(v1.truncated_normal([args.hidden_units, classes], stddev=1.0 / args.hidden_units ** 0.5),
+                           name="sm_w")
+        sm_b = v1.Variable(v1.zeros([classes]), name="sm_b")
+        x = v1.placeholder(tf.float32, [None, num_features])
+        y_ = v1.placeholder(tf.int64, [None])
+        hid = tf.nn.relu(v1.nn.xw_plus_b(x, hid_w, hid_b))
+        logits = v1.nn.xw_plus_b(hid, sm_w, sm_b)
+        cross_entropy = v1.losses.sparse_softmax_cross_entropy(y_, logits)
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), y_), tf.float32))
+        opt = v1.train.AdamOptimizer(args.learning_rate)
+        hooks = []
+        if args.sync_replicas:
+            opt = v1.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=args.replicas_to_aggregate or num_workers,
+                                                 total_num_replicas=num_workers, name="mnist_sync_replicas")
+            hooks.append(opt.make_session_run_hook(args.task_index == 0))
+        train_step = opt.minimize(cross_entropy, global_step=global_step)
+        release = opt.get_init_tokens_op(num_tokens=num_workers) if args.sync_replicas else None
+    return {"x": x, "y": y_, "train": train_step, "step": global_step, "loss": cross_entropy, "acc": accuracy,
+            "hooks": hooks, "release": release}
+
+
+def _placement(run_metadata, variables) -> list[str]:
+    """``name: (Op): device`` lines for the variables, from the partition graphs TF really ran."""
+    names = {v.op.name: v.op.type for v in variables}
+    lines = set()
+    for graph in run_metadata.partition_graphs:
+        for node in graph.node:
+            if node.name in names:
+                lines.add(f"{node.name}: ({names[node.name]}): {node.device}")
+    return sorted(lines)
+
+
+def _train(args: argparse.Namespace, cluster: dict) -> int:
     import numpy as np
     import tensorflow as tf
 
-    batches = list(split.dataset_fn(1000, shuffle=False, repeat=False, drop_remainder=False)(tf.distribute.InputContext()))
-    return np.concatenate([b[0].numpy() for b in batches]), np.concatenate([b[1].numpy() for b in batches])
+    from strategies import between_graph
 
-
-def _coordinate(args: argparse.Namespace, job) -> int:
-    import math
-
-    from toolkit.estimator import replica
-    from toolkit.estimator.replica_train import ReplicaNet, train_replicas
-
-    child = replica.start_slot_server(job)
-    code = 1
-    try:
-        workers = replica.live_workers(job, wait_secs=args.worker_wait_secs)
-        cfg = replica.coordinator_config(job, workers)
-        strategy = replica.make_coordinator_strategy(cfg)
-        dataset_fn, eval_data, classes, shape = _data(args.data_dir, args.batch_size)
-        aggregate = (args.replicas_to_aggregate or len(job.worker_hosts)) if args.sync_replicas else None
-        result = train_replicas(
-            strategy, net_fn=lambda: ReplicaNet(math.prod(shape), args.hidden_units, classes),
-            dataset_fn=dataset_fn, eval_data=eval_data, train_steps=args.train_steps,
-            learning_rate=args.learning_rate, workers=len(workers), aggregate=aggregate)
-        for path, device in result.placement:
-            print(f"placement: {path}: {device}", flush=True)
-        steps = ", ".join(f"worker-{i}={n}" for i, n in enumerate(result.local_steps))
-        mode = f"sync aggregate={aggregate}" if aggregate else "async"
-        print(f"training done ({mode}): global_step={result.global_step} local_steps: {steps} "
-              f"total_local_steps={sum(result.local_steps)} stale={result.stale} pending={result.pending}", flush=True)
-        print(f"final loss {result.final_loss:.4f}, test accuracy {result.accuracy:.4f}", flush=True)
-        code = 0
-    finally:
-        child_code = replica.goodbye(job, child, code)
-    return code or child_code
+    v1 = tf.compat.v1
+    is_chief, num_workers = args.task_index == 0, len(cluster["worker"])
+    target = between_graph.start_server(cluster, "worker", args.task_index)
+    others = [("worker", i) for i in range(1, num_workers)]
+    if is_chief:
+        between_graph.clear_done_files(cluster, others)
+    x, y, tx, ty, classes = _data(args, num_workers)
+    with tf.Graph().as_default():
+        ops = _build(args, cluster, x.shape[1], classes)
+        scaffold = v1.train.Scaffold()
+        proto = between_graph.session_config("worker", args.task_index)
+        creator = (v1.train.ChiefSessionCreator(scaffold=scaffold, master=target, config=proto) if is_chief
+                   else between_graph.FastWorkerSessionCreator(scaffold, target, proto))
+        rng = np.random.RandomState(args.task_index)
+        local_step, step, started = 0, 0, time.monotonic()
+        # the sync chief's queue runner may wait for gradients that will never come: don't give it TF's 120 s
+        with v1.train.MonitoredSession(session_creator=creator, hooks=ops["hooks"],
+                                       stop_grace_period_secs=between_graph.STOP_GRACE_SECS) as sess:
+            print(f"worker {args.task_index}: session ready after {time.monotonic() - started:.1f} s", flush=True)
+            options = v1.RunOptions(output_partition_graphs=True)
+            metadata = v1.RunMetadata()
+            while True:
+                batch = rng.randint(0, len(x), args.batch_size)
+                feed = {ops["x"]: x[batch], ops["y"]: y[batch]}
+                _, step = sess.run([ops["train"], ops["step"]], feed_dict=feed,
+                                   **({"options": options, "run_metadata": metadata} if local_step == 0 else {}))
+                if local_step == 0:
+                    for line in _placement(metadata, v1.global_variables()):
+                        print(line, flush=True)
+                local_step += 1
+                if local_step % 100 == 0:
+                    print(f"{time.time():f}: Worker {args.task_index}: training step {local_step} done "
+                          f"(global step: {step})", flush=True)
+                if step >= args.train_steps:
+                    break
+            if ops["release"] is not None:  # the others' last steps may wait for a token: hand them one each
+                sess.run(ops["release"])
+            loss, accuracy = sess.run([ops["loss"], ops["acc"]], feed_dict={ops["x"]: tx, ops["y"]: ty})
+    mode = f"sync aggregate={args.replicas_to_aggregate or num_workers}" if args.sync_replicas else "async"
+    print(f"worker {args.task_index}: training done ({mode}): local_steps={local_step} global_step={step}", flush=True)
+    print(f"After {args.train_steps} training step(s), validation cross entropy = {loss:g}, "
+          f"test accuracy {accuracy:.4f}", flush=True)
+    if is_chief:
+        between_graph.wait_for_workers(cluster, others, timeout=args.worker_wait_secs)
+        between_graph.say_goodbye(cluster, target, "worker", 0, 0)
+    else:
+        between_graph.report_done(cluster, target, "worker", args.task_index, chief=("worker", 0))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,20 +213,20 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     from tf_config import TFConfigError
 
-    from toolkit.estimator.replica import ReplicaJob
-
     try:
-        job = ReplicaJob.from_flags(args.job_name, args.task_index, args.ps_hosts, args.worker_hosts)
+        cluster = _cluster(args)
     except (TFConfigError, ValueError) as exc:
         print(f"mnist_replica.py: {exc}", file=sys.stderr)
         return 2
     if args.num_gpus:
-        logging.getLogger("mnist_replica").warning("--num_gpus=%d: GPUs are used if TensorFlow sees them", args.num_gpus)
-    if not job.is_coordinator:
+        logger.warning("--num_gpus=%d: GPUs are used if TensorFlow sees them", args.num_gpus)
+    if args.job_name == "ps":
         from strategies import serve
+        from tf_config import TFConfig
 
-        return serve(job.server_config())
-    return _coordinate(args, job)
+        # the ps tasks watch worker 0 (TF1's chief) and exit on its goodbye
+        return serve(TFConfig.from_dict({"cluster": cluster, "task": {"type": "ps", "index": args.task_index}}))
+    return _train(args, cluster)
 
 
 if __name__ == "__main__":

@@ -164,22 +164,38 @@ def _scenarios(out: Path) -> None:
                              "head_slots": [variable_device(v) for v in fit_optimizers[-1].variables
                                             if v.path.split("/")[-1].startswith("head_")]}
 
-    from toolkit.estimator import Estimator, EstimatorSpec, RunConfig
+    import toolkit.compat.v1 as tf1
+    from toolkit.estimator import Estimator, EstimatorSpec, ModeKeys, RunConfig
 
-    nets = []
+    placed: dict = {}
 
-    def model_fn(features, labels, mode, params):
-        nets.append(dm.build(_model))
-        predictions = nets[-1](features)
-        loss = None if labels is None else keras.ops.mean((predictions - labels) ** 2, axis=-1)
-        return EstimatorSpec(mode, predictions=predictions, loss=loss, optimizer=keras.optimizers.Adam(0.02))
+    class _Placement(tf1.train.SessionRunHook):  # where TF really put each variable (its partition graphs)
+        def before_run(self, run_context):
+            return tf1.train.SessionRunArgs(None, options=tf1.RunOptions(output_partition_graphs=True))
 
-    estimator = Estimator(model_fn, config=RunConfig(model_dir=str(out.parent / "estimator")))
-    estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32), max_steps=120)
+        def after_run(self, run_context, run_values):
+            for graph in run_values.run_metadata.partition_graphs:
+                placed.update({node.name: node.device for node in graph.node if node.op == "VarHandleOp"})
+
+    def model_fn(features, labels, mode):  # TF1 model parallelism: tf.device around each part of the graph
+        with tf1.device("/device:CPU:1"):
+            hidden = tf1.layers.dense(features, 8, activation=tf1.nn.relu, name="tf1_encoder")
+        with tf1.device("/device:CPU:2"):
+            predictions = tf1.layers.dense(hidden, 1, name="tf1_head")
+        if mode == ModeKeys.PREDICT:
+            return EstimatorSpec(mode, predictions=predictions)
+        loss = tf1.losses.mean_squared_error(labels, predictions)
+        train_op = tf1.train.AdamOptimizer(0.02).minimize(loss, global_step=tf1.train.get_global_step())
+        return EstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=[_Placement()])
+
+    session_config = tf1.ConfigProto(device_count={"CPU": 3})  # a TF1 session's own view of the logical CPUs
+    estimator = Estimator(model_fn, config=RunConfig(model_dir=str(out.parent / "estimator"), tf_config={},
+                                                     session_config=session_config))
+    estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32), max_steps=300)
     metrics = estimator.evaluate(lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(64))
     result["estimator"] = {"loss": float(metrics["loss"]), "label_variance": float(np.var(y)),
-                           "models": len(nets),
-                           "head": sorted({variable_device(v) for net in nets for v in net.get_layer("head").weights})}
+                           "head": sorted({placed.get("tf1_head/kernel"), placed.get("tf1_head/bias")}),
+                           "encoder": placed.get("tf1_encoder/kernel")}
 
     class Subclassed(keras.Model):
         def __init__(self):
@@ -256,9 +272,8 @@ def test_mapped_models_train_with_toolkit_fit(placed, no_orphans):
 
 
 def test_mapped_models_train_with_the_estimator_api(placed, no_orphans):
-    trained = placed[0]["estimator"]
-    assert trained["models"] >= 2  # one model per mode (train, evaluate), every one mapped
-    assert trained["head"] == [_CPU.format(2)]
+    trained = placed[0]["estimator"]  # a TF1 model_fn placing its layers with tf.device, in graph mode
+    assert trained["head"] == [_CPU.format(2)] and trained["encoder"] == _CPU.format(1)
     assert trained["loss"] < 0.1 * trained["label_variance"]
 
 

@@ -86,22 +86,22 @@ def test_estimator_error_cases_raise_tf_config_errors(doc, field, text):
     assert info.value.field.startswith(field)
 
 
-def test_strategy_rules_apply_to_train_distribute():
-    with pytest.raises(TFConfigError):
-        _config("chief", 0, {"chief": ["h:1"], "worker": ["h:2"]}, train_distribute="parameter_server")
-    assert _config("chief", 0, train_distribute="parameter_server").train_distribute == "parameter_server"
+def test_train_distribute_is_refused_with_the_between_graph_fix():
+    with pytest.raises(RunConfigError, match="between-graph") as info:
+        _config("chief", 0, train_distribute="parameter_server")
+    assert info.value.field == "train_distribute"
 
 
 @pytest.mark.parametrize("kwargs,field", [
     ({"save_checkpoints_steps": 0}, "save_checkpoints_steps"),
+    ({"save_checkpoints_secs": 0}, "save_checkpoints_secs"),
     ({"save_summary_steps": -1}, "save_summary_steps"),
     ({"keep_checkpoint_max": 1.5}, "keep_checkpoint_max"),
     ({"log_step_count_steps": True}, "log_step_count_steps"),
-    ({"replicas_to_aggregate": 0}, "replicas_to_aggregate"),
-    ({"train_distribute": "tpu"}, "train_distribute"),
+    ({"tf_random_seed": "7"}, "tf_random_seed"),
     ({"model_dir": ""}, "model_dir"),
     ({"tf_config": 3}, "tf_config"),
-    ({"sync_replicas": "yes"}, "sync_replicas"),
+    ({"device_fn": "ps"}, "device_fn"),
 ])
 def test_bad_arguments_name_the_field(kwargs, field):
     with pytest.raises(RunConfigError, match=f"RunConfig `{field}` is") as info:
@@ -109,11 +109,46 @@ def test_bad_arguments_name_the_field(kwargs, field):
     assert info.value.field == field
 
 
-def test_sync_replicas_needs_ps_and_defaults_to_one_per_worker():
-    with pytest.raises(RunConfigError, match="no ps"):
-        _config("chief", 0, {"chief": ["h:1"], "worker": ["h:2"]}, sync_replicas=True)
-    assert _config("chief", 0, sync_replicas=True).aggregate == 2
-    assert _config("chief", 0, sync_replicas=True, replicas_to_aggregate=3).aggregate == 3
+def test_checkpoint_steps_and_secs_exclude_each_other_and_default_to_600_secs():
+    with pytest.raises(RunConfigError, match="at most one") as info:
+        RunConfig(tf_config={}, save_checkpoints_steps=10, save_checkpoints_secs=10)
+    assert info.value.field == "save_checkpoints_steps"
+    assert RunConfig(tf_config={}).checkpoint_every == {"save_checkpoints_steps": None, "save_checkpoints_secs": 600}
+    assert RunConfig(tf_config={}, save_checkpoints_steps=5).checkpoint_every["save_checkpoints_steps"] == 5
+
+
+def test_master_is_this_tasks_grpc_address_and_empty_locally_and_on_the_evaluator():
+    assert _config("chief", 0).master == "grpc://h:1"
+    assert _config("worker", 1).master == "grpc://h:3"
+    assert _config("ps", 1).master == "grpc://h:5"
+    assert _config("evaluator", 0).master == "" and RunConfig(tf_config={}).master == ""
+    assert _config("evaluator", 0).evaluation_master == ""
+    doc = {"cluster": _CLUSTER, "task": {"type": "worker", "index": 0}, "session_master": "grpc://other:9"}
+    explicit = RunConfig(tf_config=doc)
+    assert explicit.master == "grpc://other:9" and explicit.evaluation_master == ""
+    evaluator = RunConfig(tf_config={**doc, "task": {"type": "evaluator", "index": 0},
+                                     "eval_session_master": "grpc://eval:9"})
+    assert evaluator.evaluation_master == "grpc://eval:9" and evaluator.master == ""
+
+
+def test_evaluator_sees_an_empty_cluster_spec_and_is_not_chief():
+    config = _config("evaluator", 0, {**_CLUSTER, "evaluator": ["h:9"]})
+    assert config.cluster_spec == {} and not config.cluster_spec and not config.is_chief
+    listed = {**_CLUSTER, "evaluator": ["h:9"]}
+    chief = _config("chief", 0, listed)  # TF's RunConfig keeps a listed evaluator in the others' cluster_spec
+    assert chief.cluster_spec == listed and chief.cluster_spec.num_tasks("ps") == 2
+    assert chief.cluster_spec.as_dict() == listed and sorted(chief.cluster_spec.jobs) == sorted(listed)
+
+
+def test_model_dir_may_come_from_tf_config(monkeypatch):
+    doc = {"cluster": _CLUSTER, "task": {"type": "worker", "index": 0}, "model_dir": "runs/from-env"}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(doc))
+    assert RunConfig().model_dir == "runs/from-env"
+    assert RunConfig(model_dir="runs/from-env").model_dir == "runs/from-env"
+    assert RunConfig().replace(save_summary_steps=7).model_dir == "runs/from-env"
+    with pytest.raises(RunConfigError, match="TF_CONFIG's `model_dir` is 'runs/from-env'") as info:
+        RunConfig(model_dir="runs/other")
+    assert info.value.field == "model_dir"
 
 
 def test_replace_validates_again():
@@ -130,7 +165,7 @@ def test_master_evaluation_master_and_model_dir_as_tensorflow_reads_them():
            "model_dir": "gs://b/model"}
     config = RunConfig(tf_config=doc)
     assert (config.master, config.model_dir) == ("grpc://m:1", "gs://b/model")
-    with pytest.raises(RunConfigError, match="TF_CONFIG `model_dir` is 'gs://b/model'; they must agree"):
+    with pytest.raises(RunConfigError, match="but TF_CONFIG's `model_dir` is 'gs://b/model'; pass the same path, or only one"):
         RunConfig(tf_config=doc, model_dir="elsewhere")
     evaluator = RunConfig(tf_config={"cluster": _CLUSTER, "task": {"type": "evaluator", "index": 0},
                                      "eval_session_master": "grpc://e:1"})
@@ -146,3 +181,12 @@ def test_serve_timeouts_are_run_config_options():
     with pytest.raises(RunConfigError) as info:
         RunConfig(chief_lost_after=0)
     assert info.value.field == "chief_lost_after" and "is 0; expected a positive number of seconds" in str(info.value)
+
+
+def test_building_a_run_config_does_not_import_tensorflow():
+    import subprocess
+    import sys
+
+    code = ("import sys; from toolkit.estimator import RunConfig, EstimatorSpec, TrainSpec; "
+            "RunConfig(tf_config={}); assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,14 +1,43 @@
-"""Estimator-style training on TF 2 and Keras 3: ``tf.estimator``'s workflow, on the toolkit's engine.
+"""``tf.estimator`` for TF 2.21: the graph-mode engine, distributed between-graph by TF_CONFIG.
 
-``tf.estimator`` is gone from TensorFlow 2.16+, yet its workflow (one script,
-started in every task with its own TF_CONFIG) is what the toolkit is about. A
-``model_fn`` written once runs unchanged locally and on a cluster; only the
-TF_CONFIG changes.
+Real TF1 / TF 2.x Estimator code runs here: ``model_fn`` is called inside a
+``tf.Graph`` with graph tensors and builds ``tf.compat.v1`` ops (layers from
+``tf_keras``' legacy v1 layers, or ``toolkit.compat.v1``'s ``tf.layers``).
+Eager mode is never switched off for the process, so Keras 3 code
+(``toolkit.fit``) keeps working beside it.
+
+Public API (names and signatures as in ``tf.estimator``):
+
+* ``Estimator(model_fn, model_dir=None, config=None, params=None, warm_start_from=None)``
+  with ``train(input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None)``,
+  ``evaluate(input_fn, steps=None, hooks=None, checkpoint_path=None, name=None)`` -> dict with
+  ``loss``, ``global_step`` and each metric, ``predict(input_fn, predict_keys=None, hooks=None,
+  checkpoint_path=None, yield_single_examples=True)``, ``export_saved_model(export_dir_base,
+  serving_input_receiver_fn, ...)``, ``latest_checkpoint()``, ``get_variable_value(name)``,
+  ``get_variable_names()``; ``model_dir``, ``config``, ``params``.
+* ``EstimatorSpec(mode, predictions, loss, train_op, eval_metric_ops, export_outputs,
+  training_chief_hooks, training_hooks, scaffold, evaluation_hooks, prediction_hooks)``;
+  ``ModeKeys`` (TRAIN ``'train'``, EVAL ``'eval'``, PREDICT ``'infer'``).
+* ``RunConfig(model_dir, tf_random_seed, save_summary_steps, save_checkpoints_steps,
+  save_checkpoints_secs, session_config, keep_checkpoint_max, ..., tf_config=None)`` with
+  ``master``, ``evaluation_master``, ``cluster_spec``, ``task_type``, ``task_id``, ``is_chief``,
+  ``num_ps_replicas``, ``num_worker_replicas``, ``global_id_in_cluster`` from TF_CONFIG.
+* ``TrainSpec``, ``EvalSpec``, ``train_and_evaluate``; ``LatestExporter``, ``BestExporter``,
+  ``FinalExporter``; ``WarmStartSettings``.
+* ``export``: ``ServingInputReceiver``, ``build_parsing_serving_input_receiver_fn``,
+  ``build_raw_serving_input_receiver_fn``, ``PredictOutput``, ``ClassificationOutput``,
+  ``RegressionOutput`` (also at the top level).
+* Canned estimators (``DNNClassifier``, ``DNNRegressor``, ``LinearClassifier``,
+  ``LinearRegressor``, ``DNNLinearCombinedClassifier``, ``DNNLinearCombinedRegressor``)
+  from ``toolkit.estimator.canned``.
+
+Errors: ``EstimatorError``, ``SpecError``, ``RunConfigError`` (each ``ValueError`` with
+``.field``); an invalid TF_CONFIG raises ``tf_config.TFConfigError``.
 
 Example:
     >>> from toolkit.estimator import Estimator, RunConfig, TrainSpec, EvalSpec, train_and_evaluate  # doctest: +SKIP
-    >>> est = Estimator(model_fn, config=RunConfig(model_dir="runs/digits"))
-    >>> metrics, exports = train_and_evaluate(est, TrainSpec(train_fn, max_steps=500), EvalSpec(eval_fn))
+    >>> est = Estimator(model_fn, config=RunConfig(model_dir="runs/iris"))
+    >>> train_and_evaluate(est, TrainSpec(train_fn, max_steps=500), EvalSpec(eval_fn))
 """
 from __future__ import annotations
 
@@ -26,13 +55,28 @@ _EXPORTS: dict[str, str] = {
     "RunConfigError": "toolkit.estimator.run_config",
     "Estimator": "toolkit.estimator.estimator",
     "EstimatorError": "toolkit.estimator.estimator",
+    "WarmStartSettings": "toolkit.estimator.estimator",
     "train_and_evaluate": "toolkit.estimator.training",
+    "LatestExporter": "toolkit.estimator.exporters",
+    "BestExporter": "toolkit.estimator.exporters",
+    "FinalExporter": "toolkit.estimator.exporters",
+    "ServingInputReceiver": "toolkit.estimator.export",
+    "PredictOutput": "toolkit.estimator.export",
+    "ClassificationOutput": "toolkit.estimator.export",
+    "RegressionOutput": "toolkit.estimator.export",
+    "build_parsing_serving_input_receiver_fn": "toolkit.estimator.export",
+    "build_raw_serving_input_receiver_fn": "toolkit.estimator.export",
 }
+_CANNED = ("DNNClassifier", "DNNRegressor", "LinearClassifier", "LinearRegressor",
+           "DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor")
+_EXPORTS.update({name: "toolkit.estimator.canned" for name in _CANNED})
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "export"])
 
 
 def __getattr__(name: str) -> Any:
+    if name == "export":
+        return importlib.import_module("toolkit.estimator.export")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'toolkit.estimator' has no attribute {name!r}")

@@ -1,165 +1,141 @@
-"""From a model_fn to one Keras functional model per mode.
-
-TF1 called model_fn inside a graph and matched variables between the train,
-eval and predict graphs by name through checkpoints. Here model_fn is called
-with symbolic ``keras.Input``s shaped like the input_fn's batches; what it
-returns becomes a functional model whose outputs are ``loss``, ``predictions``
-and ``metrics``. Each mode gets its own model, and state moves between them
-through checkpoints, as in Estimator: the layers a model_fn creates (in the
-same order in every mode) are matched by their position in the model, and a
-mismatch fails loudly at restore time.
-"""
+"""Inside the graph: calling input_fn and model_fn the way ``tf.estimator`` did, and checking what they return."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-import keras
 import tensorflow as tf
 
-from toolkit.estimator.spec import EstimatorSpec, ModeKeys, SpecError
+from toolkit.estimator.spec import EstimatorSpec, ModeKeys, SpecError, is_metric_object
 
-__all__ = ["ModeModel", "build_mode_model", "call_input_fn", "element_spec", "make_forward", "metric_fns"]
+__all__ = ["call_input_fn", "call_model_fn", "check_tensors", "metric_ops"]
+
+v1 = tf.compat.v1
 
 
-def call_input_fn(input_fn: Callable[..., Any], context: tf.distribute.InputContext | None = None) -> Any:
-    """Calls ``input_fn()``, or ``input_fn(input_context)`` if it takes an argument."""
+def _arg_names(fn: Callable[..., Any]) -> tuple[set[str], bool]:
     try:
-        takes_context = bool(inspect.signature(input_fn).parameters)
+        params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        takes_context = False
-    if takes_context:
-        return input_fn(context or tf.distribute.InputContext())
-    dataset = input_fn()
-    if context is not None and context.num_input_pipelines > 1 and isinstance(dataset, tf.data.Dataset):
-        dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
-    return dataset
+        return set(), False
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return set(params), var_kw
 
 
-def element_spec(input_fn: Callable[..., Any]) -> tuple[Any, Any]:
-    """``(features_spec, labels_spec or None)`` of the batches ``input_fn`` yields."""
-    dataset = call_input_fn(input_fn)
-    if not isinstance(dataset, tf.data.Dataset):
-        raise SpecError("input_fn", f"input_fn returned {type(dataset).__name__}; expected a tf.data.Dataset of "
-                        "batched (features, labels) pairs, e.g. tf.data.Dataset.from_tensor_slices((x, y)).batch(32).")
-    spec = dataset.element_spec
-    if isinstance(spec, tuple) and len(spec) == 2:
-        return spec
-    return spec, None
+def _is_tensor_like(value: Any) -> bool:
+    return isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor, tf.Variable))
 
 
-def _input(spec: tf.TensorSpec, name: str) -> Any:
-    return keras.Input(shape=tuple(spec.shape[1:]), dtype=spec.dtype.name, name=name)
+def _check_structure(value: Any, what: str) -> None:
+    flat = tf.nest.flatten(value, expand_composites=False)
+    bad = [v for v in flat if not _is_tensor_like(v)]
+    if bad or not flat:
+        raise SpecError("input_fn", f"input_fn's {what} hold {type(bad[0]).__name__ if bad else 'nothing'}; "
+                        "expected tensors (dense, SparseTensor or RaggedTensor), a dict of them, or a "
+                        "tf.data.Dataset yielding them.")
 
 
-def _symbolic(spec: Any, prefix: str) -> tuple[Any, dict[str, Any]]:
-    """Symbolic tensors shaped like ``spec`` and the flat ``{name: input}`` dict the model takes."""
-    if spec is None:
-        return None, {}
-    if isinstance(spec, Mapping):
-        structure = {key: _input(value, f"{prefix}_{key}") for key, value in spec.items()}
-        return structure, {f"{prefix}_{key}": value for key, value in structure.items()}
-    symbolic = _input(spec, prefix)
-    return symbolic, {prefix: symbolic}
+def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
+                  input_context: Any = None) -> tuple[Any, Any]:
+    """``(features, labels or None)`` as graph tensors from ``input_fn``'s Dataset or tensors."""
+    if not callable(input_fn):
+        raise SpecError("input_fn", f"`input_fn` is {type(input_fn).__name__}; expected a function returning a "
+                        "tf.data.Dataset of (features, labels), or a (features, labels) tuple of tensors.")
+    names, var_kw = _arg_names(input_fn)
+    offered = {"mode": mode, "params": params, "config": config, "input_context": input_context}
+    kwargs = {k: v for k, v in offered.items() if k in names or (var_kw and k != "input_context")}
+    if "input_context" in kwargs and input_context is None:
+        kwargs["input_context"] = tf.distribute.InputContext()
+    result = input_fn(**kwargs)
+    if isinstance(result, tf.data.Dataset):
+        result = v1.data.make_one_shot_iterator(result).get_next()
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+        features, labels = result
+    elif isinstance(result, (tuple, list)):
+        raise SpecError("input_fn", f"input_fn returned a {type(result).__name__} of {len(result)} items; expected "
+                        "(features, labels), features alone, or a tf.data.Dataset of either.")
+    else:
+        features, labels = result, None
+    if features is None or isinstance(features, (str, bytes, int, float)):
+        raise SpecError("input_fn", f"input_fn returned {type(result).__name__} {result!r}; expected a "
+                        "tf.data.Dataset of (features, labels), or a (features, labels) tuple of tensors.")
+    _check_structure(features, "features")
+    if labels is not None:
+        _check_structure(labels, "labels")
+    return features, labels
 
 
-def flat_inputs(features: Any, labels: Any, *, with_labels: bool) -> dict[str, Any]:
-    """Real batches in the flat layout the mode's model takes."""
-    flat: dict[str, Any] = {}
-    for prefix, value in (("features", features), ("labels", labels if with_labels else None)):
-        if value is None:
-            continue
-        if isinstance(value, Mapping):
-            flat.update({f"{prefix}_{key}": item for key, item in value.items()})
-        else:
-            flat[prefix] = value
-    return flat
-
-
-def _call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mode: str, params: Any,
-                   config: Any) -> EstimatorSpec:
-    names = inspect.signature(model_fn).parameters
-    kwargs = {"params": params} if "params" in names else {}
-    if "config" in names:
-        kwargs["config"] = config
-    if "mode" in names:
-        kwargs["mode"] = mode
-    spec = model_fn(features=features, labels=labels, **kwargs)
+def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mode: str, *, params: Any,
+                  config: Any) -> EstimatorSpec:
+    """Calls model_fn with the subset of (features, labels, mode, params, config) it names."""
+    names, _ = _arg_names(model_fn)
+    if "labels" in names and labels is None and mode in (ModeKeys.TRAIN, ModeKeys.EVAL):
+        raise SpecError("input_fn", f"model_fn takes `labels` but input_fn gave none in mode {mode!r}; return "
+                        "(features, labels) from input_fn (or a Dataset of such pairs) for train and evaluate.")
+    offered = {"labels": labels, "mode": mode, "params": params, "config": config}
+    kwargs = {k: v for k, v in offered.items() if k in names}
+    spec = model_fn(features, **kwargs) if "features" not in names else model_fn(features=features, **kwargs)
     if not isinstance(spec, EstimatorSpec):
-        raise SpecError("model_fn", f"model_fn returned {type(spec).__name__}; expected an EstimatorSpec, e.g. "
-                        "return EstimatorSpec(mode, loss=loss, optimizer=keras.optimizers.Adam()).")
+        raise SpecError("model_fn", f"model_fn returned {type(spec).__name__} {spec!r:.80}; expected an "
+                        "EstimatorSpec, e.g. return EstimatorSpec(mode, loss=loss, train_op=train_op).")
     if spec.mode != mode:
         raise SpecError("model_fn", f"model_fn was called with mode {mode!r} but returned an EstimatorSpec for "
                         f"mode {spec.mode!r}; pass the `mode` it received.")
+    check_tensors(spec)
     return spec
 
 
-class ModeModel:
-    """One mode's functional model and the spec model_fn returned for it."""
-
-    def __init__(self, model: keras.Model, spec: EstimatorSpec, *, with_labels: bool, bare: bool = False) -> None:
-        self.model, self.spec, self.with_labels, self.bare = model, spec, with_labels, bare
-
-    def __call__(self, features: Any, labels: Any = None, *, training: bool = False) -> Any:
-        """``{"loss", "predictions", "metrics"}`` in TRAIN/EVAL; the predictions in PREDICT."""
-        if self.bare:
-            return self.model(features, training=training)
-        return self.model(flat_inputs(features, labels, with_labels=self.with_labels), training=training)
-
-
-def build_mode_model(model_fn: Callable[..., Any], mode: str, specs: tuple[Any, Any], *, params: Any,
-                     config: Any) -> ModeModel:
-    """Calls model_fn on symbolic inputs and wraps the result in a functional model."""
-    features_spec, labels_spec = specs
-    with_labels = mode != ModeKeys.PREDICT and labels_spec is not None
-    features, feature_inputs = _symbolic(features_spec, "features")
-    labels, label_inputs = _symbolic(labels_spec if with_labels else None, "labels")
-    spec = _call_model_fn(model_fn, features, labels, mode, params, config)
-    outputs: dict[str, Any] = {}
-    if spec.loss is not None and mode != ModeKeys.PREDICT:
-        outputs["loss"] = spec.loss
+def check_tensors(spec: EstimatorSpec) -> None:
+    """What needs TensorFlow to check: a scalar tensor loss, an op train_op, graph tensors everywhere."""
+    graph = v1.get_default_graph()
+    if spec.loss is not None:
+        loss = spec.loss
+        if not isinstance(loss, (tf.Tensor, tf.Variable)) or loss.shape.rank not in (0, None):
+            shape = getattr(loss, "shape", None)
+            raise SpecError("loss", f"EstimatorSpec `loss` is {type(loss).__name__} of shape {shape}; expected a "
+                            "scalar tensor, e.g. tf.reduce_mean(per_example_loss).")
+        if loss.graph is not graph:
+            raise SpecError("loss", "EstimatorSpec `loss` belongs to another graph; build it from the features "
+                            "model_fn received.")
+    if spec.train_op is not None and not isinstance(spec.train_op, (tf.Operation, tf.Tensor, tf.Variable)):
+        raise SpecError("train_op", f"EstimatorSpec `train_op` is {type(spec.train_op).__name__}; expected the op "
+                        "of one training step, e.g. optimizer.minimize(loss, global_step=tf.train.get_global_step()).")
     if spec.predictions is not None:
-        outputs["predictions"] = spec.predictions
-    if spec.eval_metric_ops and mode != ModeKeys.PREDICT:
-        outputs["metrics"] = dict(spec.eval_metric_ops)
-    inputs: Any = {**feature_inputs, **label_inputs}
-    bare = mode == ModeKeys.PREDICT and not isinstance(features_spec, Mapping)
-    if mode == ModeKeys.PREDICT:  # predictions from bare features: the model exports as a serving signature
-        outputs = spec.predictions
-        inputs = features if bare else inputs
-    try:
-        model = keras.Model(inputs, outputs, name=f"model_fn_{mode}")
-    except (TypeError, ValueError) as exc:
-        raise SpecError(
-            "model_fn",
-            f"model_fn's {mode} outputs could not form a Keras model ({str(exc).splitlines()[0]}). Build them "
-            "from the features/labels it receives with Keras layers and keras.ops (not tf.* ops).",
-        ) from exc
-    return ModeModel(model, spec, with_labels=with_labels, bare=bare)
+        for value in tf.nest.flatten(spec.predictions):
+            if not _is_tensor_like(value):
+                raise SpecError("predictions", f"EstimatorSpec `predictions` holds {type(value).__name__}; expected "
+                                "a tensor or a dict of tensors.")
 
 
-def make_forward(*, with_labels: bool) -> Callable[..., Any]:
-    """The engine's ``Forward``: a mode model's per-example loss, and all its outputs as predictions."""
-
-    def forward(model: keras.Model, features: Any, labels: Any, training: bool) -> tuple[Any, Any]:
-        outputs = model(flat_inputs(features, labels, with_labels=with_labels), training=training)
-        loss = tf.convert_to_tensor(outputs["loss"])
-        if loss.shape.rank == 0:
-            first = tf.nest.flatten(features)[0]
-            loss = tf.fill(tf.shape(first)[:1], loss)
-        return loss, outputs
-
-    return forward
+def _as_local_variables(variables: Any) -> None:
+    """A Keras metric's variables, initialised by the session's local init op like tf.metrics' own."""
+    known = {id(v) for v in v1.global_variables() + v1.local_variables()}
+    for variable in variables:
+        if id(variable) not in known:
+            v1.add_to_collection(v1.GraphKeys.LOCAL_VARIABLES, variable)
 
 
-def metric_fns(names: Any) -> list[Callable[[Any, Any], Any]]:
-    """Engine metric functions reading model_fn's per-example ``eval_metric_ops`` values."""
-    fns = []
-    for name in names:
-        def fn(y_true: Any, outputs: Any, _name: str = name) -> Any:
-            return outputs["metrics"][_name]
-
-        fn.__name__ = name
-        fns.append(fn)
-    return fns
+def metric_ops(spec: EstimatorSpec) -> tuple[dict[str, Any], list[Any]]:
+    """``({name: value tensor}, [update ops])`` from eval_metric_ops, plus the mean ``loss``."""
+    values: dict[str, Any] = {}
+    updates: list[Any] = []
+    for name, metric in spec.eval_metric_ops.items():
+        if is_metric_object(metric):
+            value = metric.result()
+            update = list(getattr(metric, "updates", ()) or ())
+            if not update:
+                raise SpecError(f"eval_metric_ops.{name}", f"EstimatorSpec `eval_metric_ops[{name!r}]` is a metric "
+                                "object that was never updated in this graph; call it (metric(labels, "
+                                "predictions)) or metric.update_state(...) in model_fn before returning it.")
+            values[name], updates = value, updates + update
+            _as_local_variables(getattr(metric, "variables", ()))
+        else:
+            value, update = metric
+            values[name] = value
+            updates.append(update)
+    if "loss" not in values:
+        loss_value, loss_update = v1.metrics.mean(spec.loss)
+        values["loss"] = loss_value
+        updates.append(loss_update)
+    return values, updates

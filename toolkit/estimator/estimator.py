@@ -1,35 +1,40 @@
-"""``Estimator``: TF1's train / evaluate / predict / export workflow on TF 2 and Keras 3.
+"""``Estimator``: ``tf.estimator.Estimator``'s graph-mode engine on TF 2.21.
 
-Training is the toolkit's engine (``toolkit.training.fit``): the model_fn's
-TRAIN-mode model runs under the strategy RunConfig names (parameter servers,
-multi-worker mirrored, or one process), with its atomic global step,
-checkpoints and summaries. Evaluation, prediction and export happen in one
-process on a fresh model of the right mode, restored from the newest
-checkpoint, exactly as Estimator rebuilt a graph for each call.
+Each call builds a fresh ``tf.Graph`` (never touching the process's eager
+mode, so Keras 3 code in the same process keeps working), calls ``input_fn``
+and ``model_fn`` inside it, and runs a monitored session with TF1's global
+step, ``Scaffold``, hooks and ``Saver`` checkpoints. On a TF_CONFIG cluster
+each task is its own client (between-graph replication): variables go to the
+ps tasks through ``replica_device_setter``; see ``toolkit.estimator._session``.
 
 Example:
-    >>> est = Estimator(model_fn, model_dir="runs/digits", params={"lr": 0.01})   # doctest: +SKIP
+    >>> est = Estimator(model_fn, model_dir="runs/iris", params={"hidden_units": [10, 10]})  # doctest: +SKIP
     >>> est.train(train_input_fn, max_steps=500)
     >>> est.evaluate(eval_input_fn)["accuracy"]
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import os
-import time
-from typing import Any, Callable, Iterator, Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
-from toolkit.estimator._graph import (ModeModel, build_mode_model, call_input_fn, element_spec, make_forward,
-                                      metric_fns)
+from strategies.between_graph import STOP_GRACE_SECS
+from toolkit.estimator import _session
+from toolkit.estimator._graph import call_input_fn, call_model_fn
 from toolkit.estimator.run_config import RunConfig, RunConfigError
-from toolkit.estimator.spec import ModeKeys, SpecError
+from toolkit.estimator.spec import EstimatorSpec, ModeKeys
 
-__all__ = ["Estimator", "EstimatorError"]
+__all__ = ["Estimator", "EstimatorError", "WarmStartSettings"]
 
 logger = logging.getLogger(__name__)
+v1 = tf.compat.v1
+
 
 
 class EstimatorError(ValueError):
@@ -40,8 +45,14 @@ class EstimatorError(ValueError):
         super().__init__(message)
 
 
-def _global_step_of(path: str) -> int:
-    return int(tf.train.load_variable(path, "global_step/.ATTRIBUTES/VARIABLE_VALUE"))
+@dataclasses.dataclass(frozen=True)
+class WarmStartSettings:
+    """``tf.estimator.WarmStartSettings``: which variables start from another checkpoint."""
+
+    ckpt_to_initialize_from: str
+    vars_to_warm_start: Any = ".*"
+    var_name_to_vocab_info: Mapping[str, Any] | None = None
+    var_name_to_prev_var_name: Mapping[str, str] | None = None
 
 
 def _positive(field: str, value: Any) -> None:
@@ -49,221 +60,296 @@ def _positive(field: str, value: Any) -> None:
         raise EstimatorError(field, f"`{field}` is {value!r}; expected a positive int or None, e.g. {field}=100.")
 
 
+def _hooks(field: str, hooks: Any) -> list[Any]:
+    hooks = list(hooks or [])
+    if any(not hasattr(h, "before_run") for h in hooks):
+        raise EstimatorError(field, f"`{field}` is {hooks!r}; expected a list of SessionRunHook objects.")
+    return hooks
+
+
+def _restore_error(path: str, exc: Exception) -> EstimatorError:
+    first = str(exc).splitlines()[0]
+    return EstimatorError("checkpoint_path", f"checkpoint {path} does not match the graph model_fn builds ({first}). "
+                          "It was written by another model: point model_dir (or checkpoint_path) at this "
+                          "model's checkpoints, or use a fresh model_dir.")
+
+
 class Estimator:
-    """Trains, evaluates, predicts with and exports a ``model_fn``.
+    """Trains, evaluates, predicts with and exports a TF1-style ``model_fn``.
 
     Args:
-        model_fn: ``model_fn(features, labels, mode, params[, config])``
-            returning an ``EstimatorSpec``; see ``toolkit.estimator.spec``.
+        model_fn: ``model_fn(features, labels, mode, params, config)`` (any
+            subset of those names) returning an ``EstimatorSpec``.
         model_dir: overrides ``config.model_dir``.
         config: a ``RunConfig`` (None: ``RunConfig()``, which reads TF_CONFIG).
-        params: passed to model_fn unchanged.
+        params: a dict passed to model_fn (a deep copy).
+        warm_start_from: a checkpoint path/directory or ``WarmStartSettings``.
     """
 
     def __init__(self, model_fn: Callable[..., Any], model_dir: str | os.PathLike | None = None,
-                 config: RunConfig | None = None, params: Mapping[str, Any] | None = None) -> None:
+                 config: RunConfig | None = None, params: Mapping[str, Any] | None = None,
+                 warm_start_from: Any = None) -> None:
         if not callable(model_fn):
             raise EstimatorError("model_fn", f"`model_fn` is {type(model_fn).__name__}; expected a function "
                                  "model_fn(features, labels, mode, params) returning an EstimatorSpec.")
         if config is not None and not isinstance(config, RunConfig):
-            raise EstimatorError("config", f"`config` is {type(config).__name__}; expected a RunConfig.")
+            raise EstimatorError("config", f"`config` is {type(config).__name__}; expected a toolkit.estimator.RunConfig.")
+        if params is not None and not isinstance(params, Mapping):
+            raise EstimatorError("params", f"`params` is {type(params).__name__}; expected a dict.")
         config = config or RunConfig()
         if model_dir is not None and config.model_dir not in (None, os.fspath(model_dir)):
             raise EstimatorError("model_dir", f"`model_dir` is {os.fspath(model_dir)!r} but config.model_dir is "
                                  f"{config.model_dir!r}; pass one of them, or the same path to both.")
         if model_dir is not None:
             config = config.replace(model_dir=os.fspath(model_dir))
-        self.model_fn, self.params = model_fn, dict(params or {})
-        self.config = config
-        self._features_spec: Any = None
+        if config.model_dir is None:
+            if not config.is_local:
+                raise RunConfigError("model_dir", "RunConfig `model_dir` is None but TF_CONFIG describes a "
+                                     "cluster; every task must share one directory. Pass model_dir='runs/my-job'.")
+            config = config.replace(model_dir=tempfile.mkdtemp(prefix="estimator-"))
+            logger.warning("model_dir not set: using the temporary directory %s", config.model_dir)
+        if isinstance(warm_start_from, (str, os.PathLike)):
+            warm_start_from = WarmStartSettings(os.fspath(warm_start_from))
+        if warm_start_from is not None and not isinstance(warm_start_from, WarmStartSettings):
+            raise EstimatorError("warm_start_from", f"`warm_start_from` is {warm_start_from!r}; expected a "
+                                 "checkpoint path or WarmStartSettings.")
+        self._model_fn, self._params, self._config = model_fn, dict(params or {}), config
+        self._warm_start = warm_start_from
+        self.last_local_steps = 0  # steps this task ran in its last train() call (between-graph: its own share)
 
-    @property
-    def model_dir(self) -> str | None:
-        return self.config.model_dir
+    model_fn = property(lambda self: self._model_fn)
+    params = property(lambda self: copy.deepcopy(self._params))
+    config = property(lambda self: self._config)
+    model_dir = property(lambda self: self._config.model_dir)
 
-    # ---- checkpoints ----------------------------------------------------------------
+    # ---- graph building ---------------------------------------------------------
+    def _call(self, features: Any, labels: Any, mode: str) -> EstimatorSpec:
+        return call_model_fn(self._model_fn, features, labels, mode, params=copy.deepcopy(self._params),
+                             config=self._config)
+
+    def _inputs(self, input_fn: Callable[..., Any], mode: str) -> tuple[Any, Any]:
+        context = None
+        if mode == ModeKeys.TRAIN and self._config.num_worker_replicas > 1:
+            context = tf.distribute.InputContext(num_input_pipelines=self._config.num_worker_replicas,
+                                                 input_pipeline_id=self._config.worker_index)
+        return call_input_fn(input_fn, mode, params=copy.deepcopy(self._params), config=self._config,
+                             input_context=context)
+
+    def _new_graph(self) -> tf.Graph:
+        graph = tf.Graph()
+        if self._config.tf_random_seed is not None:
+            graph.seed = self._config.tf_random_seed
+        return graph
+
+    def _saver_scaffold(self, spec: EstimatorSpec) -> Any:
+        scaffold = spec.scaffold or v1.train.Scaffold()
+        if scaffold.saver is None and not v1.get_collection(v1.GraphKeys.SAVERS):
+            saver = v1.train.Saver(sharded=True, max_to_keep=self._config.keep_checkpoint_max,
+                                   keep_checkpoint_every_n_hours=self._config.keep_checkpoint_every_n_hours,
+                                   defer_build=True, save_relative_paths=True)
+            v1.add_to_collection(v1.GraphKeys.SAVERS, saver)
+        return scaffold
+
+    def _local_session_config(self) -> Any:
+        """Evaluation and prediction run in this process: the user's session_config, else soft placement."""
+        return self._config.session_config or v1.ConfigProto(allow_soft_placement=True)
+
+    # ---- checkpoints ------------------------------------------------------------
     def latest_checkpoint(self) -> str | None:
         """The newest checkpoint in ``model_dir``, or None."""
-        return tf.train.latest_checkpoint(self.model_dir) if self.model_dir else None
+        return tf.train.latest_checkpoint(self.model_dir)
 
     def _checkpoint(self, checkpoint_path: str | None, what: str) -> str:
         path = checkpoint_path or self.latest_checkpoint()
         if path is None:
             raise EstimatorError("model_dir", f"{what} needs a trained model but model_dir={self.model_dir!r} "
                                  "holds no checkpoint. Call train() first, or pass checkpoint_path=.")
+        if os.path.isdir(path):
+            path = tf.train.latest_checkpoint(path) or path
         return path
 
-    def _mode_model(self, mode: str, specs: tuple[Any, Any]) -> ModeModel:
-        self._features_spec = specs[0]
-        return build_mode_model(self.model_fn, mode, specs, params=self.params, config=self.config)
+    def get_variable_names(self) -> list[str]:
+        return [name for name, _ in tf.train.list_variables(self._checkpoint(None, "get_variable_names()"))]
 
-    def _restore(self, mode_model: ModeModel, path: str) -> int:
-        global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        try:
-            status = tf.train.Checkpoint(model=mode_model.model, global_step=global_step).restore(path)
-            status.assert_existing_objects_matched()
-        except (AssertionError, ValueError) as exc:
-            raise EstimatorError(
-                "model_fn",
-                f"checkpoint {path} does not match the {mode_model.spec.mode} model model_fn builds "
-                f"({str(exc).splitlines()[0]}). model_fn must create the same layers, in the same order, "
-                "in every mode; compute mode-specific heads with keras.ops only.",
-            ) from exc
-        status.expect_partial()
-        return int(global_step.numpy())
+    def get_variable_value(self, name: str) -> Any:
+        return tf.train.load_variable(self._checkpoint(None, "get_variable_value()"), name)
 
-    # ---- train ----------------------------------------------------------------------
-    def _max_steps(self, steps: int | None, max_steps: int | None) -> int:
+    def _global_step_now(self) -> int:
+        path = self.latest_checkpoint()
+        return int(tf.train.load_variable(path, v1.GraphKeys.GLOBAL_STEP)) if path else 0
+
+    # ---- train ------------------------------------------------------------------
+    def train(self, input_fn: Callable[..., Any], hooks: Sequence[Any] | None = None, steps: int | None = None,
+              max_steps: int | None = None, saving_listeners: Sequence[Any] | None = None) -> Estimator:
+        """Trains until ``max_steps`` (global), for ``steps`` more steps, or until the input ends.
+
+        On a TF_CONFIG cluster a ps task serves here and exits when the chief
+        says goodbye; the chief and the workers each train their own graph.
+        """
+        from toolkit.estimator._roles import serve_if_ps
+
+        serve_if_ps(self._config)
+        if self._config.is_evaluator:
+            raise EstimatorError("config", "train() was called in the evaluator task; the evaluator only "
+                                 "evaluates. Use train_and_evaluate(), which does the right thing in every task.")
         _positive("steps", steps)
         _positive("max_steps", max_steps)
-        if (steps is None) == (max_steps is None):
-            raise EstimatorError("steps", f"train() needs exactly one of `steps` and `max_steps`; received "
-                                 f"steps={steps!r}, max_steps={max_steps!r}. Pass max_steps=1000, for example.")
-        if max_steps is not None:
-            return max_steps
-        path = self.latest_checkpoint()
-        return steps + (_global_step_of(path) if path else 0)
-
-    def train(self, input_fn: Callable[..., Any], steps: int | None = None, max_steps: int | None = None) -> Estimator:
-        """Trains until the global step reaches ``max_steps`` (or ``steps`` more than now).
-
-        In parameter-server ps and worker tasks this serves and exits the
-        process when the chief is done, like ``toolkit.fit``. With
-        ``RunConfig(sync_replicas=True)`` each global step averages
-        ``replicas_to_aggregate`` worker contributions (parameter servers only).
-        """
-        from toolkit.training import fit
-
-        target = self._max_steps(steps, max_steps)
-        specs = element_spec(input_fn)
-        self._features_spec = specs[0]
-        probe = build_mode_model(self.model_fn, ModeKeys.TRAIN, specs, params=self.params, config=self.config)
-        if self.config.random_seed is not None:
-            import keras
-
-            keras.utils.set_random_seed(self.config.random_seed)
-        history = fit(
-            lambda: build_mode_model(self.model_fn, ModeKeys.TRAIN, specs, params=self.params,
-                                     config=self.config).model,
-            lambda context: call_input_fn(input_fn, context),
-            optimizer=_optimizer_factory(probe.spec.optimizer), forward=make_forward(with_labels=probe.with_labels),
-            metrics=metric_fns(probe.spec.eval_metric_ops), epochs=1, steps_per_epoch=target,
-            model_dir=self._train_dir(), checkpoint_every_steps=self.config.save_checkpoints_steps,
-            keep_checkpoints=self.config.keep_checkpoint_max, log_every_steps=self.config.log_step_count_steps,
-            summary_every_steps=self.config.save_summary_steps, strategy=self.config.train_distribute,
-            tf_config=self.config.tf_config, export=False, verbose=0,
-            sync_replicas=self.config.sync_replicas,
-            replicas_to_aggregate=self.config.replicas_to_aggregate if self.config.sync_replicas else None,
-            strategy_options={name: value for name in ("chief_start_timeout", "chief_lost_after")
-                              if (value := getattr(self.config, name)) is not None},
-        )
-        if self.config.model_dir is None and history.model_dir:
-            self.config = self.config.replace(model_dir=history.model_dir)
-        logger.info("trained to global step %d in %s", history.global_step, history.model_dir)
+        if steps is not None and max_steps is not None:
+            raise EstimatorError("steps", f"train() got steps={steps} and max_steps={max_steps}; pass at most one.")
+        hooks = _hooks("hooks", hooks)
+        if max_steps is not None and self._global_step_now() >= max_steps:
+            logger.info("skipping training: the checkpoint is already at max_steps=%d", max_steps)
+            return self
+        target = _session.server_target(self._config)
+        distributed = not self._config.is_local and self._config.num_ps_replicas > 0
+        if not self._config.is_local and not distributed:
+            logger.warning("TF_CONFIG has no ps tasks: between-graph replication keeps the shared variables on "
+                           "the ps, so each task trains its own copy, as in TF1. Add a ps job to share them.")
+        if distributed and self._config.is_chief:
+            _session.chief_starts(self._config)
+        with self._new_graph().as_default():
+            spec, stop = self._train_graph(input_fn, steps, max_steps)
+            all_hooks = [stop, v1.train.NanTensorHook(spec.loss), *spec.training_hooks, *hooks,
+                         *_session.release_sync_workers(spec, self._config)]
+            self._run_training(spec, all_hooks, list(saving_listeners or []), target)
+        if distributed and self._config.is_chief:
+            _session.arm_goodbye(self._config, target)
+        elif distributed:
+            _session.worker_done(self._config, target)
         return self
 
-    def _train_dir(self) -> str | None:
-        if self.model_dir is None and not self.config.is_local:
-            raise RunConfigError("model_dir", "RunConfig `model_dir` is None but TF_CONFIG describes a cluster; "
-                                 "every task must share one directory. Pass model_dir='runs/my-job'.")
-        return self.model_dir
+    def _train_graph(self, input_fn: Callable[..., Any], steps: int | None, max_steps: int | None) -> tuple[Any, Any]:
+        config = self._config
+        setter = _session.replica_setter(config)
+        with v1.device(setter):
+            global_step = v1.train.get_or_create_global_step()
+        job, index = _session.job_and_task(config)
+        worker_cpu = None if config.is_local else f"/job:{job}/task:{index}/device:CPU:0"
+        with tf.device(worker_cpu):
+            features, labels = self._inputs(input_fn, ModeKeys.TRAIN)
+        with v1.device(setter):
+            spec = self._call(features, labels, ModeKeys.TRAIN)
+        if self._warm_start is not None and self.latest_checkpoint() is None:
+            settings = self._warm_start
+            v1.train.warm_start(settings.ckpt_to_initialize_from, vars_to_warm_start=settings.vars_to_warm_start,
+                                var_name_to_vocab_info=settings.var_name_to_vocab_info,
+                                var_name_to_prev_var_name=settings.var_name_to_prev_var_name)
+        v1.summary.scalar("loss", spec.loss)
+        stop = v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps) if (steps or max_steps) else \
+            v1.train.StopAtStepHook(last_step=2**62)
+        del global_step
+        return spec, stop
 
-    # ---- evaluate -------------------------------------------------------------------
-    def evaluate(self, input_fn: Callable[..., Any], steps: int | None = None, checkpoint_path: str | None = None,
-                 name: str | None = None) -> dict[str, float]:
+    def _run_training(self, spec: EstimatorSpec, hooks: list[Any], listeners: list[Any], target: str) -> None:
+        config = self._config
+        scaffold = self._saver_scaffold(spec)
+        proto = _session.session_config(config)
+        if config.is_chief:
+            every = config.checkpoint_every
+            chief_hooks = list(spec.training_chief_hooks)
+            if listeners:
+                chief_hooks.append(v1.train.CheckpointSaverHook(
+                    config.model_dir, save_secs=every["save_checkpoints_secs"],
+                    save_steps=every["save_checkpoints_steps"], scaffold=scaffold, listeners=listeners))
+                every = {"save_checkpoints_steps": None, "save_checkpoints_secs": None}
+            hooks.append(v1.train.LoggingTensorHook({"loss": spec.loss, "step": v1.train.get_global_step()},
+                                                    every_n_iter=max(1, config.log_step_count_steps or 100)))
+            session = v1.train.MonitoredTrainingSession(
+                master=target, is_chief=True, checkpoint_dir=config.model_dir, scaffold=scaffold, hooks=hooks,
+                chief_only_hooks=chief_hooks, save_checkpoint_secs=every["save_checkpoints_secs"],
+                save_checkpoint_steps=every["save_checkpoints_steps"],
+                save_summaries_steps=config.save_summary_steps or None, config=proto,
+                log_step_count_steps=config.log_step_count_steps or None,
+                max_wait_secs=config.session_creation_timeout_secs, stop_grace_period_secs=STOP_GRACE_SECS)
+        else:
+            creator = _session.FastWorkerSessionCreator(scaffold, target, proto, config.session_creation_timeout_secs)
+            session = v1.train.MonitoredSession(session_creator=creator, hooks=hooks,
+                                                stop_grace_period_secs=STOP_GRACE_SECS)
+        steps = 0
+        with session:
+            while not session.should_stop():
+                session.run(spec.train_op)
+                steps += 1
+        logger.info("%s-%d: %d local steps", config.task_type, config.task_id, steps)
+        self.last_local_steps = steps
+
+    # ---- evaluate, predict -----------------------------------------------------
+    def evaluate(self, input_fn: Callable[..., Any], steps: int | None = None, hooks: Sequence[Any] | None = None,
+                 checkpoint_path: str | None = None, name: str | None = None) -> dict[str, Any]:
         """Evaluates a checkpoint (default: the newest) on ``input_fn``'s batches.
 
         Returns:
-            ``{"loss": ..., <eval_metric_ops means>..., "global_step": ...}``.
+            ``{"loss": ..., <each eval_metric_ops value>..., "global_step": ...}``.
         """
-        from toolkit.training import Validator
+        from toolkit.estimator._evaluate import run_evaluation
 
         _positive("steps", steps)
+        hooks = _hooks("hooks", hooks)
+        if name is not None and not (isinstance(name, str) and name.replace("_", "").replace("-", "").isalnum()):
+            raise EstimatorError("name", f"evaluate() `name` is {name!r}; expected letters, digits, '-' and '_' "
+                                 "(summaries go to model_dir/eval_<name>).")
         path = self._checkpoint(checkpoint_path, "evaluate()")
-        mode_model = self._mode_model(ModeKeys.EVAL, element_spec(input_fn))
-        step = self._restore(mode_model, path)
-        validator = Validator(mode_model.model, lambda context: call_input_fn(input_fn, context),
-                              forward=make_forward(with_labels=mode_model.with_labels),
-                              metrics=dict(zip(mode_model.spec.eval_metric_ops,
-                                               metric_fns(mode_model.spec.eval_metric_ops))),
-                              steps=steps, prefix="")
-        metrics = {**validator(), "global_step": step}
-        self._write_eval_summary(metrics, name)
-        logger.info("evaluation at step %d: %s", step,
-                    " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k != "global_step"))
+        with self._new_graph().as_default():
+            v1.train.get_or_create_global_step()
+            features, labels = self._inputs(input_fn, ModeKeys.EVAL)
+            spec = self._call(features, labels, ModeKeys.EVAL)
+            metrics = run_evaluation(spec, self._saver_scaffold(spec), path, steps=steps,
+                                     hooks=[*spec.evaluation_hooks, *hooks], master=self._config.evaluation_master,
+                                     error=_restore_error, config=self._local_session_config())
+        summary_dir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
+        from toolkit.estimator._evaluate import write_eval_summary
+
+        write_eval_summary(summary_dir, metrics)
+        logger.info("evaluation at step %d: %s", metrics["global_step"],
+                    " ".join(f"{k}={v}" for k, v in metrics.items() if k != "global_step"))
         return metrics
 
-    def _write_eval_summary(self, metrics: Mapping[str, float], name: str | None) -> None:
-        writer = tf.summary.create_file_writer(os.path.join(self.model_dir, f"eval_{name}" if name else "eval"))
-        with writer.as_default(step=int(metrics["global_step"])):
-            for key, value in metrics.items():
-                if key != "global_step":
-                    tf.summary.scalar(key, value)
-        writer.close()
+    def predict(self, input_fn: Callable[..., Any], predict_keys: Sequence[str] | None = None,
+                hooks: Sequence[Any] | None = None, checkpoint_path: str | None = None,
+                yield_single_examples: bool = True) -> Iterator[Any]:
+        """Yields predictions (one example at a time by default) until ``input_fn`` ends."""
+        from toolkit.estimator._evaluate import run_prediction
 
-    # ---- predict and export ---------------------------------------------------------
-    def predict(self, input_fn: Callable[..., Any], predict_keys: list[str] | None = None,
-                checkpoint_path: str | None = None, yield_single_examples: bool = True) -> Iterator[Any]:
-        """Yields predictions (one example at a time by default) from a trained checkpoint."""
+        hooks = _hooks("hooks", hooks)
         path = self._checkpoint(checkpoint_path, "predict()")
-        mode_model = self._mode_model(ModeKeys.PREDICT, element_spec(input_fn))
-        self._restore(mode_model, path)
-        run = tf.function(lambda features: mode_model(features))
-        for batch in call_input_fn(input_fn):
-            features = batch[0] if isinstance(batch, tuple) and len(batch) == 2 else batch
-            predictions = tf.nest.map_structure(np.asarray, run(features))
-            if isinstance(predictions, dict) and predict_keys is not None:
-                predictions = _select(predictions, predict_keys)
-            if not yield_single_examples:
-                yield predictions
-                continue
-            size = len(tf.nest.flatten(predictions)[0])
-            for i in range(size):
-                yield tf.nest.map_structure(lambda value, i=i: value[i], predictions)
+        with self._new_graph().as_default():
+            v1.train.get_or_create_global_step()
+            features, _ = self._inputs(input_fn, ModeKeys.PREDICT)
+            spec = self._call(features, None, ModeKeys.PREDICT)
+            yield from run_prediction(spec, self._saver_scaffold(spec), path, predict_keys=predict_keys,
+                                      hooks=[*spec.prediction_hooks, *hooks], single=yield_single_examples,
+                                      error=_restore_error, config=self._local_session_config())
 
-    def export_saved_model(self, export_dir_base: str | os.PathLike,
-                           serving_input_receiver_fn: Callable[[], Any] | None = None,
-                           checkpoint_path: str | None = None) -> str:
-        """Exports the PREDICT model as a SavedModel in ``<export_dir_base>/<timestamp>``.
+    # ---- export -----------------------------------------------------------------
+    def export_saved_model(self, export_dir_base: str | os.PathLike, serving_input_receiver_fn: Callable[[], Any],
+                           assets_extra: Mapping[str, str] | None = None, as_text: bool = False,
+                           checkpoint_path: str | None = None, experimental_mode: str = ModeKeys.PREDICT) -> str:
+        """Exports the PREDICT graph with the newest checkpoint's variables to ``<export_dir_base>/<timestamp>``.
 
-        Args:
-            export_dir_base: parent directory of the timestamped exports.
-            serving_input_receiver_fn: returns the serving features'
-                ``tf.TensorSpec`` (or dict of them), batch dimension first;
-                None reuses the features seen by the last train/evaluate/predict.
-            checkpoint_path: default the newest checkpoint.
-
-        Returns:
-            The export directory.
+        The SavedModel serves with ``tf.saved_model.load(path).signatures["serving_default"]``.
         """
+        from toolkit.estimator.export import export_graph
+
         path = self._checkpoint(checkpoint_path, "export_saved_model()")
-        features_spec = serving_input_receiver_fn() if serving_input_receiver_fn else self._features_spec
-        if features_spec is None:
-            raise EstimatorError("serving_input_receiver_fn", "export_saved_model() does not know the serving "
-                                 "features; pass serving_input_receiver_fn=lambda: tf.TensorSpec([None, 8, 8, 1]).")
-        mode_model = self._mode_model(ModeKeys.PREDICT, (features_spec, None))
-        self._restore(mode_model, path)
-        export_dir = os.path.join(os.fspath(export_dir_base), str(int(time.time())))
-        while os.path.exists(export_dir):
-            export_dir = os.path.join(os.fspath(export_dir_base), str(int(export_dir.rsplit(os.sep, 1)[1]) + 1))
-        mode_model.model.export(export_dir, format="tf_saved_model", verbose=False)
-        logger.info("exported %s", export_dir)
-        return export_dir
+        with self._new_graph().as_default():
+            v1.train.get_or_create_global_step()
+            receiver = _receiver(serving_input_receiver_fn)
+            spec = self._call(receiver.features, None, experimental_mode)
+            return export_graph(spec, receiver, self._saver_scaffold(spec), path, os.fspath(export_dir_base),
+                                as_text=as_text, assets_extra=assets_extra, error=_restore_error)
+
+    export_savedmodel = export_saved_model
 
 
-def _optimizer_factory(optimizer: Any) -> Callable[[], Any]:
-    """Re-creates ``optimizer`` from its config later, under the strategy's scope.
+def _receiver(serving_input_receiver_fn: Any) -> Any:
+    from toolkit.estimator.export import ServingInputReceiver
 
-    The config is read now: once a parameter-server chief connects to its
-    cluster, variables made before (the optimizer's learning rate) are unreadable.
-    """
-    cls, config = type(optimizer), optimizer.get_config()
-    return lambda: cls.from_config(config)
-
-
-def _select(predictions: Mapping[str, Any], keys: list[str]) -> dict[str, Any]:
-    missing = [k for k in keys if k not in predictions]
-    if missing:
-        raise SpecError("predict_keys", f"predict_keys {missing!r} are not among the predictions "
-                        f"({', '.join(predictions)}). Pick from those.")
-    return {k: predictions[k] for k in keys}
+    if not callable(serving_input_receiver_fn):
+        raise EstimatorError("serving_input_receiver_fn", f"`serving_input_receiver_fn` is "
+                             f"{serving_input_receiver_fn!r}; expected a function returning a ServingInputReceiver, "
+                             "e.g. build_parsing_serving_input_receiver_fn(feature_spec).")
+    receiver = serving_input_receiver_fn()
+    if not isinstance(receiver, ServingInputReceiver):
+        raise EstimatorError("serving_input_receiver_fn", f"serving_input_receiver_fn returned "
+                             f"{type(receiver).__name__}; expected a ServingInputReceiver(features, receiver_tensors).")
+    return receiver

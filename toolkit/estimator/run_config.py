@@ -1,31 +1,38 @@
-"""``RunConfig``: Estimator's view of TF_CONFIG, plus where and how often to save.
+"""``RunConfig``: ``tf.estimator.RunConfig``'s surface and semantics, read from TF_CONFIG.
 
-``tf.estimator.RunConfig`` derived task type, id, chief-ness and replica
-counts from TF_CONFIG and rejected layouts Estimator could not run. This one
-keeps those semantics but delegates parsing and the general rules to
-``tf_config`` (so an invalid TF_CONFIG fails with the validator's
-``TFConfigError`` listing every problem) and adds Estimator's own rule: a
-cluster must name its chief (``chief``, or CMLE/TF1's ``master``).
+TF_CONFIG is parsed and validated by ``tf_config`` (an invalid one fails with
+the validator's ``TFConfigError`` listing every problem); this module adds
+Estimator's derivations, under TF's attribute names:
+
+* ``master``: ``grpc://host:port`` of this task (``session_master`` from
+  TF_CONFIG if set; ``''`` locally and on the evaluator);
+* ``evaluation_master``: the evaluator's TF_CONFIG ``eval_session_master``, else ``''``;
+* ``cluster_spec``: ``{job: [addresses]}`` without the evaluator; the
+  evaluator's own is empty, and it is not chief;
+* ``num_ps_replicas``, ``num_worker_replicas`` (workers + chief),
+  ``global_id_in_cluster`` (chief 0, other non-ps jobs alphabetically, ps last);
+* ``model_dir`` may come from TF_CONFIG's ``model_dir`` key.
 
 Pure Python: building a ``RunConfig`` never imports TensorFlow.
 
 Example:
     >>> config = RunConfig(model_dir="runs/digits", tf_config={})
-    >>> config.task_type, config.is_chief, config.num_worker_replicas
-    ('worker', True, 1)
+    >>> config.task_type, config.is_chief, config.num_worker_replicas, config.master
+    ('worker', True, 1, '')
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from tf_config import Problem, TFConfig, TFConfigError
 
-__all__ = ["RunConfig", "RunConfigError", "TRAIN_DISTRIBUTE_NAMES"]
+__all__ = ["ClusterSpecDict", "RunConfig", "RunConfigError"]
 
-TRAIN_DISTRIBUTE_NAMES = ("auto", "parameter_server", "multi_worker_mirrored", "mirrored", "one_device", "default")
+_DEFAULT_CHECKPOINT_SECS = 600
 
 
 class RunConfigError(ValueError):
@@ -36,23 +43,48 @@ class RunConfigError(ValueError):
         super().__init__(message)
 
 
-def _positive(field: str, value: Any, *, optional: bool = False) -> None:
+class ClusterSpecDict(dict):
+    """``{job: [addresses]}`` that also answers ``tf.train.ClusterSpec``'s questions.
+
+    It can be passed wherever TF accepts a cluster dict (``replica_device_setter``,
+    ``tf.train.ClusterSpec(...)``), and, like an empty ``ClusterSpec``, is falsy
+    when there is no cluster.
+    """
+
+    @property
+    def jobs(self) -> list[str]:
+        return list(self)
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {job: list(addresses) for job, addresses in self.items()}
+
+    def num_tasks(self, job_name: str) -> int:
+        return len(self[job_name])
+
+    def job_tasks(self, job_name: str) -> list[str]:
+        return list(self[job_name])
+
+
+def _check_count(field: str, value: Any, *, optional: bool = False, zero: bool = False) -> None:
     if optional and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        allowed = "a positive int or None" if optional else "a positive int"
+    low = 0 if zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        allowed = f"an int >= {low}" + (" or None" if optional else "")
         raise RunConfigError(field, f"RunConfig `{field}` is {value!r}; expected {allowed}. Pass e.g. {field}=100.")
 
 
-def _as_tf_config(value: Any) -> TFConfig:
+def _as_tf_config(value: Any) -> tuple[TFConfig, dict[str, Any]]:
+    """The validated TFConfig and the raw dict (for keys TFConfig does not model)."""
     if value is None:
-        return TFConfig.from_env()
+        text = TFConfig.env_text()
+        return TFConfig.from_env(), (json.loads(text) if text else {})
     if isinstance(value, TFConfig):
-        return value
+        return value, value.to_dict()
     if isinstance(value, (str, bytes)):
-        return TFConfig.from_json(value)
+        return TFConfig.from_json(value), json.loads(value)
     if isinstance(value, Mapping):
-        return TFConfig.from_dict(value)
+        return TFConfig.from_dict(value), dict(value)
     raise RunConfigError(
         "tf_config",
         f"RunConfig `tf_config` is {type(value).__name__} {value!r}; expected a TFConfig, JSON text, a "
@@ -73,85 +105,104 @@ def _estimator_rules(cfg: TFConfig) -> None:
     )])
 
 
+def _text(raw: Mapping[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    return value if isinstance(value, str) and value else None
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """Where to write and how often, and this task's place in the cluster.
+    """Where to write and how often, and this task's place in the cluster (TF's ``RunConfig``).
 
     Attributes:
         model_dir: checkpoints, summaries, exports; every task must see the
-            same directory (None: a temporary one, local runs only).
-        save_checkpoints_steps: checkpoint every this many global steps.
-        save_summary_steps: TensorBoard scalars every this many steps.
+            same directory. None: TF_CONFIG's ``model_dir``, else a temporary
+            directory (one-process runs only).
+        tf_random_seed: graph-level seed set in every graph the Estimator builds.
+        save_summary_steps: summaries every this many global steps.
+        save_checkpoints_steps / save_checkpoints_secs: at most one of them;
+            neither means every 600 s (TF's default).
+        session_config: a ``tf.compat.v1.ConfigProto``; None picks TF's
+            distributed default (device filters to the ps and this task).
         keep_checkpoint_max: checkpoints kept on disk.
-        log_step_count_steps: progress log lines every this many steps.
-        train_distribute: strategy name for ``strategies.make_strategy``:
-            ``auto`` (from TF_CONFIG), or one of ``TRAIN_DISTRIBUTE_NAMES``.
-        sync_replicas: parameter-server training waits for
-            ``replicas_to_aggregate`` gradient contributions per update
-            (TF1's SyncReplicasOptimizer); False is asynchronous.
-        replicas_to_aggregate: None means one per worker.
-        tf_config: a ``TFConfig``, JSON text or dict; None reads TF_CONFIG.
-        random_seed: passed to ``keras.utils.set_random_seed`` before building.
-        chief_start_timeout, chief_lost_after: seconds a ps/worker server
-            waits for a chief that never came up / that went silent (None:
+        keep_checkpoint_every_n_hours: as ``tf.compat.v1.train.Saver``.
+        log_step_count_steps: loss and steps/s are logged every this many steps.
+        train_distribute: must stay None: distribution is between-graph, from
+            TF_CONFIG (replica_device_setter and ps tasks), as in TF1.
+        device_fn: overrides the ``replica_device_setter`` placement.
+        session_creation_timeout_secs: how long a worker waits for the chief's init.
+        chief_start_timeout, chief_lost_after: seconds a ps server waits for a
+            chief that never came up / that went silent before it exits (None:
             ``strategies.ServeOptions``' defaults, 900 and 6, or the launcher's).
+        tf_config: a ``TFConfig``, JSON text or dict; None reads TF_CONFIG.
     """
 
     model_dir: str | None = None
-    save_checkpoints_steps: int = 100
+    tf_random_seed: int | None = None
     save_summary_steps: int = 100
+    save_checkpoints_steps: int | None = None
+    save_checkpoints_secs: int | None = None
+    session_config: Any = None
     keep_checkpoint_max: int = 5
+    keep_checkpoint_every_n_hours: float = 10000
     log_step_count_steps: int = 100
-    train_distribute: str = "auto"
-    sync_replicas: bool = False
-    replicas_to_aggregate: int | None = None
-    tf_config: Any = None
-    random_seed: int | None = None
+    train_distribute: Any = None
+    device_fn: Any = None
+    protocol: str | None = None
+    eval_distribute: Any = None
+    session_creation_timeout_secs: int = 7200
+    checkpoint_save_graph_def: bool = True
     chief_start_timeout: float | None = None
     chief_lost_after: float | None = None
+    tf_config: Any = None
 
     def __post_init__(self) -> None:
-        if self.model_dir is not None:
-            if not isinstance(self.model_dir, (str, os.PathLike)) or not os.fspath(self.model_dir):
-                raise RunConfigError("model_dir", f"RunConfig `model_dir` is {self.model_dir!r}; expected a "
-                                     "non-empty path such as 'runs/digits'.")
-            object.__setattr__(self, "model_dir", os.fspath(self.model_dir))
-        for name in ("save_checkpoints_steps", "save_summary_steps", "keep_checkpoint_max", "log_step_count_steps"):
-            _positive(name, getattr(self, name))
-        _positive("replicas_to_aggregate", self.replicas_to_aggregate, optional=True)
+        cfg, raw = _as_tf_config(self.tf_config)
+        _estimator_rules(cfg)
+        object.__setattr__(self, "tf_config", cfg)
+        object.__setattr__(self, "_raw", raw)
+        self._check_model_dir(_text(raw, "model_dir"))
+        for name in ("save_summary_steps", "log_step_count_steps"):
+            _check_count(name, getattr(self, name), zero=True)
+        _check_count("keep_checkpoint_max", self.keep_checkpoint_max, zero=True)
+        _check_count("session_creation_timeout_secs", self.session_creation_timeout_secs)
+        _check_count("tf_random_seed", self.tf_random_seed, optional=True, zero=True)
+        _check_count("save_checkpoints_steps", self.save_checkpoints_steps, optional=True)
+        _check_count("save_checkpoints_secs", self.save_checkpoints_secs, optional=True)
+        if self.save_checkpoints_steps is not None and self.save_checkpoints_secs is not None:
+            raise RunConfigError("save_checkpoints_steps", "RunConfig got both `save_checkpoints_steps` "
+                                 f"({self.save_checkpoints_steps}) and `save_checkpoints_secs` "
+                                 f"({self.save_checkpoints_secs}); pass at most one of them.")
+        for name in ("train_distribute", "eval_distribute"):
+            if getattr(self, name) is not None:
+                raise RunConfigError(name, f"RunConfig `{name}` is {getattr(self, name)!r}; this Estimator "
+                                     "distributes between-graph, as TF1 did: start the same script in every "
+                                     "task with its TF_CONFIG and leave it None. Keras 3 models with "
+                                     "tf.distribute strategies train with toolkit.fit.")
         for name in ("chief_start_timeout", "chief_lost_after"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                 raise RunConfigError(name, f"RunConfig `{name}` is {value!r}; expected a positive number of seconds "
                                      f"or None, e.g. {name}=60.")
-        if self.train_distribute not in TRAIN_DISTRIBUTE_NAMES:
-            raise RunConfigError(
-                "train_distribute",
-                f"RunConfig `train_distribute` is {self.train_distribute!r}; expected one of "
-                f"{', '.join(TRAIN_DISTRIBUTE_NAMES)}. Use 'auto' to follow TF_CONFIG.",
-            )
-        if not isinstance(self.sync_replicas, bool):
-            raise RunConfigError("sync_replicas", f"RunConfig `sync_replicas` is {self.sync_replicas!r}; "
-                                 "expected True or False.")
-        cfg = _as_tf_config(self.tf_config)
-        _estimator_rules(cfg)
-        if cfg.model_dir is not None:  # TF's RunConfig also reads model_dir from TF_CONFIG
-            if self.model_dir is not None and os.fspath(self.model_dir) != cfg.model_dir:
-                raise RunConfigError("model_dir", f"RunConfig `model_dir` is {self.model_dir!r} but TF_CONFIG "
-                                     f"`model_dir` is {cfg.model_dir!r}; they must agree. Drop one of them.")
-            object.__setattr__(self, "model_dir", cfg.model_dir)
-        if self.train_distribute != "auto":
-            cfg.check(strategy=self.train_distribute)
-        if self.sync_replicas and cfg.num_ps == 0 and not cfg.is_local:
-            raise RunConfigError(
-                "sync_replicas",
-                "RunConfig `sync_replicas` is True but the cluster has no ps; synchronous replicas "
-                "aggregate gradients on parameter servers. Add a ps job, or drop sync_replicas "
-                "(multi_worker_mirrored is already synchronous).",
-            )
-        object.__setattr__(self, "tf_config", cfg)
+        if self.device_fn is not None and not callable(self.device_fn):
+            raise RunConfigError("device_fn", f"RunConfig `device_fn` is {self.device_fn!r}; expected a "
+                                 "function op -> device string, or None.")
 
-    # ---- Estimator's derived facts ---------------------------------------------
+    def _check_model_dir(self, from_tf_config: str | None) -> None:
+        model_dir = self.model_dir
+        if model_dir is not None:
+            if not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir):
+                raise RunConfigError("model_dir", f"RunConfig `model_dir` is {model_dir!r}; expected a "
+                                     "non-empty path such as 'runs/digits'.")
+            model_dir = os.fspath(model_dir)
+        if from_tf_config is not None:
+            if model_dir is not None and model_dir != from_tf_config:
+                raise RunConfigError("model_dir", f"RunConfig `model_dir` is {model_dir!r} but TF_CONFIG's "
+                                     f"`model_dir` is {from_tf_config!r}; pass the same path, or only one.")
+            model_dir = from_tf_config
+        object.__setattr__(self, "model_dir", model_dir)
+
+    # ---- the task's place in the cluster (TF's names) --------------------------------
     @property
     def task_type(self) -> str:
         return self.tf_config.task_type
@@ -165,46 +216,6 @@ class RunConfig:
         return self.tf_config.is_chief and not self.tf_config.is_evaluator
 
     @property
-    def num_ps_replicas(self) -> int:
-        return 0 if self.tf_config.is_evaluator else self.tf_config.num_ps
-
-    @property
-    def num_worker_replicas(self) -> int:
-        """Workers plus the chief; 1 locally; 0 for the evaluator (outside the cluster)."""
-        return 0 if self.tf_config.is_evaluator else self.tf_config.num_workers
-
-    @property
-    def global_id_in_cluster(self) -> int | None:
-        return self.tf_config.global_id
-
-    @property
-    def cluster_spec(self) -> dict[str, list[str]]:
-        """The cluster as ``{job: [addresses]}``; empty for the evaluator, which is not part of training."""
-        if self.tf_config.is_evaluator:
-            return {}
-        return {job: list(addresses) for job, addresses in self.tf_config.cluster.items()}
-
-    @property
-    def master(self) -> str:
-        """This task's session target as TF computes it: ``session_master``, else ``grpc://<address>``.
-
-        Empty for a one-process run, a one-task cluster and the evaluator.
-        """
-        cfg = self.tf_config
-        if cfg.is_evaluator:
-            return ""
-        if cfg.session_master is not None:
-            return cfg.session_master
-        if sum(len(a) for a in cfg.cluster.values()) <= 1 or cfg.address is None:
-            return ""
-        return f"grpc://{cfg.address}"
-
-    @property
-    def evaluation_master(self) -> str:
-        """The evaluator's ``eval_session_master`` from TF_CONFIG; empty otherwise."""
-        return (self.tf_config.eval_session_master or "") if self.tf_config.is_evaluator else ""
-
-    @property
     def is_evaluator(self) -> bool:
         return self.tf_config.is_evaluator
 
@@ -213,10 +224,68 @@ class RunConfig:
         return self.tf_config.is_local
 
     @property
-    def aggregate(self) -> int:
-        """Contributions per synchronous update: ``replicas_to_aggregate`` or the number of workers."""
-        return self.replicas_to_aggregate or max(1, len(self.tf_config.cluster.get("worker", ())))
+    def num_ps_replicas(self) -> int:
+        return 0 if self.is_evaluator else self.tf_config.num_ps
+
+    @property
+    def num_worker_replicas(self) -> int:
+        """Workers plus the chief; 1 locally; 0 for the evaluator (outside the cluster)."""
+        return 0 if self.is_evaluator else self.tf_config.num_workers
+
+    @property
+    def global_id_in_cluster(self) -> int | None:
+        return self.tf_config.global_id
+
+    @property
+    def cluster_spec(self) -> ClusterSpecDict:
+        """TF_CONFIG's cluster, as TF's RunConfig gives it (an evaluator listed there included); empty locally
+        and on the evaluator (TF's evaluator sees no cluster)."""
+        if self.is_evaluator or self.is_local:
+            return ClusterSpecDict()
+        return ClusterSpecDict({job: list(addresses) for job, addresses in self.tf_config.cluster.items()
+                                if addresses})
+
+    @property
+    def master(self) -> str:
+        """``grpc://host:port`` of this task, TF_CONFIG's ``session_master`` if set.
+
+        ``''`` (in-process) with no cluster, on the evaluator, and for a cluster of
+        one task: TF runs a lone task directly rather than through its own RPC server.
+        """
+        if self.is_evaluator:
+            return ""
+        explicit = _text(self._raw, "session_master")  # type: ignore[attr-defined]
+        if explicit is not None:
+            return explicit
+        if sum(len(addresses) for addresses in self.tf_config.cluster.values()) <= 1:
+            return ""
+        address = None if self.is_local else self.tf_config.address
+        return f"{self.protocol or self.tf_config.rpc_layer or 'grpc'}://{address}" if address else ""
+
+    @property
+    def evaluation_master(self) -> str:
+        """The evaluator's TF_CONFIG ``eval_session_master``; ``''`` (in-process) otherwise, as in TF."""
+        if not self.is_evaluator:
+            return ""
+        return _text(self._raw, "eval_session_master") or ""  # type: ignore[attr-defined]
+
+    @property
+    def worker_index(self) -> int:
+        """This task's position among the training replicas (chief 0, then the workers); 0 elsewhere."""
+        if self.task_type in ("chief", "master") or self.is_local or self.is_evaluator or self.tf_config.is_ps:
+            return 0
+        chiefs = sum(len(self.tf_config.cluster.get(job, ())) for job in ("chief", "master"))
+        return chiefs + self.task_id
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with ``changes`` applied (validated again), like Estimator's ``RunConfig.replace``."""
+        """A copy with ``changes`` applied (validated again), like TF's ``RunConfig.replace``."""
+        changes.setdefault("tf_config", self._raw or self.tf_config)  # type: ignore[attr-defined]
         return dataclasses.replace(self, **changes)
+
+    @property
+    def checkpoint_every(self) -> dict[str, int | None]:
+        """``{"save_checkpoints_steps": ..., "save_checkpoints_secs": ...}`` with TF's 600 s default."""
+        if self.save_checkpoints_steps is None and self.save_checkpoints_secs is None:
+            return {"save_checkpoints_steps": None, "save_checkpoints_secs": _DEFAULT_CHECKPOINT_SECS}
+        return {"save_checkpoints_steps": self.save_checkpoints_steps,
+                "save_checkpoints_secs": self.save_checkpoints_secs}

@@ -1,35 +1,20 @@
-"""The Estimator contract for TF 2: ``ModeKeys``, ``EstimatorSpec``, ``TrainSpec``, ``EvalSpec``.
+"""The Estimator contract, as ``tf.estimator`` defined it: ``ModeKeys``, ``EstimatorSpec``, ``TrainSpec``, ``EvalSpec``.
 
-A TF1 ``model_fn(features, labels, mode, params)`` built graph ops and
-returned an ``EstimatorSpec`` holding tensors and a ``train_op``. Here the
-same function is called with **symbolic** Keras inputs (``keras.Input``
-shaped like the input_fn's batches) and written with Keras layers and
-``keras.ops``; the Estimator turns what it returns into a Keras functional
-model per mode and lets the toolkit's training engine run it under any
-strategy. How a TF1 model_fn maps onto it:
-
-=============================  =============================================
-TF1                            TF2 (here)
-=============================  =============================================
-``tf.layers.dense(x, 10)``     ``keras.layers.Dense(10)(x)``
-``tf.nn.softmax``, ``tf.argmax``  ``keras.ops.softmax``, ``keras.ops.argmax``
-``loss=tf.losses.sparse_...``  ``loss=keras.losses.sparse_categorical_crossentropy(
-                               labels, logits, from_logits=True)`` (per example or scalar)
-``train_op=opt.minimize(...)`` ``optimizer=keras.optimizers.Adam(...)``; the
-                               engine computes gradients and applies them
-``eval_metric_ops={"acc":      ``eval_metric_ops={"accuracy":
-tf.metrics.accuracy(...)}``    keras.metrics.sparse_categorical_accuracy(labels, logits)}``
-                               (per-example values; the mean over the eval set is exact)
-``tf.train.get_global_step()`` not needed: the engine keeps an atomic global step
-=============================  =============================================
+A ``model_fn(features, labels, mode, params, config)`` is called inside a
+``tf.Graph`` with graph tensors, builds TF1 ops (``tf.compat.v1.layers`` /
+``tf_keras`` legacy layers, ``tf.compat.v1.losses``, ``tf.compat.v1.metrics``,
+an optimizer's ``minimize(loss, global_step=...)``) and returns an
+``EstimatorSpec`` with every field TF had. This module is pure Python; the
+checks that need TensorFlow (is ``loss`` a scalar tensor, ...) live in the
+engine.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["ModeKeys", "EstimatorSpec", "TrainSpec", "EvalSpec", "SpecError"]
+__all__ = ["EstimatorSpec", "EvalSpec", "ModeKeys", "SpecError", "TrainSpec"]
 
 
 class SpecError(ValueError):
@@ -41,7 +26,7 @@ class SpecError(ValueError):
 
 
 class ModeKeys:
-    """The three modes a model_fn is called in (Estimator's values)."""
+    """The three modes a model_fn is called in (``tf.estimator.ModeKeys``' values)."""
 
     TRAIN = "train"
     EVAL = "eval"
@@ -55,57 +40,63 @@ def _check_mode(mode: Any) -> None:
                         "ModeKeys.EVAL ('eval'), ModeKeys.PREDICT ('infer'). Pass the `mode` model_fn received.")
 
 
-def _is_optimizer(value: Any) -> bool:
-    return callable(getattr(value, "apply_gradients", None)) and hasattr(value, "get_config")
+def is_metric_object(value: Any) -> bool:
+    """A Keras (tf_keras) metric object: has ``result()`` and ``update_state()``."""
+    return callable(getattr(value, "result", None)) and callable(getattr(value, "update_state", None))
+
+
+_HOOK_FIELDS = ("training_chief_hooks", "training_hooks", "evaluation_hooks", "prediction_hooks")
 
 
 @dataclasses.dataclass(frozen=True)
 class EstimatorSpec:
-    """What a model_fn returns, for TF 2.
+    """What a model_fn returns (``tf.estimator.EstimatorSpec``'s fields and rules).
 
     Attributes:
         mode: the ``ModeKeys`` value model_fn was called with.
         predictions: a tensor or dict of tensors (required in PREDICT).
-        loss: per-example or scalar loss tensor (required in TRAIN and EVAL).
-        optimizer: a Keras 3 optimizer (required in TRAIN); replaces TF1's
-            ``train_op``. ``train_op=`` is accepted as an alias when it holds
-            an optimizer.
-        eval_metric_ops: ``{name: per-example values}``; means over the
-            evaluation set are reported by ``evaluate``.
+        loss: scalar loss tensor (required in TRAIN and EVAL).
+        train_op: the op that runs one training step (required in TRAIN),
+            e.g. ``optimizer.minimize(loss, global_step=tf.train.get_global_step())``.
+        eval_metric_ops: ``{name: (value, update_op)}`` as returned by
+            ``tf.compat.v1.metrics.*``, or ``{name: metric}`` with a tf_keras
+            metric object already updated in model_fn.
+        export_outputs: ``{signature name: PredictOutput/ClassificationOutput/
+            RegressionOutput}`` for ``export_saved_model``.
+        training_chief_hooks / training_hooks / evaluation_hooks /
+        prediction_hooks: ``tf.compat.v1.train.SessionRunHook`` lists.
+        scaffold: a ``tf.compat.v1.train.Scaffold`` (init ops, saver, ...).
     """
 
     mode: str
     predictions: Any = None
     loss: Any = None
-    optimizer: Any = None
     train_op: Any = None
     eval_metric_ops: Mapping[str, Any] | None = None
+    export_outputs: Mapping[str, Any] | None = None
+    training_chief_hooks: Sequence[Any] | None = None
+    training_hooks: Sequence[Any] | None = None
+    scaffold: Any = None
+    evaluation_hooks: Sequence[Any] | None = None
+    prediction_hooks: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
         _check_mode(self.mode)
-        if self.train_op is not None:
-            if not _is_optimizer(self.train_op):
-                raise SpecError(
-                    "train_op",
-                    f"EstimatorSpec `train_op` is {type(self.train_op).__name__}; in TF 2 there is no graph op "
-                    "to run. Pass the optimizer instead: EstimatorSpec(mode, loss=loss, "
-                    "optimizer=keras.optimizers.Adam(0.001)).",
-                )
-            if self.optimizer is not None and self.optimizer is not self.train_op:
-                raise SpecError("train_op", "EstimatorSpec got both `optimizer` and `train_op`; pass only `optimizer`.")
-            object.__setattr__(self, "optimizer", self.train_op)
         if self.mode == ModeKeys.TRAIN:
-            self._require("loss", "the value to minimise, e.g. keras.losses.sparse_categorical_crossentropy("
-                          "labels, logits, from_logits=True)")
-            self._require("optimizer", "e.g. optimizer=keras.optimizers.Adam(0.001)")
-            if not _is_optimizer(self.optimizer):
-                raise SpecError("optimizer", f"EstimatorSpec `optimizer` is {type(self.optimizer).__name__}; "
-                                "expected a Keras 3 optimizer such as keras.optimizers.Adam(0.001).")
+            self._require("loss", "the scalar to minimise, e.g. tf.losses.sparse_softmax_cross_entropy(labels, logits)")
+            self._require("train_op", "e.g. train_op=optimizer.minimize(loss, global_step=tf.train.get_global_step())")
         if self.mode == ModeKeys.EVAL:
             self._require("loss", "the evaluation loss")
         if self.mode == ModeKeys.PREDICT:
-            self._require("predictions", "a tensor or a dict of tensors, e.g. {'classes': ...}")
+            self._require("predictions", "a tensor or a dict of tensors, e.g. {'class_ids': ...}")
+        if isinstance(self.predictions, Mapping):
+            object.__setattr__(self, "predictions", dict(self.predictions))
         self._check_metrics()
+        if self.export_outputs is not None and not isinstance(self.export_outputs, Mapping):
+            raise SpecError("export_outputs", f"EstimatorSpec `export_outputs` is {type(self.export_outputs).__name__};"
+                            " expected a dict {signature name: PredictOutput(...)}.")
+        for field in _HOOK_FIELDS:
+            self._check_hooks(field)
 
     def _require(self, field: str, what: str) -> None:
         if getattr(self, field) is None:
@@ -118,19 +109,37 @@ class EstimatorSpec:
             return
         if not isinstance(metrics, Mapping):
             raise SpecError("eval_metric_ops", f"EstimatorSpec `eval_metric_ops` is {type(metrics).__name__}; "
-                            "expected a dict {name: per-example values}.")
+                            "expected a dict {name: (value, update_op)}, e.g. {'accuracy': "
+                            "tf.metrics.accuracy(labels, predicted)}.")
         for name, value in metrics.items():
-            if not isinstance(name, str) or not name or name in ("loss", "global_step"):
+            if not isinstance(name, str) or not name:
                 raise SpecError("eval_metric_ops", f"EstimatorSpec `eval_metric_ops` has the name {name!r}; "
-                                "use a non-empty string other than 'loss' and 'global_step' (both reported already).")
-            if isinstance(value, tuple):
+                                "use a non-empty string.")
+            pair = isinstance(value, (tuple, list)) and len(value) == 2
+            if not pair and not is_metric_object(value):
                 raise SpecError(
                     f"eval_metric_ops.{name}",
-                    f"EstimatorSpec `eval_metric_ops[{name!r}]` is a tuple, TF1's (value_op, update_op); in TF 2 "
-                    "pass per-example values instead, e.g. keras.metrics.sparse_categorical_accuracy(labels, "
-                    "logits). Their mean over the evaluation set is reported.",
+                    f"EstimatorSpec `eval_metric_ops[{name!r}]` is {type(value).__name__} {value!r}; expected a "
+                    "(value, update_op) pair such as tf.metrics.accuracy(labels, predicted), or a tf_keras "
+                    "metric object updated in model_fn.",
                 )
         object.__setattr__(self, "eval_metric_ops", dict(metrics))
+
+    def _check_hooks(self, field: str) -> None:
+        hooks = getattr(self, field)
+        if hooks is None:
+            object.__setattr__(self, field, ())
+            return
+        if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
+            hooks = [hooks] if hasattr(hooks, "before_run") else hooks
+        if not isinstance(hooks, Sequence) or any(not hasattr(h, "before_run") for h in hooks):
+            raise SpecError(field, f"EstimatorSpec `{field}` is {hooks!r}; expected a list of "
+                            "tf.compat.v1.train.SessionRunHook objects.")
+        object.__setattr__(self, field, tuple(hooks))
+
+    def _replace(self, **changes: Any) -> EstimatorSpec:
+        """A copy with ``changes`` (TF's EstimatorSpec was a namedtuple)."""
+        return dataclasses.replace(self, **changes)
 
 
 def _check_input_fn(owner: str, input_fn: Any) -> None:
@@ -139,44 +148,57 @@ def _check_input_fn(owner: str, input_fn: Any) -> None:
                         "returning a tf.data.Dataset of (features, labels) batches.")
 
 
+def _check_hook_list(owner: str, hooks: Any) -> tuple[Any, ...]:
+    hooks = tuple(hooks or ())
+    if any(not hasattr(h, "before_run") for h in hooks):
+        raise SpecError("hooks", f"{owner} `hooks` is {hooks!r}; expected SessionRunHook objects.")
+    return hooks
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainSpec:
-    """How ``train_and_evaluate`` trains: the input and the final global step.
+    """How ``train_and_evaluate`` trains (``tf.estimator.TrainSpec``).
 
     Attributes:
-        input_fn: ``input_fn()`` or ``input_fn(input_context)`` returning a
-            dataset of batched ``(features, labels)``, repeated as needed.
-        max_steps: train until the global step reaches this.
+        input_fn: returns a Dataset of ``(features, labels)`` (or a tuple of tensors).
+        max_steps: the global step at which training stops (None: until the input ends).
+        hooks: extra ``SessionRunHook`` objects for training.
     """
 
     input_fn: Callable[..., Any]
-    max_steps: int
+    max_steps: int | None = None
+    hooks: Sequence[Any] = ()
 
     def __post_init__(self) -> None:
         _check_input_fn("TrainSpec", self.input_fn)
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise SpecError("max_steps", f"TrainSpec `max_steps` is {self.max_steps!r}; expected a positive int "
-                            "(the global step at which training stops), e.g. max_steps=1000.")
+        if self.max_steps is not None and (isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int)
+                                           or self.max_steps < 1):
+            raise SpecError("max_steps", f"TrainSpec `max_steps` is {self.max_steps!r}; expected a positive int, "
+                            "e.g. max_steps=1000.")
+        object.__setattr__(self, "hooks", _check_hook_list("TrainSpec", self.hooks))
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalSpec:
-    """How ``train_and_evaluate`` evaluates.
+    """How ``train_and_evaluate`` evaluates and exports (``tf.estimator.EvalSpec``, TF's defaults).
 
     Attributes:
-        input_fn: returns a finite dataset of ``(features, labels)`` batches.
-        steps: batches per evaluation (None: the whole dataset).
-        start_delay_secs: the evaluator waits this long before its first look.
-        throttle_secs: at least this long between two evaluations; checkpoints
-            that arrive in between are skipped, except the final one.
-        name: tag of this evaluation (``eval`` or ``eval_<name>`` directory).
+        input_fn: evaluation batches.
+        steps: evaluation batches per evaluation (None: until the input ends); TF's default 100.
+        name: evaluation name; summaries go to ``model_dir/eval_<name>``.
+        hooks: ``SessionRunHook`` objects for evaluation.
+        exporters: ``LatestExporter`` / ``BestExporter`` / ``FinalExporter`` (or a list of them).
+        start_delay_secs: the evaluator waits this long before its first evaluation.
+        throttle_secs: at most one evaluation per this many seconds (the final checkpoint is always evaluated).
     """
 
     input_fn: Callable[..., Any]
     steps: int | None = 100
-    start_delay_secs: float = 0.0
-    throttle_secs: float = 0.0
     name: str | None = None
+    hooks: Sequence[Any] = ()
+    exporters: Any = ()
+    start_delay_secs: float = 120
+    throttle_secs: float = 600
 
     def __post_init__(self) -> None:
         _check_input_fn("EvalSpec", self.input_fn)
@@ -191,3 +213,13 @@ class EvalSpec:
         if self.name is not None and not (isinstance(self.name, str) and self.name.replace("_", "").isalnum()):
             raise SpecError("name", f"EvalSpec `name` is {self.name!r}; expected letters, digits and '_' "
                             "(it becomes a directory name).")
+        object.__setattr__(self, "hooks", _check_hook_list("EvalSpec", self.hooks))
+        exporters = self.exporters
+        exporters = (exporters,) if hasattr(exporters, "export") else tuple(exporters or ())
+        if any(not callable(getattr(e, "export", None)) for e in exporters):
+            raise SpecError("exporters", f"EvalSpec `exporters` is {self.exporters!r}; expected LatestExporter, "
+                            "BestExporter or FinalExporter objects.")
+        names = [e.name for e in exporters]
+        if len(set(names)) != len(names):
+            raise SpecError("exporters", f"EvalSpec `exporters` have repeated names {names}; give each a unique name.")
+        object.__setattr__(self, "exporters", exporters)

@@ -1,102 +1,112 @@
 """``train_and_evaluate``: one call, started in every task, does what that task's role needs.
 
-The role comes from TF_CONFIG (through ``RunConfig``) and is dispatched
-through ``_ROLES``:
+The role comes from TF_CONFIG (through ``RunConfig``), as in ``tf.estimator``:
 
-* ``local`` (no TF_CONFIG): train, evaluate, export, all in this process;
-* ``server`` (every ps, and workers of a cluster with ps): serve the chief's
-  ParameterServerStrategy, then exit the process with the chief's code (0 after
-  success) when it says goodbye: hand-started ps tasks end by themselves;
-* ``chief``: train (coordinating the workers under parameter_server, or as one
-  of the MultiWorkerMirrored workers), then evaluate the final checkpoint and
-  export;
-* ``worker`` (MultiWorkerMirrored, no ps): train alongside the chief;
+* ``local`` (no TF_CONFIG): train to ``max_steps``, evaluate, run the exporters;
+* ``ps``: serve the variables, then exit 0 when the chief says goodbye;
+* ``chief``: train (between-graph, its own client), wait for the workers to
+  leave, then end the ps tasks (the toolkit's goodbye);
+* ``worker``: train its own graph against the ps, then return;
 * ``evaluator``: evaluate each new checkpoint in ``model_dir`` (at most one
-  per ``throttle_secs``, the final one always) and stop after ``max_steps``.
-
-Unlike ``tf.estimator``, the chief evaluates the final checkpoint itself, so a
-cluster without an evaluator task still reports metrics.
+  per ``throttle_secs``, the final one always), run the exporters, stop once
+  a checkpoint reaches ``max_steps``.
 """
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from toolkit.estimator._roles import role_of, serve_if_ps
 from toolkit.estimator.spec import EvalSpec, SpecError, TrainSpec
 
-__all__ = ["train_and_evaluate", "role_of", "ROLES"]
+__all__ = ["ROLES", "train_and_evaluate"]
 
 logger = logging.getLogger(__name__)
 
-_POLL_SECONDS = 1.0
-_EVALUATOR_PATIENCE = 600.0
+_PATIENCE_SECS = 600.0
 
 
-def role_of(config: Any) -> str:
-    """This task's role for ``train_and_evaluate``: local, server, evaluator, chief or worker."""
-    from strategies import is_server_role
-
-    cfg = config.tf_config
-    if cfg.is_local:
-        return "local"
-    if cfg.is_evaluator:
-        return "evaluator"
-    if is_server_role(cfg):
-        return "server"
-    return "chief" if config.is_chief else "worker"
+def _export_all(estimator: Any, eval_spec: EvalSpec, path: str, result: Mapping[str, Any], final: bool) -> list[str]:
+    exports = []
+    for exporter in eval_spec.exporters:
+        base = os.path.join(estimator.model_dir, "export", exporter.name)
+        exported = exporter.export(estimator, base, path, result, final)
+        if exported:
+            exports.append(exported)
+    return exports
 
 
-def _export(estimator: Any, eval_spec: EvalSpec) -> list[str]:
-    base = os.path.join(estimator.model_dir, "export", eval_spec.name or "exporter")
-    return [estimator.export_saved_model(base)]
+def _evaluate_and_export(estimator: Any, eval_spec: EvalSpec, path: str, final: bool) -> tuple[Any, list[str]]:
+    result = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
+                                checkpoint_path=path, name=eval_spec.name)
+    return result, _export_all(estimator, eval_spec, path, result, final)
 
 
-def _evaluate(estimator: Any, eval_spec: EvalSpec, checkpoint_path: str | None = None) -> dict[str, float]:
-    return estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, checkpoint_path=checkpoint_path,
-                              name=eval_spec.name)
+def _train(estimator: Any, train_spec: TrainSpec) -> None:
+    estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
 
 
 def _run_local(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
-    estimator.train(train_spec.input_fn, max_steps=train_spec.max_steps)
-    return _evaluate(estimator, eval_spec), _export(estimator, eval_spec)
+    _train(estimator, train_spec)
+    return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), True)
 
 
-def _run_server(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
-    from strategies import run_role
+def _run_ps(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
+    serve_if_ps(estimator.config)  # exits the process
+    raise SpecError("config", "this ps task should have served and exited; check TF_CONFIG's task type.")
 
-    config = estimator.config
-    run_role(config.tf_config, strategy=config.train_distribute, chief_start_timeout=config.chief_start_timeout,
-             chief_lost_after=config.chief_lost_after)  # exits the process
-    raise SpecError("tf_config", "this task should have served and exited; check TF_CONFIG's task type.")
+
+def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
+    from toolkit.estimator import _session
+    from toolkit.estimator._session import goodbye
+
+    try:
+        _train(estimator, train_spec)
+    except BaseException:
+        if estimator.config.num_ps_replicas:
+            goodbye(estimator.config, _session.server_target(estimator.config), 1)
+        raise
+    if estimator.config.num_ps_replicas:
+        goodbye(estimator.config, _session.server_target(estimator.config), 0)
+    return None, []
 
 
 def _run_worker(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
-    estimator.train(train_spec.input_fn, max_steps=train_spec.max_steps)
+    _train(estimator, train_spec)
     return None, []
 
 
 def _run_evaluator(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
-    from toolkit.estimator.estimator import _global_step_of
+    import tensorflow as tf
+
     from toolkit.training.evaluation import evaluate_continuously
 
     time.sleep(eval_spec.start_delay_secs)
-    results = evaluate_continuously(estimator.model_dir, lambda path: _evaluate(estimator, eval_spec, path),
-                                    final_step=train_spec.max_steps, timeout=_EVALUATOR_PATIENCE,
-                                    throttle_secs=eval_spec.throttle_secs, poll_secs=_POLL_SECONDS,
-                                    step_of=_global_step_of)
-    return (results[-1][1] if results else None), []
+    exports: list[str] = []
+    max_steps = train_spec.max_steps
 
+    def _global_step(path: str) -> int:
+        return int(tf.train.load_variable(path, "global_step"))
 
-def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
-    estimator.train(train_spec.input_fn, max_steps=train_spec.max_steps)
-    return _evaluate(estimator, eval_spec), _export(estimator, eval_spec)
+    def is_final(path: str) -> bool:
+        return max_steps is not None and _global_step(path) >= max_steps
+
+    def evaluate(path: str) -> Any:
+        result, done = _evaluate_and_export(estimator, eval_spec, path, is_final(path))
+        exports.extend(done)
+        return result
+
+    results = evaluate_continuously(estimator.model_dir, evaluate, final_step=max_steps, timeout=_PATIENCE_SECS,
+                                    throttle_secs=eval_spec.throttle_secs, step_of=_global_step)
+    return (results[-1][1] if results else None), exports
 
 
 ROLES: Mapping[str, Callable[[Any, TrainSpec, EvalSpec], tuple[Any, list[str]]]] = {
     "local": _run_local,
-    "server": _run_server,
+    "ps": _run_ps,
     "chief": _run_chief,
     "worker": _run_worker,
     "evaluator": _run_evaluator,
@@ -106,15 +116,10 @@ ROLES: Mapping[str, Callable[[Any, TrainSpec, EvalSpec], tuple[Any, list[str]]]]
 def train_and_evaluate(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
     """Trains and evaluates as this task's role requires (see the module docstring).
 
-    Args:
-        estimator: an ``Estimator``.
-        train_spec: input and ``max_steps``.
-        eval_spec: input, ``steps``, ``start_delay_secs``, ``throttle_secs``.
-
     Returns:
         ``(eval_result, export_results)`` like ``tf.estimator.train_and_evaluate``:
-        the metrics dict (with ``global_step``) and the export directories; ``(None, [])``
-        in MultiWorkerMirrored workers. ps and PS-worker tasks exit instead of returning.
+        the metrics dict (with ``global_step``) and the export directories locally
+        and on the evaluator; ``(None, [])`` on the chief and workers. ps tasks exit.
     """
     from toolkit.estimator.estimator import Estimator
 

@@ -1,0 +1,90 @@
+"""TF1-style Estimator scripts started by hand in every task of a TF_CONFIG cluster; every process exits 0.
+
+The iris script is TensorFlow's published custom Estimator (``examples/tf1``) with only its import
+line changed; ``model_dir`` comes from TF_CONFIG, as TF's RunConfig allowed.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tf_config import generate
+
+_ROOT = Path(__file__).resolve().parents[2]
+_TIMEOUT = 240
+
+
+@pytest.mark.cluster
+def test_published_iris_estimator_on_ps_chief_worker_evaluator(tmp_path, no_orphans, hand_cluster, quiet_tf):
+    import tensorflow as tf
+
+    model_dir = tmp_path / "model"
+    script = [str(_ROOT / "examples" / "tf1" / "train_and_evaluate.py"), "--train_steps", "300"]
+    for cfg in generate(chief=1, workers=1, ps=1, evaluator=1):
+        doc = {**cfg.to_dict(), "model_dir": str(model_dir)}
+        hand_cluster.start(f"{cfg.task_type}-{cfg.task_index}", script, json.dumps(doc))
+    codes = {name: code for name, (code, _) in hand_cluster.wait(_TIMEOUT).items()}
+    logs = {name: hand_cluster.log(name) for name in hand_cluster.procs}
+    assert codes == {name: 0 for name in hand_cluster.procs}, {n: logs[n][-3000:] for n in logs if codes.get(n) != 0}
+    # between-graph: the chief and the worker each ran their own session against the ps
+    assert re.search(r"chief-0: \d+ local steps", logs["chief-0"]) and re.search(r"worker-0: \d+ local steps",
+                                                                                  logs["worker-0"])
+    assert "the chief said goodbye; exiting with 0" in logs["ps-0"]
+    evaluated = re.search(r"global_step=(\d+) accuracy=([0-9.]+)", logs["evaluator-0"])
+    assert evaluated and int(evaluated.group(1)) >= 300 and float(evaluated.group(2)) > 0.8, logs["evaluator-0"][-3000:]
+    exports = sorted((model_dir / "export" / "iris").glob("*/saved_model.pb"))
+    assert exports
+    served = tf.saved_model.load(str(exports[-1].parent)).signatures["serving_default"]
+    example = tf.train.Example(features=tf.train.Features(feature={
+        name: tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+        for name, value in {"SepalLength": 5.1, "SepalWidth": 3.3, "PetalLength": 1.7, "PetalWidth": 0.5}.items()}))
+    out = served(examples=tf.constant([example.SerializeToString()]))
+    assert int(out["class_ids"].numpy()[0][0]) == 0  # Setosa
+
+
+_SYNC_SCRIPT = '''
+import sys
+import numpy as np
+import toolkit.compat.v1 as tf
+
+MAX_STEPS = 60
+
+
+def model_fn(features, labels, mode, config):
+    logits = tf.layers.dense(tf.layers.dense(features, 16, activation=tf.nn.relu), 2)
+    loss = tf.losses.sparse_softmax_cross_entropy(labels, logits)
+    optimizer = tf.train.SyncReplicasOptimizer(tf.train.AdamOptimizer(0.01), replicas_to_aggregate=2,
+                                               total_num_replicas=2)
+    train_op = optimizer.minimize(loss, global_step=tf.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
+                                      training_hooks=[optimizer.make_session_run_hook(config.is_chief)])
+
+
+x = np.random.RandomState(0).normal(size=(256, 4)).astype("float32")
+y = (x[:, 0] > 0).astype("int64")
+estimator = tf.estimator.Estimator(model_fn, model_dir=sys.argv[1])
+estimator.train(lambda input_context: tf.data.Dataset.from_tensor_slices((x, y)).shard(
+    input_context.num_input_pipelines, input_context.input_pipeline_id).repeat().batch(32), max_steps=MAX_STEPS)
+print("local steps", estimator.last_local_steps, flush=True)
+'''
+
+
+@pytest.mark.cluster
+def test_sync_replicas_model_fn_aggregates_two_contributions_per_step(tmp_path, no_orphans, hand_cluster, quiet_tf):
+    import tensorflow as tf
+
+    script = tmp_path / "sync_model.py"
+    script.write_text(_SYNC_SCRIPT)
+    for cfg in generate(chief=1, workers=1, ps=1):
+        hand_cluster.start(f"{cfg.task_type}-{cfg.task_index}", [str(script), str(tmp_path / "model")], cfg.to_json())
+    codes = {name: code for name, (code, _) in hand_cluster.wait(_TIMEOUT).items()}
+    logs = {name: hand_cluster.log(name) for name in hand_cluster.procs}
+    assert codes == {name: 0 for name in hand_cluster.procs}, {n: logs[n][-3000:] for n in logs if codes.get(n) != 0}
+    local = [int(re.search(r"local steps (\d+)", logs[name]).group(1)) for name in ("chief-0", "worker-0")]
+    step = int(tf.train.load_variable(tf.train.latest_checkpoint(str(tmp_path / "model")), "global_step"))
+    assert step == 60
+    # every global step takes one contribution from each task; a few extra are dropped as stale at the end
+    assert 120 <= sum(local) <= 130 and min(local) > 0, local

@@ -1,0 +1,37 @@
+"""The one place that reaches into ``tf_keras`` for TF1's layers (an optional dependency: the ``estimator`` extra).
+
+``tf.compat.v1.layers`` is gone with Keras 3; ``tf_keras`` 2.21 still ships
+the legacy v1 layers (``dense``, ``conv2d``, ``max_pooling2d``, ``dropout``,
+``batch_normalization``, ``flatten`` ...) under its v1 API namespace.
+``tests/unit/test_compat_v1.py`` names these symbols, so an upgrade that moves
+them fails there first. Nothing on the Keras 3 paths imports this module.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+__all__ = ["LEGACY_LAYERS_MODULE", "V1_KERAS_MODULE", "legacy_layers", "v1_keras"]
+
+LEGACY_LAYERS_MODULE = "tf_keras.api._v1.keras.__internal__.legacy.layers"
+V1_KERAS_MODULE = "tf_keras.api._v1.keras"
+
+
+def _load(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ImportError(
+            f"TF1's layers come from the optional package tf_keras ({exc}). Install it with "
+            "pip install 'tfdist[estimator]' (or pip install 'tf_keras>=2.21,<2.22')."
+        ) from exc
+
+
+def legacy_layers() -> ModuleType:
+    """``tf.layers`` of TF1: functional (``dense``) and class (``Dense``) forms."""
+    return _load(LEGACY_LAYERS_MODULE)
+
+
+def v1_keras() -> ModuleType:
+    """``tf.keras`` as TF1 graph code saw it (Keras 2, v1 API)."""
+    return _load(V1_KERAS_MODULE)

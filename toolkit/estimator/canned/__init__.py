@@ -1,0 +1,47 @@
+"""Canned estimators over feature columns, as ``tf.estimator`` shipped them, on the graph-mode engine.
+
+``DNNClassifier``, ``DNNRegressor``, ``LinearClassifier``,
+``LinearRegressor``, ``DNNLinearCombinedClassifier`` and
+``DNNLinearCombinedRegressor`` take TF 2's constructor arguments and follow
+its heads: the same losses and reductions, metrics (``accuracy``, ``auc``,
+``precision``, ``recall``, ``average_loss``, ``accuracy_baseline``,
+``label/mean``, ``prediction/mean``...), prediction keys (``class_ids``,
+``classes``, ``probabilities``, ``logits``, ``logistic``, ``predictions``...)
+and SavedModel signatures (``serving_default``, ``classification``,
+``regression``, ``predict``). Code written for ``tf.estimator.DNNClassifier``
+runs after replacing ``tf.estimator`` with ``toolkit.estimator``.
+
+Example:
+    >>> from toolkit.estimator.canned import DNNClassifier   # doctest: +SKIP
+    >>> est = DNNClassifier(hidden_units=[16], feature_columns=[tf.feature_column.numeric_column("x", (64,))],
+    ...                     n_classes=10, optimizer="Adam")
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "CannedError": "toolkit.estimator.canned._errors",
+    "DNNClassifier": "toolkit.estimator.canned.dnn",
+    "DNNRegressor": "toolkit.estimator.canned.dnn",
+    "LinearClassifier": "toolkit.estimator.canned.linear",
+    "LinearRegressor": "toolkit.estimator.canned.linear",
+    "DNNLinearCombinedClassifier": "toolkit.estimator.canned.dnn_linear_combined",
+    "DNNLinearCombinedRegressor": "toolkit.estimator.canned.dnn_linear_combined",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toolkit.estimator.canned' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

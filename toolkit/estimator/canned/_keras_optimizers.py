@@ -1,0 +1,93 @@
+"""TF 2 Estimator code passes Keras optimizers (``tf.keras.optimizers.Adam(0.01)``); the graph trains v1 ones.
+
+``tf.keras`` is Keras 3 on TF 2.21 and its optimizers cannot update TF1 graph
+variables. A Keras optimizer (Keras 3 or ``tf_keras``, plain or ``legacy``) of
+one of the five classes TF's canned estimators named is therefore translated
+to the ``tf.compat.v1.train`` optimizer with the same hyper-parameters; what
+has no v1 counterpart (a learning-rate schedule object, weight decay,
+clipping, EMA, AMSGrad) is refused with the v1 spelling to use instead.
+"""
+from __future__ import annotations
+
+import logging
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+from toolkit.estimator.canned._errors import CannedError
+
+__all__ = ["from_keras", "is_keras_optimizer"]
+
+logger = logging.getLogger(__name__)
+_v1 = tf.compat.v1.train
+# options that change training but have no v1 counterpart: the value that means "off"
+_OFF = {"weight_decay": (None, 0, 0.0), "clipnorm": (None,), "clipvalue": (None,), "global_clipnorm": (None,),
+        "use_ema": (False,), "amsgrad": (False,), "decay": (None, 0, 0.0), "loss_scale_factor": (None,),
+        "gradient_accumulation_steps": (None,)}
+
+
+def is_keras_optimizer(value: Any) -> bool:
+    return callable(getattr(value, "get_config", None)) and (
+        hasattr(value, "apply_gradients") and not isinstance(value, tf.compat.v1.train.Optimizer))
+
+
+def _adagrad(c: dict[str, Any]) -> Any:
+    return _v1.AdagradOptimizer(c["learning_rate"], initial_accumulator_value=c.get("initial_accumulator_value", 0.1))
+
+
+def _adam(c: dict[str, Any]) -> Any:
+    return _v1.AdamOptimizer(c["learning_rate"], beta1=c.get("beta_1", 0.9), beta2=c.get("beta_2", 0.999),
+                             epsilon=c.get("epsilon", 1e-7))
+
+
+def _ftrl(c: dict[str, Any]) -> Any:
+    return _v1.FtrlOptimizer(c["learning_rate"], learning_rate_power=c.get("learning_rate_power", -0.5),
+                             initial_accumulator_value=c.get("initial_accumulator_value", 0.1),
+                             l1_regularization_strength=c.get("l1_regularization_strength", 0.0),
+                             l2_regularization_strength=c.get("l2_regularization_strength", 0.0),
+                             l2_shrinkage_regularization_strength=c.get("l2_shrinkage_regularization_strength", 0.0),
+                             beta=c.get("beta", 0.0))
+
+
+def _rmsprop(c: dict[str, Any]) -> Any:
+    return _v1.RMSPropOptimizer(c["learning_rate"], decay=c.get("rho", 0.9), momentum=c.get("momentum", 0.0),
+                                epsilon=c.get("epsilon", 1e-7), centered=c.get("centered", False))
+
+
+def _sgd(c: dict[str, Any]) -> Any:
+    momentum = c.get("momentum", 0.0)
+    if momentum:
+        return _v1.MomentumOptimizer(c["learning_rate"], momentum, use_nesterov=c.get("nesterov", False))
+    return _v1.GradientDescentOptimizer(c["learning_rate"])
+
+
+_BUILDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "Adagrad": _adagrad, "Adam": _adam, "Ftrl": _ftrl, "RMSprop": _rmsprop, "SGD": _sgd,
+}
+
+
+def from_keras(field: str, optimizer: Any) -> Callable[[], Any]:
+    """A function building the v1 twin of a Keras optimizer in the current graph; refuses what has none."""
+    name = type(optimizer).__name__
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise CannedError(field, f"`{field}` is the Keras optimizer {name}, which has no TF1 graph counterpart "
+                          f"here (translated: {sorted(_BUILDERS)}). Pass a tf.compat.v1.train optimizer instead, "
+                          "e.g. tf.compat.v1.train.AdamOptimizer(0.01).")
+    config = dict(optimizer.get_config())
+    config.setdefault("learning_rate", config.get("lr"))
+    rate = config["learning_rate"]
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
+        raise CannedError(field, f"`{field}` is {name} with the learning rate {rate!r}; only a number translates "
+                          "to a TF1 optimizer. For a schedule pass a function, e.g. lambda: "
+                          f"tf.compat.v1.train.{builder(dict(config, learning_rate=0.1)).__class__.__name__}("
+                          "tf.compat.v1.train.exponential_decay(0.1, tf.compat.v1.train.get_global_step(), 1000, 0.96)).")
+    config["learning_rate"] = float(rate)
+    on = sorted(k for k, off in _OFF.items() if k in config and config[k] not in off)
+    if on:
+        raise CannedError(field, f"`{field}` is {name} with {', '.join(f'{k}={config[k]!r}' for k in on)}, which a "
+                          "TF1 optimizer cannot do. Drop them, or pass a tf.compat.v1.train optimizer.")
+    logger.info("%s: Keras %s(learning_rate=%g) trains as its tf.compat.v1.train twin", field, name, rate)
+    return lambda: builder(config)
