@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/tfdist demo
 
+# Two pytest workers: cluster tests spend much of their time waiting on their processes, so two of
+# them overlap well even on two cores. Tests sharing a module fixture are grouped (xdist_group).
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -n 2 --dist loadgroup
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

@@ -86,5 +86,7 @@ def test_sync_replicas_model_fn_aggregates_two_contributions_per_step(tmp_path, 
     local = [int(re.search(r"local steps (\d+)", logs[name]).group(1)) for name in ("chief-0", "worker-0")]
     step = int(tf.train.load_variable(tf.train.latest_checkpoint(str(tmp_path / "model")), "global_step"))
     assert step == 60
-    # every global step takes one contribution from each task; a few extra are dropped as stale at the end
-    assert 120 <= sum(local) <= 130 and min(local) > 0, local
+    # every global step aggregates two contributions (asynchronous training would count one per local
+    # step, 60 in all); contributions that arrive for a step already taken are dropped as stale, so the
+    # sum is at least 120, more on a loaded machine
+    assert sum(local) >= 120 and min(local) > 0, local

@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,7 +25,8 @@ from toolkit.jobs import JobState, JobStore, api
 from toolkit.jobs._procs import is_alive
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.cluster
+# one Ray cluster for the module: its tests stay on one pytest worker
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("ray")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "_scripts"
@@ -63,17 +66,20 @@ def _agent_ports() -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
+def ray_cluster():
     from ray.cluster_utils import Cluster
 
-    root = tmp_path_factory.mktemp("ray")
+    # a short root: Ray's sockets live below it and AF_UNIX paths stop at 107 bytes, which pytest's
+    # per-worker temporary directories overrun
+    root = Path(tempfile.mkdtemp(prefix="tfdist-ray-"))
     patch = pytest.MonkeyPatch()
     patch.setenv("RAY_TMPDIR", str(root))          # Ray's sessions, sockets and address file stay in here
     patch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     patch.delenv("RAY_ADDRESS", raising=False)
     node = {"num_cpus": 8, "memory": 64 * GIB}   # logical: room for 2 n1-standard-4 tasks per node
-    cluster = Cluster(initialize_head=True, head_node_args={**node, **_agent_ports(), "include_dashboard": False})
+    cluster = None
     try:
+        cluster = Cluster(initialize_head=True, head_node_args={**node, **_agent_ports(), "include_dashboard": False})
         for _ in range(2):
             cluster.add_node(**node, **_agent_ports())
         cluster.wait_for_nodes()
@@ -81,13 +87,16 @@ def ray_cluster(tmp_path_factory):
         yield SimpleNamespace(address=cluster.address, node_ids={n["NodeID"] for n in ray.nodes()})
     finally:
         ray.shutdown()
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
         patch.undo()
         marker = f"RAY_TMPDIR={root}"
         try:
             wait_until(lambda: not _processes_with(marker), timeout=60, what="every Ray process to exit")
         except AssertionError:
             raise AssertionError(f"Ray processes left behind: {_processes_with(marker)}") from None
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def _no_actor(name: str) -> bool:

@@ -24,6 +24,10 @@ from strategies._placement_keras import LayerNode  # noqa: E402
 _CPU = "/job:localhost/replica:0/task:0/device:CPU:{}"
 
 
+# the placement scenario runs once per module: its tests stay on one pytest worker
+pytestmark = pytest.mark.xdist_group("device_map")
+
+
 def _model():
     inputs = keras.Input((4,))
     encoder = keras.Sequential([keras.layers.Dense(8, activation="relu", name="dense"),

@@ -269,7 +269,7 @@ from toolkit.estimator import Estimator, RunConfig, EstimatorSpec, ModeKeys
 import toolkit.compat.v1 as tf
 tf.estimator.Estimator; tf.train.AdamOptimizer
 assert 'tf_keras' not in sys.modules, sorted(m for m in sys.modules if 'tf_keras' in m)[:3]
-assert tf.estimator.DNNClassifier is toolkit.estimator.canned.DNNClassifier
+assert tf.estimator.DNNClassifier is toolkit.estimator.canned.v1.DNNClassifier  # TF1 scripts: TF1 defaults
 tf.disable_eager_execution()   # what TF1 scripts ported to TF 2 do first
 
 def model_fn(features, labels, mode):
