@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import sys
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
 ]
 
 v1 = tf.compat.v1
+logger = logging.getLogger(__name__)
 _WORKERS_EXIT_TIMEOUT = 120.0
 _goodbyes: set[str] = set()
 FastWorkerSessionCreator = between_graph.FastWorkerSessionCreator
@@ -114,7 +116,11 @@ class _ReleaseTokensHook(v1.train.SessionRunHook):
         self._op = tokens_op
 
     def end(self, session: Any) -> None:
-        session.run(self._op)
+        try:
+            session.run(self._op)
+        except (tf.errors.CancelledError, tf.errors.UnavailableError, tf.errors.AbortedError) as exc:
+            # the token queue was closed (the chief finished first) or its ps is gone: nobody waits on it
+            logger.info("sync tokens not released (%s): no task is left waiting", type(exc).__name__)
 
 
 def arm_goodbye(config: Any, target: str) -> None:
