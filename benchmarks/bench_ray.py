@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -55,16 +54,6 @@ with open(out, "w") as fh:
 """
 
 
-def _agent_ports() -> dict[str, int]:
-    """Explicit agent ports: a loaded machine can start the agents slower than the raylet's fixed wait."""
-    socks = [socket.socket() for _ in range(4)]
-    for sock in socks:
-        sock.bind(("", 0))
-    ports = [sock.getsockname()[1] for sock in socks]
-    for sock in socks:
-        sock.close()
-    return dict(zip(("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port",
-                     "runtime_env_agent_port"), ports))
 
 
 def _run(name: str, launcher, work: Path, epochs: int, **kwargs) -> dict[str, float]:
@@ -92,6 +81,7 @@ def main() -> int:
 
     from toolkit.launcher import launch
     from toolkit.launcher.ray import launch_ray
+    from toolkit.launcher.ray._cluster import agent_ports
 
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-ray-") as tmp:
         work = Path(tmp)
@@ -102,10 +92,10 @@ def main() -> int:
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
         cluster_started = time.time()
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "include_dashboard": False,
-                                                                **_agent_ports()})
+                                                                **agent_ports()})
         try:
             for _ in range(2):
-                cluster.add_node(num_cpus=4, **_agent_ports())
+                cluster.add_node(num_cpus=4, **agent_ports())
             cluster.wait_for_nodes()
             print(f"3-node Ray cluster up in {time.time() - cluster_started:.1f} s (not counted below)", flush=True)
             ray.init(address=cluster.address, namespace="tfdist", log_to_driver=False)

@@ -49,25 +49,11 @@ def _processes_with(entry: str) -> list[int]:
     return found
 
 
-def _agent_ports() -> dict[str, int]:
-    """Explicit ports for a node's agents. With port 0 the raylet waits for the agents to report
-    theirs, and gives up after a fixed 15 s when a loaded machine starts them slowly
-    (ray-project/ray#65983)."""
-    import socket
-
-    socks = [socket.socket() for _ in range(4)]
-    for sock in socks:
-        sock.bind(("", 0))
-    ports = [sock.getsockname()[1] for sock in socks]
-    for sock in socks:
-        sock.close()
-    names = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port", "runtime_env_agent_port")
-    return dict(zip(names, ports))
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
     from ray.cluster_utils import Cluster
+
+    from toolkit.launcher.ray._cluster import agent_ports
 
     # a short root: Ray's sockets live below it and AF_UNIX paths stop at 107 bytes, which pytest's
     # per-worker temporary directories overrun
@@ -79,9 +65,9 @@ def ray_cluster():
     node = {"num_cpus": 8, "memory": 64 * GIB}   # logical: room for 2 n1-standard-4 tasks per node
     cluster = None
     try:
-        cluster = Cluster(initialize_head=True, head_node_args={**node, **_agent_ports(), "include_dashboard": False})
+        cluster = Cluster(initialize_head=True, head_node_args={**node, **agent_ports(), "include_dashboard": False})
         for _ in range(2):
-            cluster.add_node(**node, **_agent_ports())
+            cluster.add_node(**node, **agent_ports())
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace="tfdist", log_to_driver=False)
         yield SimpleNamespace(address=cluster.address, node_ids={n["NodeID"] for n in ray.nodes()})

@@ -5,6 +5,7 @@ Imports Ray; loaded only when a Ray launch runs.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from typing import Mapping, Sequence
 
@@ -71,3 +72,19 @@ def place(bundles: Sequence[Mapping[str, float]], *, strategy: str, timeout: flo
                           "fewer resources per task, or use placement SPREAD or PACK.") from None
     logger.info("placement group %s ready (%s, %d bundles on %d nodes)", name, strategy, len(bundles), len(alive))
     return group, strategy
+
+
+def agent_ports() -> dict[str, int]:
+    """Free ports for one Ray node's agents, as ``ray.cluster_utils.Cluster`` node arguments.
+
+    With port 0 the raylet waits for its agents to report theirs and gives up
+    after a fixed 15 s, which a loaded machine can overrun (ray-project/ray#65983).
+    """
+    socks = [socket.socket() for _ in range(4)]
+    for sock in socks:
+        sock.bind(("", 0))
+    ports = [sock.getsockname()[1] for sock in socks]
+    for sock in socks:
+        sock.close()
+    return dict(zip(("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port",
+                     "runtime_env_agent_port"), ports))
