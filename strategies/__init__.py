@@ -13,6 +13,7 @@ Example:
 from strategies._devices import configure_local_devices, local_gpu_count
 from strategies._errors import StrategyError
 from strategies._factory import choose_strategy, make_coordinator, make_strategy
+from strategies._lean import SERVER_UNUSED_MODULES, TRAINER_UNUSED_MODULES, skip_imports
 from strategies._names import STRATEGY_NAMES
 from strategies._options import StrategyOptions
 from strategies._roles import EXIT_CHIEF_LOST, EXIT_CHIEF_NEVER_STARTED, is_server_role, run_role, serve
@@ -37,7 +38,9 @@ _LAZY_EXPORTS = {
 __all__ = [
     "EXIT_CHIEF_LOST",
     "EXIT_CHIEF_NEVER_STARTED",
+    "SERVER_UNUSED_MODULES",
     "STRATEGY_NAMES",
+    "TRAINER_UNUSED_MODULES",
     "StrategyError",
     "ServeOptions",
     "StrategyOptions",
@@ -52,6 +55,7 @@ __all__ = [
     "run_role",
     "serve",
     "shutdown_cluster",
+    "skip_imports",
     "DeviceMap",
     "DeviceMapError",
     "ShardedTable",
