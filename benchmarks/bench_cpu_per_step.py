@@ -27,45 +27,23 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 
+from _proc import descendants, task_name  # noqa: E402
 from bench_training import EPOCHS, _peer_path  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _parents() -> dict[int, int]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return parents
-
-
-def _tree(root: int) -> list[int]:
-    parents, found, frontier = _parents(), [], [root]
-    while frontier:
-        pid = frontier.pop()
-        children = [p for p, parent in parents.items() if parent == pid]
-        found.extend(children)
-        frontier.extend(children)
-    return found
-
-
 def _role(pid: int) -> str | None:
     """The task a process is: tfdist's task name, or the TF1 peer's ``--child JOB INDEX``; None for helpers."""
+    name = task_name(pid)
+    if name is not None:
+        return name
     try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            for item in fh.read().split(b"\0"):
-                if item.startswith(b"TFDIST_TASK_NAME="):
-                    return item.split(b"=", 1)[1].decode()
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             argv = fh.read().split(b"\0")
     except OSError:
         return None
-    if b"--child" in argv:
+    if b"--child" in argv[:-2]:
         index = argv.index(b"--child")
         return f"{argv[index + 1].decode()}-{argv[index + 2].decode()}"
     return None
@@ -90,7 +68,7 @@ def cpu_by_task(cmd: list[str]) -> tuple[dict[str, float], str]:
     roles: dict[int, str | None] = {}
     seen: dict[int, float] = {}
     while proc.poll() is None:
-        for pid in _tree(proc.pid):
+        for pid in descendants(proc.pid):
             if pid not in roles:
                 roles[pid] = _role(pid)
             value = _cpu_seconds(pid) if roles[pid] else None

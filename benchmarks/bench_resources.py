@@ -8,9 +8,9 @@ Three measurements, each printed against its target with met / not met:
 2. **Memory**: ``tfdist demo`` (1 chief, 2 workers, 1 ps; the real CLI in a subprocess). Every
    task's ``VmHWM`` is read from ``/proc/<pid>/status`` every 50 ms while it runs (the high-water
    mark only grows, so the last read is the peak up to a few ms before the exit).
-   Target: every task <= 650 MiB. Reported beside it: the largest PSS sampled at the same
-   times. RSS counts TensorFlow's shared library pages in full in every task; PSS splits them
-   between the tasks that map them, so the PSS of the four tasks adds up to what the job uses.
+   Target: every task <= 650 MiB. Reported beside it: each task's PSS in the sample where the
+   job's total PSS was highest. RSS counts TensorFlow's shared library pages in full in every
+   task; PSS splits them between the tasks that map them, so the four add up to what the job uses.
 3. **Start-up**: ``tfdist launch --workers 2 --ps 1 -- python <script>``, where the script is
    the demo's (``toolkit.demo``) with a callback that stamps the end of the first
    execution of training steps (``steps_per_execution=1``, so the first step). Target: launch
@@ -36,6 +36,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from _proc import descendants, task_name
 
 _MIB = 1024 * 1024
 _MEMORY_TARGET_MIB = 650
@@ -141,34 +143,6 @@ def floor() -> dict[str, float]:
     return {"rss_mib": int(out.stdout.split()[-1]) / _MIB, "import_s": import_s, "server_s": server_s}
 
 
-def _descendants(root: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = [], [root]
-    while frontier:
-        pid = frontier.pop()
-        children = [p for p, ppid in parents.items() if ppid == pid]
-        found.extend(children)
-        frontier.extend(children)
-    return found
-
-
-def _task_name(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
-    except OSError:
-        return None
-    name = env.get(b"TFDIST_TASK_NAME")
-    return name.decode() if name else None
-
-
 def _read_kib(path: str, field: str) -> int | None:
     try:
         with open(path, encoding="ascii") as fh:
@@ -187,25 +161,31 @@ def _pss(pid: int) -> int | None:
 
 
 def demo_memory(tmp: Path) -> dict[str, dict[str, float]]:
-    """Peak RSS and sampled peak PSS per task of ``tfdist demo``, by task name."""
+    """Peak RSS per task of ``tfdist demo``, and each task's PSS when the job's total PSS peaked."""
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "demo", "--dir", str(tmp / "demo")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
     peaks: dict[str, int] = {}
-    pss: dict[str, int] = {}
+    pss: dict[str, int] = {}  # each task's PSS in the sample where the job's total was highest
     names: dict[int, str] = {}
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True)
     reader.start()
     while proc.poll() is None:
-        for pid in _descendants(proc.pid):
+        sample: dict[str, int] = {}
+        for pid in descendants(proc.pid):
             if pid not in names:
-                name = _task_name(pid)
+                name = task_name(pid)
                 if name is None:
                     continue
                 names[pid] = name
-            for store, value in ((peaks, _hwm(pid)), (pss, _pss(pid))):
-                if value is not None:
-                    store[names[pid]] = max(store.get(names[pid], 0), value)
+            value = _hwm(pid)
+            if value is not None:
+                peaks[names[pid]] = max(peaks.get(names[pid], 0), value)
+            share = _pss(pid)
+            if share is not None:
+                sample[names[pid]] = share
+        if sum(sample.values()) > sum(pss.values()):
+            pss = dict(sample)
         time.sleep(0.05)
     reader.join(10)
     if proc.returncode != 0:
@@ -259,8 +239,9 @@ def main() -> None:
                 mib = mem["rss"]
                 print(f"  {task:10s} peak RSS {mib:5.0f} MiB  ({mib / ref['rss_mib']:.2f}x the import floor; "
                       f"target <= {_MEMORY_TARGET_MIB}: {_verdict(mib <= _MEMORY_TARGET_MIB)}); "
-                      f"peak PSS {mem['pss']:4.0f} MiB [report]")
+                      f"PSS {mem['pss']:4.0f} MiB at the job's peak [report]")
             worst = max(mem["rss"] for mem in peaks.values())
+            print(f"  the job's peak PSS (all tasks at one moment): {sum(m['pss'] for m in peaks.values()):.0f} MiB")
             print(f"  largest task {worst:.0f} MiB: {_verdict(worst <= _MEMORY_TARGET_MIB)} ({_load()})")
         if not args.skip_startup:
             print(f"start-up: tfdist launch --workers 2 --ps 1 -> first training step ({_load()})")
