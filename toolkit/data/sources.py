@@ -134,7 +134,11 @@ def _digits_file() -> str:
     if spec is None or not spec.submodule_search_locations:
         raise DataError("`name` is 'digits', which is read from scikit-learn's package data, and scikit-learn is "
                         "not installed. Install it (pip install scikit-learn) or pass another dataset.", field="name")
-    return os.path.join(list(spec.submodule_search_locations)[0], "datasets", "data", "digits.csv.gz")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "datasets", "data", "digits.csv.gz")
+    if not os.path.isfile(path):
+        raise DataError(f"`name` is 'digits', but the scikit-learn installed has no {path}. Install a "
+                        "scikit-learn that ships it (1.0 or later) or pass another dataset.", field="name")
+    return path
 
 
 def _stratified_sample(labels: np.ndarray, fraction: float, rng: np.random.RandomState) -> np.ndarray:
