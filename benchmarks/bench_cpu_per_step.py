@@ -69,7 +69,7 @@ def cpu_by_task(cmd: list[str]) -> tuple[dict[str, float], str]:
     seen: dict[int, float] = {}
     while proc.poll() is None:
         for pid in descendants(proc.pid):
-            if pid not in roles:
+            if roles.get(pid) is None:  # asked again until known: a task just forked has not exec'd yet
                 roles[pid] = _role(pid)
             value = _cpu_seconds(pid) if roles[pid] else None
             if value is not None:
