@@ -1,9 +1,26 @@
-"""What the benchmarks read from ``/proc``: a process tree and the tfdist task a process is."""
+"""What the benchmarks read from ``/proc``: a process tree, CPU times and the tfdist task a process is."""
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
-__all__ = ["descendants", "task_name"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from a checkout
+
+from toolkit.launcher import ENV_TASK_NAME  # noqa: E402
+
+__all__ = ["cpu_seconds", "descendants", "task_name"]
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name (field 3 onwards), or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def descendants(root: int) -> list[int]:
@@ -11,11 +28,9 @@ def descendants(root: int) -> list[int]:
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
+            fields = _stat_fields(int(entry))
+            if fields and len(fields) > 1 and fields[1].isdigit():
+                parents[int(entry)] = int(fields[1])
     found, frontier = [], [root]
     while frontier:
         pid = frontier.pop()
@@ -25,12 +40,20 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds the process has used so far, or None if it is gone."""
+    fields = _stat_fields(pid)
+    if not fields or len(fields) < 13:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def task_name(pid: int) -> str | None:
-    """The ``TFDIST_TASK_NAME`` the launcher gave the process (``chief-0``...), or None."""
+    """The task name the launcher gave the process (``chief-0``...), or None."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
     except OSError:
         return None
-    name = env.get(b"TFDIST_TASK_NAME")
+    name = env.get(ENV_TASK_NAME.encode())
     return name.decode() if name else None

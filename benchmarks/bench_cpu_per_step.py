@@ -27,10 +27,8 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 
-from _proc import descendants, task_name  # noqa: E402
+from _proc import cpu_seconds, descendants, task_name  # noqa: E402
 from bench_training import EPOCHS, _peer_path  # noqa: E402
-
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _role(pid: int) -> str | None:
@@ -49,17 +47,8 @@ def _role(pid: int) -> str | None:
     return None
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def cpu_by_task(cmd: list[str]) -> tuple[dict[str, float], str]:
-    """Runs ``cmd``; returns each task's last-seen CPU seconds and the command's output."""
+def cpu_by_task(cmd: list[str]) -> dict[str, float]:
+    """Runs ``cmd``; returns each task's last-seen CPU seconds."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     output: list[str] = []
@@ -71,7 +60,7 @@ def cpu_by_task(cmd: list[str]) -> tuple[dict[str, float], str]:
         for pid in descendants(proc.pid):
             if roles.get(pid) is None:  # asked again until known: a task just forked has not exec'd yet
                 roles[pid] = _role(pid)
-            value = _cpu_seconds(pid) if roles[pid] else None
+            value = cpu_seconds(pid) if roles[pid] else None
             if value is not None:
                 seen[pid] = value
         time.sleep(0.2)
@@ -81,7 +70,7 @@ def cpu_by_task(cmd: list[str]) -> tuple[dict[str, float], str]:
     totals: dict[str, float] = collections.Counter()
     for pid, value in seen.items():
         totals[roles[pid] or "?"] += value
-    return dict(totals), "".join(output)
+    return dict(totals)
 
 
 def _case_cmd(case: str, steps_per_epoch: int) -> list[str]:
@@ -95,8 +84,7 @@ def _peer_cmd(peer: Path, steps: int) -> list[str]:
 def marginal(short: tuple[list[str], int], long: tuple[list[str], int]) -> dict[str, float]:
     """CPU milliseconds per global step on each task, from a short and a long run."""
     (cmd_a, steps_a), (cmd_b, steps_b) = short, long
-    cpu_a, _ = cpu_by_task(cmd_a)
-    cpu_b, _ = cpu_by_task(cmd_b)
+    cpu_a, cpu_b = cpu_by_task(cmd_a), cpu_by_task(cmd_b)
     return {task: 1000 * (cpu_b.get(task, 0.0) - cpu_a.get(task, 0.0)) / (steps_b - steps_a)
             for task in sorted(set(cpu_a) | set(cpu_b))}
 
