@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 
-__all__ = ["SERVER_UNUSED_MODULES", "TRAINER_UNUSED_MODULES", "skip_imports", "skip_server_unused_imports"]
+__all__ = ["SERVER_UNUSED_MODULES", "TRAINER_UNUSED_MODULES", "skip_imports"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,3 @@ def skip_imports(modules: Sequence[str]) -> bool:
     sys.meta_path.insert(0, _Skipped(modules))
     logger.debug("running without %s", ", ".join(modules))
     return True
-
-
-def skip_server_unused_imports(modules: Sequence[str] = SERVER_UNUSED_MODULES) -> bool:
-    """``skip_imports`` for a task that only serves until it exits."""
-    return skip_imports(modules)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from strategies._cluster import tf2_cluster, tf2_job
 from strategies._errors import StrategyError
-from strategies._lean import skip_server_unused_imports
+from strategies._lean import SERVER_UNUSED_MODULES, skip_imports
 from strategies._names import check_name
 from strategies._net import is_listening
 from strategies._serve_options import ServeOptions
@@ -238,6 +238,6 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", chief
     if not is_server_role(cfg):
         return cfg
     cfg.check(strategy="parameter_server")  # fail as fast as the chief will, rather than wait for it
-    skip_server_unused_imports()  # called before TensorFlow's import, a server leaves out Keras & co.
+    skip_imports(SERVER_UNUSED_MODULES)  # called before TensorFlow's import, a server leaves out Keras & co.
     code = serve(cfg, chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after)
     sys.exit(code)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from strategies import EXIT_CHIEF_NEVER_STARTED
-from strategies._lean import SERVER_UNUSED_MODULES, TRAINER_UNUSED_MODULES, skip_server_unused_imports
+from strategies._lean import SERVER_UNUSED_MODULES, TRAINER_UNUSED_MODULES, skip_imports
 from tf_config.ports import pick_port
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_a_ps_running_the_demo_serves_without_keras_or_sklearn(tmp_path):
 def test_nothing_is_skipped_once_tensorflow_or_a_skipped_package_is_imported(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow", sys.modules.get("tensorflow") or object())
     before = {name: sys.modules.get(name, "absent") for name in SERVER_UNUSED_MODULES}
-    assert skip_server_unused_imports() is False
+    assert skip_imports(SERVER_UNUSED_MODULES) is False
     assert {name: sys.modules.get(name, "absent") for name in SERVER_UNUSED_MODULES} == before
 
 
