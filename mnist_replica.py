@@ -194,7 +194,10 @@ def _train(args: argparse.Namespace, cluster: dict) -> int:
                 if step >= args.train_steps:
                     break
             if ops["release"] is not None:  # the others' last steps may wait for a token: hand them one each
-                sess.run(ops["release"])
+                try:
+                    sess.run(ops["release"])
+                except tf.errors.CancelledError:  # the chief has finished and closed the queue: nobody waits
+                    logger.info("sync tokens not released: the chief has closed the token queue")
             loss, accuracy = sess.run([ops["loss"], ops["acc"]], feed_dict={ops["x"]: tx, ops["y"]: ty})
     mode = f"sync aggregate={args.replicas_to_aggregate or num_workers}" if args.sync_replicas else "async"
     print(f"worker {args.task_index}: training done ({mode}): local_steps={local_step} global_step={step}", flush=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,26 @@ def test_sync_replicas_step_arithmetic(no_orphans, hand_cluster, quiet_tf):
     total = sum(local for _, local, _ in done.values())
     # two contributions per update; a few more are dropped as stale or left unaggregated at the end
     assert 200 <= total <= 230, done
+
+
+@pytest.mark.cluster
+def test_sync_worker_that_starts_after_the_chief_has_finished_exits_0(no_orphans, hand_cluster, quiet_tf):
+    """A slow worker may first connect when the chief has trained alone and closed the token queue."""
+    flags = ["--num_gpus=0", f"--ps_hosts={_hosts(1)}", f"--worker_hosts={_hosts(2)}", "--train_steps=100",
+             "--sync_replicas"]
+    for job, index in (("ps", 0), ("worker", 0)):
+        hand_cluster.start(f"{job}-{index}", [str(_ROOT / "mnist_replica.py"), f"--job_name={job}",
+                                              f"--task_index={index}", *flags])
+    deadline = time.monotonic() + _TIMEOUT
+    while "training done" not in hand_cluster.log("worker-0"):
+        assert time.monotonic() < deadline and hand_cluster.procs["worker-0"].poll() is None, \
+            hand_cluster.log("worker-0")[-3000:]
+        time.sleep(0.2)
+    hand_cluster.start("worker-1", [str(_ROOT / "mnist_replica.py"), "--job_name=worker", "--task_index=1", *flags])
+    codes = {name: code for name, (code, _) in hand_cluster.wait(_TIMEOUT).items()}
+    logs = {name: hand_cluster.log(name) for name in hand_cluster.procs}
+    assert codes == {"ps-0": 0, "worker-0": 0, "worker-1": 0}, _tails(codes, logs)
+    done = _done(logs, 2)
+    # the chief took both contributions of every update; the latecomer's one step found the goal reached
+    assert done[0][1] >= 200 and done[1][1] >= 1 and done[1][2] >= 100, done
+    assert "not done after" not in logs["worker-0"]
