@@ -11,7 +11,7 @@ time of one global step on each task: import, tracing and warm-up cancel out.
 its own tasks used the cores; on a two-core machine running all four tasks it bounds both sides.
 
 Usage:
-    python benchmarks/bench_cpu_per_step.py [--cases toolkit/parameter_server/spe1 ...] [--peer PATH]
+    python benchmarks/bench_cpu_per_step.py [--cases toolkit/parameter_server/spe1 ... tf1_peer] [--peer PATH]
 """
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def marginal(short: tuple[list[str], int], long: tuple[list[str], int]) -> dict[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="*", default=["toolkit/parameter_server/spe1",
-                                                       "toolkit/parameter_server/spe32"])
+                                                       "toolkit/parameter_server/spe32", "tf1_peer"],
+                        help="bench_training.py cases, and tf1_peer for the TF1 between-graph peer")
     parser.add_argument("--steps", type=int, nargs=2, default=[320, 1600],
                         help=f"steps per epoch of the short and the long run ({EPOCHS} epochs each); keep both "
                              "multiples of the largest steps_per_execution, or the runs trace different "
@@ -103,18 +104,23 @@ def main() -> None:
     cores = os.cpu_count() or 1
     runs: dict[str, dict[str, float]] = {}
     for case in args.cases:
-        short, long = ((_case_cmd(case, steps), EPOCHS * steps) for steps in args.steps)
-        runs[case] = marginal(short, long)
-    peer = _peer_path(args.peer)
-    if peer is not None and peer.exists():
+        if case != "tf1_peer":
+            short, long = ((_case_cmd(case, steps), EPOCHS * steps) for steps in args.steps)
+            runs[case] = marginal(short, long)
+            continue
+        peer = _peer_path(args.peer)
+        if peer is None or not peer.is_file():
+            print("tf1_peer: peer script not found; skipped (pass --peer PATH)", file=sys.stderr)
+            continue
         short, long = ((_peer_cmd(peer, steps), steps) for steps in args.peer_steps)
-        runs["tf1_peer"] = marginal(short, long)
-    else:
-        print("tf1_peer: peer script not found; skipped (pass --peer PATH)", file=sys.stderr)
+        runs[case] = marginal(short, long)
     print(f"CPU milliseconds per global step, by task ({cores} cores; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}):")
     for name, tasks in runs.items():
         total = sum(tasks.values())
+        if total <= 0:
+            print(f"  {name:34s} no task's CPU time grew with the steps; not measured")
+            continue
         parts = ", ".join(f"{task} {ms:.2f}" for task, ms in tasks.items())
         print(f"  {name:34s} {total:6.2f} ms  ({parts}); at most {cores * 1000 / total:.0f} steps/s on "
               f"{cores} cores")

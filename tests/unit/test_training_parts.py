@@ -234,3 +234,19 @@ def test_the_global_step_is_counted_after_the_updates_it_counts():
     assert increments and len(updates) >= 2 * len(state.model.trainable_variables)
     for increment in increments:
         assert set(updates) <= _ancestors(increment)
+
+
+def test_a_sync_runner_counts_the_global_step_from_the_restored_one_without_reading_it():
+    from toolkit.training.runners import SyncRunner
+
+    strategy = tf.distribute.get_strategy()
+    state = build_state(strategy, lambda: models.digits_mlp(seed=0), "sgd")
+    state.global_step.assign(5)  # as restored from a checkpoint
+    step = TrainStep(state, make_forward("sparse_categorical_crossentropy"), {}, global_batch_size=4)
+    dataset_fn = lambda context: tf.data.Dataset.from_tensors(  # noqa: E731
+        (tf.zeros([4, 8, 8, 1]), tf.zeros([4], tf.int64))).repeat()
+    runner = SyncRunner(strategy, step, state.global_step, dataset_fn=dataset_fn)
+    for count in (2, 3, 1):
+        runner.run(count)
+    runner.wait()
+    assert runner.current_step() == int(state.global_step.numpy()) == 11
