@@ -193,7 +193,9 @@ class SyncRunner(Runner):
         if num_steps > UNROLL_LIMIT:
             return super()._call(num_steps)
         if num_steps not in self._captured:
-            self._captured[num_steps] = tf.function(lambda: self._straight(self._iterator, num_steps=num_steps))
+            iterator = self._iterator
+            assert iterator is not None  # set in __init__
+            self._captured[num_steps] = tf.function(lambda: self._straight(iterator, num_steps=num_steps))
         return self._captured[num_steps], ()
 
     def run(self, num_steps: int) -> None:
