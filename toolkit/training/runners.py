@@ -178,7 +178,6 @@ class SyncRunner(Runner):
             per_pipeline = max(strategy.num_replicas_in_sync // num_workers, 1)
             dataset = strategy.distribute_datasets_from_function(_skipping(dataset_fn, skip_steps * per_pipeline))
         self._iterator = iter(dataset)
-        self._captured: dict[int, Callable[[], tf.Tensor]] = {}
         self._pending: list[tf.Tensor] = []
         # Every execution here runs exactly once, so the global step is known without reading it back
         # (a read per execution was 8 % of an MWMS worker's samples at one step per execution).
@@ -192,11 +191,11 @@ class SyncRunner(Runner):
         """
         if num_steps > UNROLL_LIMIT:
             return super()._call(num_steps)
-        if num_steps not in self._captured:
+        if num_steps not in self._unrolled:
             iterator = self._iterator
             assert iterator is not None  # set in __init__
-            self._captured[num_steps] = tf.function(lambda: self._straight(iterator, num_steps=num_steps))
-        return self._captured[num_steps], ()
+            self._unrolled[num_steps] = tf.function(lambda: self._straight(iterator, num_steps=num_steps))
+        return self._unrolled[num_steps], ()
 
     def run(self, num_steps: int) -> None:
         function, args = self._call(num_steps)
