@@ -198,6 +198,8 @@ def test_parameter_server_training_with_an_evaluator_sidecar(tmp_path, no_orphan
     latest = tf.train.latest_checkpoint(model_dir)
     assert latest.endswith("ckpt-40")
     assert tf.train.load_variable(latest, "global_step/.ATTRIBUTES/VARIABLE_VALUE") == 40  # exact, not racy
+    # four saves (steps 10-40) ran one traced write: the later ones still wrote the values of their moment
+    assert _log(result, "chief-0").count("tracing the checkpoint write") == 1
     learning_rates = [v.simple_value or float(tf.make_ndarray(v.tensor))
                       for name in os.listdir(os.path.join(model_dir, "train"))
                       for event in tf.compat.v1.train.summary_iterator(os.path.join(model_dir, "train", name))

@@ -250,3 +250,30 @@ def test_a_sync_runner_counts_the_global_step_from_the_restored_one_without_read
         runner.run(count)
     runner.wait()
     assert runner.current_step() == int(state.global_step.numpy()) == 11
+
+
+def test_a_traced_write_checkpoint_saves_current_values_and_retraces_only_for_new_objects(tmp_path):
+    from toolkit.training.state import TracedWriteCheckpoint
+
+    module = tf.Module()
+    module.v = tf.Variable(1.0)
+    checkpoint = TracedWriteCheckpoint(m=module)
+    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=2, checkpoint_name="ckpt")
+    first = manager.save(checkpoint_number=1)
+    module.v.assign(2.0)
+    second = manager.save(checkpoint_number=2)
+    assert checkpoint.traces == 1  # the second write ran the same function
+    key = "m/v/.ATTRIBUTES/VARIABLE_VALUE"
+    assert (tf.train.load_variable(first, key), tf.train.load_variable(second, key)) == (1.0, 2.0)
+    assert tf.train.latest_checkpoint(str(tmp_path)) == second  # the manager's index and numbering still run
+
+    module.w = tf.Variable(5.0)  # a new object: the write is traced again, so w is not left out
+    third = manager.save(checkpoint_number=3)
+    assert checkpoint.traces == 2
+    assert tf.train.load_variable(third, "m/w/.ATTRIBUTES/VARIABLE_VALUE") == 5.0
+    assert not list(tmp_path.glob("ckpt-1.*"))  # pruned to the newest two
+
+    restored = tf.Module()
+    restored.v, restored.w = tf.Variable(0.0), tf.Variable(0.0)
+    tf.train.Checkpoint(m=restored).restore(third).assert_consumed()
+    assert (restored.v.numpy(), restored.w.numpy()) == (2.0, 5.0)
