@@ -134,7 +134,7 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(digits, tmp_path):
 def test_steps_per_execution_changes_speed_not_results(digits, tmp_path):
     train, _ = digits
     runs = {spe: _fit(train, tmp_path / str(spe), epochs=1, steps_per_epoch=44, steps_per_execution=spe)
-            for spe in (1, 7, 40)}  # 40 is above UNROLL_LIMIT: a tf.range loop instead of straight steps
+            for spe in (1, 7, 13, 40)}  # above UNROLL_LIMIT (8): a tf.range loop of 8 straight steps, then the rest
     reference = runs[1]
     for spe, history in runs.items():
         assert history.global_step == 44, spe

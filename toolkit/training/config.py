@@ -13,8 +13,8 @@ from tf_config.errors import FieldError
 
 __all__ = ["PS_STEPS_PER_EXECUTION", "FitConfig", "TrainingError", "default_steps_per_execution"]
 
-#: ``steps_per_execution`` chosen under parameter servers when the caller sets none: the longest
-#: execution still traced as straight-line steps (``runners.UNROLL_LIMIT``), the fastest measured.
+#: ``steps_per_execution`` chosen under parameter servers when the caller sets none: four loop
+#: iterations of ``runners.UNROLL_LIMIT`` straight steps, as fast as the longest executions measured.
 PS_STEPS_PER_EXECUTION = 32
 
 
