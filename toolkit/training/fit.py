@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from toolkit.training.config import FitConfig, TrainingError
 from toolkit.training.evaluation import Validator, run_sidecar_evaluator, write_done_marker
-from toolkit.training.export import export_model
+from toolkit.training.export import export_model, release_memory
 from toolkit.training.extensions import step_factory_for
 from toolkit.training.history import History
 from toolkit.training.hooks import CallbackHook, CheckpointHook, LogHook, ProgressHook, SummaryHook
@@ -230,12 +230,16 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     hooks = _hooks(run, state, is_chief=is_chief, runs_loop_alone=runner.single_controller)
     record = run_loop(runner, config=config, layout=step.layout, start_step=start, hooks=hooks,
                       validate=validate, stop_requested=lambda: is_chief and bool(state.model.stop_training))
+    stats = runner.sync_stats()
     exports: dict[str, str] = {}
     if is_chief:
         if run.export:
+            # Training's traced functions, iterators and validation are done with: let them go before the
+            # export traces the model again, so the chief's peak is not both at once.
+            del runner, validate, hooks
+            release_memory()
             exports = export_model(state.model, run.model_fn, os.path.join(run.model_dir, "export"))
         write_done_marker(run.model_dir, record.final_step)
-    stats = runner.sync_stats()
     if stats:
         logger.info("synchronous updates: %s", " ".join(f"{k}={v}" for k, v in stats.items()))
     return _history(record, run, model=state.model, exports=exports, role="chief" if is_chief else cfg.task_type,

@@ -86,7 +86,9 @@ class TracedWriteCheckpoint(tf.train.Checkpoint):
         key = tuple(id(obj) for obj in tf.train.TrackableView(self).descendants())
         traced = self._traced
         if traced.write is None or traced.key != key:
-            traced.write = tf.function(lambda prefix: super(TracedWriteCheckpoint, self)._write(prefix, options=inner))
+            # TensorFlow's own saving code: nothing for autograph to convert.
+            traced.write = tf.function(lambda prefix: super(TracedWriteCheckpoint, self)._write(prefix, options=inner),
+                                       autograph=False)
             traced.key = key
             traced.traces += 1
             logger.info("tracing the checkpoint write (%d objects, trace %d)", len(key), traced.traces)
