@@ -44,13 +44,18 @@ def test_shapes_and_sizes_are_parameters():
 @pytest.mark.parametrize(
     ("call", "needle"),
     [
-        (lambda: models.digits_mlp((8, 0, 1)), "Received: input_shape=(8, 0, 1)"),
-        (lambda: models.digits_cnn(num_classes=0), "Received: num_classes=0"),
-        (lambda: models.mnist_cnn(dense_units=-1), "Received: dense_units=-1"),
-        (lambda: models.digits_mlp(hidden_units=(8, 0)), "Received: hidden_units=0"),
+        (lambda: models.digits_mlp((8, 0, 1)), "must be a tuple of positive ints. Received: input_shape=(8, 0, 1)"),
+        (lambda: models.digits_cnn(num_classes=0),
+         "digits_cnn `num_classes` is 0; expected a positive integer. Pass e.g. num_classes=10."),
+        (lambda: models.mnist_cnn(dense_units=-1), "mnist_cnn `dense_units` is -1; expected a positive integer."),
+        (lambda: models.digits_mlp(hidden_units=(8, 0)),
+         "digits_mlp `hidden_units[1]` is 0; expected a positive integer. Pass e.g. hidden_units=(128, 64)."),
+        (lambda: models.recommender(embedding_dim=True), "recommender `embedding_dim` is True; expected a positive"),
+        (lambda: models.synthetic_interactions(2.5, num_users=10, num_items=10),
+         "synthetic_interactions `num_examples` is 2.5; expected a positive integer."),
     ],
 )
 def test_bad_arguments_name_the_argument_and_value(call, needle):
-    with pytest.raises(ValueError, match="must be") as info:
+    with pytest.raises(ValueError) as info:
         call()
     assert needle in str(info.value)

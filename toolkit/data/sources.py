@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib.machinery
 import logging
 import math
@@ -120,13 +121,22 @@ def _load_digits(split: str) -> ArrayData:
     its import brings SciPy and costs a trainer about 90 MiB and a second.
     """
     _check_split(split)
-    data = np.loadtxt(_digits_file(), delimiter=",")
-    images = (data[:, :-1].reshape(-1, 8, 8) / 16.0).astype(np.float32)[..., np.newaxis]
-    labels = data[:, -1].astype(np.int64)
+    images, labels = _digits_arrays()
     rng = np.random.RandomState(_DIGITS_SPLIT_SEED)
     test = _stratified_sample(labels, _DIGITS_TEST_FRACTION, rng)
     chosen = rng.permutation(np.flatnonzero(test if split == "test" else ~test))
     return ArrayData(name="digits", features=images[chosen], labels=labels[chosen], num_classes=10)
+
+
+@functools.lru_cache(maxsize=1)
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """All 1,797 digits, parsed once per process (both splits index into them; read-only)."""
+    data = np.loadtxt(_digits_file(), delimiter=",")
+    images = (data[:, :-1].reshape(-1, 8, 8) / 16.0).astype(np.float32)[..., np.newaxis]
+    labels = data[:, -1].astype(np.int64)
+    images.setflags(write=False)
+    labels.setflags(write=False)
+    return images, labels
 
 
 def _digits_file() -> str:
