@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a plain script from a checkout
 
 from toolkit.launcher import ENV_TASK_NAME  # noqa: E402
 
-__all__ = ["cpu_seconds", "descendants", "task_name"]
+__all__ = ["PolledRun", "cpu_seconds", "descendants", "task_name"]
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -57,3 +61,41 @@ def task_name(pid: int) -> str | None:
         return None
     name = env.get(ENV_TASK_NAME.encode())
     return name.decode() if name else None
+
+
+class PolledRun:
+    """Runs ``cmd`` and samples the named processes below it while it runs.
+
+    ``samples()`` yields ``{pid: name}`` every ``interval`` seconds for the
+    processes ``name_of`` names; a process it cannot name yet (just forked,
+    not yet exec'd) is asked again at the next sample. Afterwards ``output``
+    holds the command's merged stdout and stderr lines and ``returncode`` its
+    exit code.
+    """
+
+    def __init__(self, cmd: list[str], *, env: dict[str, str], interval: float,
+                 name_of: Callable[[int], str | None] = task_name) -> None:
+        self.cmd, self.interval, self.name_of = cmd, interval, name_of
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.output: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.output.extend(self.proc.stdout or ()), daemon=True)
+        self._reader.start()
+
+    def samples(self) -> Iterator[dict[int, str]]:
+        names: dict[int, str] = {}
+        while self.proc.poll() is None:
+            sample: dict[int, str] = {}
+            for pid in descendants(self.proc.pid):
+                if pid not in names:
+                    name = self.name_of(pid)
+                    if name is None:
+                        continue
+                    names[pid] = name
+                sample[pid] = names[pid]
+            yield sample
+            time.sleep(self.interval)
+        self._reader.join(10)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode

@@ -18,16 +18,13 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 
-from _proc import cpu_seconds, descendants, task_name  # noqa: E402
+from _proc import PolledRun, cpu_seconds, task_name  # noqa: E402
 from bench_training import EPOCHS, _peer_path  # noqa: E402
 
 
@@ -49,27 +46,18 @@ def _role(pid: int) -> str | None:
 
 def cpu_by_task(cmd: list[str]) -> dict[str, float]:
     """Runs ``cmd``; returns each task's last-seen CPU seconds."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    output: list[str] = []
-    reader = threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True)
-    reader.start()
-    roles: dict[int, str | None] = {}
-    seen: dict[int, float] = {}
-    while proc.poll() is None:
-        for pid in descendants(proc.pid):
-            if roles.get(pid) is None:  # asked again until known: a task just forked has not exec'd yet
-                roles[pid] = _role(pid)
-            value = cpu_seconds(pid) if roles[pid] else None
+    run = PolledRun(cmd, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, interval=0.2, name_of=_role)
+    seen: dict[int, tuple[str, float]] = {}
+    for tasks in run.samples():
+        for pid, role in tasks.items():
+            value = cpu_seconds(pid)
             if value is not None:
-                seen[pid] = value
-        time.sleep(0.2)
-    reader.join(10)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{''.join(output[-20:])}")
+                seen[pid] = (role, value)
+    if run.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed ({run.returncode}):\n{''.join(run.output[-20:])}")
     totals: dict[str, float] = collections.Counter()
-    for pid, value in seen.items():
-        totals[roles[pid] or "?"] += value
+    for role, value in seen.values():
+        totals[role] += value
     return dict(totals)
 
 

@@ -33,11 +33,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from _proc import descendants, task_name
+from _proc import PolledRun
 
 _MIB = 1024 * 1024
 _MEMORY_TARGET_MIB = 650
@@ -162,35 +161,23 @@ def _pss(pid: int) -> int | None:
 
 def demo_memory(tmp: Path) -> dict[str, dict[str, float]]:
     """Peak RSS per task of ``tfdist demo``, and each task's PSS when the job's total PSS peaked."""
-    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "demo", "--dir", str(tmp / "demo")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    run = PolledRun([sys.executable, "-m", "toolkit", "demo", "--dir", str(tmp / "demo")], env=_env(), interval=0.05)
     peaks: dict[str, int] = {}
     pss: dict[str, int] = {}  # each task's PSS in the sample where the job's total was highest
-    names: dict[int, str] = {}
-    output: list[str] = []
-    reader = threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True)
-    reader.start()
-    while proc.poll() is None:
+    for tasks in run.samples():
         sample: dict[str, int] = {}
-        for pid in descendants(proc.pid):
-            if pid not in names:
-                name = task_name(pid)
-                if name is None:
-                    continue
-                names[pid] = name
+        for pid, name in tasks.items():
             value = _hwm(pid)
             if value is not None:
-                peaks[names[pid]] = max(peaks.get(names[pid], 0), value)
+                peaks[name] = max(peaks.get(name, 0), value)
             share = _pss(pid)
             if share is not None:
-                sample[names[pid]] = share
+                sample[name] = share
         if sum(sample.values()) > sum(pss.values()):
             pss = dict(sample)
-        time.sleep(0.05)
-    reader.join(10)
-    if proc.returncode != 0:
-        raise SystemExit("tfdist demo failed:\n" + "".join(output[-30:]))
-    accuracy = next((line.strip() for line in output if line.startswith("final test accuracy")), "?")
+    if run.returncode != 0:
+        raise SystemExit("tfdist demo failed:\n" + "".join(run.output[-30:]))
+    accuracy = next((line.strip() for line in run.output if line.startswith("final test accuracy")), "?")
     print(f"  demo: {accuracy}")
     return {name: {"rss": value / _MIB, "pss": pss.get(name, 0) / _MIB} for name, value in sorted(peaks.items())}
 
