@@ -54,8 +54,6 @@ def main(argv: Sequence[str] | None = None, *, callbacks: Sequence[Any] = ()) ->
     """Runs the demo in this task; ``callbacks`` are Keras callbacks for the chief (e.g. a benchmark's)."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # Saving from a parameter-server coordinator re-traces TensorFlow's save function each time by design.
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
     from strategies import TRAINER_UNUSED_MODULES, run_role, skip_imports
 
     run_role()  # ps and workers serve here and exit; first, so that they never import Keras or scikit-learn
