@@ -10,7 +10,6 @@ or the new one, never half of one.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import logging
 import os
@@ -46,14 +45,9 @@ def release_memory() -> None:
     where the C library has no ``malloc_trim`` (not glibc).
     """
     gc.collect()
-    libc_name = ctypes.util.find_library("c")
-    if not libc_name:
-        return
-    try:
-        trim = ctypes.CDLL(libc_name).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the symbols this process has loaded
+    if trim is not None:
+        trim(0)
 
 
 def export_model(model: keras.Model, model_fn: Callable[[], keras.Model], directory: str) -> dict[str, str]:

@@ -47,7 +47,7 @@ class _Traced:
     """The traced write and the objects it was traced for (a plain object: a checkpoint tracks no dependency on it)."""
 
     def __init__(self) -> None:
-        self.key: tuple[int, ...] | None = None
+        self.key: tuple[object, ...] | None = None
         self.write: Callable[[tf.Tensor], tf.Tensor] | None = None
         self.traces = 0
 
@@ -83,7 +83,10 @@ class TracedWriteCheckpoint(tf.train.Checkpoint):
         callbacks = list(options.experimental_write_callbacks or ()) if options is not None else []
         inner = copy.copy(options) if options is not None else tf.train.CheckpointOptions()
         inner.experimental_write_callbacks = None  # run below, with the path as a string
-        key = tuple(id(obj) for obj in tf.train.TrackableView(self).descendants())
+        # What the traced write depends on: the objects (each one captured, so kept alive, by the function
+        # traced for them) and the options it was traced with, other than the callbacks run below.
+        key = (*(id(obj) for obj in tf.train.TrackableView(self).descendants()), inner.experimental_io_device,
+               inner.experimental_skip_slot_variables, id(inner.experimental_sharding_callback))
         traced = self._traced
         if traced.write is None or traced.key != key:
             # TensorFlow's own saving code: nothing for autograph to convert.
@@ -91,7 +94,7 @@ class TracedWriteCheckpoint(tf.train.Checkpoint):
                                        autograph=False)
             traced.key = key
             traced.traces += 1
-            logger.info("tracing the checkpoint write (%d objects, trace %d)", len(key), traced.traces)
+            logger.info("tracing the checkpoint write (%d objects, trace %d)", len(key) - 3, traced.traces)
         path = traced.write(tf.constant(file_prefix)).numpy().decode()
         for callback in callbacks:
             callback(path)
