@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import keras
 
-from tf_config.checks import check_int
+from models._checks import check_positive
 
 __all__ = ["digits_mlp", "digits_cnn", "mnist_cnn"]
 
@@ -56,9 +56,9 @@ def digits_mlp(
         seed: makes the initial weights reproducible.
     """
     shape = _check_shape(input_shape, builder="digits_mlp")
-    check_int(num_classes, field="num_classes", owner="digits_mlp", example=10)
+    check_positive(num_classes, field="num_classes", owner="digits_mlp", example=10)
     for i, units in enumerate(hidden_units):
-        check_int(units, field=f"hidden_units[{i}]", owner="digits_mlp", fix="Pass e.g. hidden_units=(128, 64).")
+        check_positive(units, field=f"hidden_units[{i}]", owner="digits_mlp", fix="Pass e.g. hidden_units=(128, 64).")
     inputs = keras.Input(shape=shape, name="image")
     x = keras.layers.Flatten(name="flatten")(inputs)
     for i, units in enumerate(hidden_units, start=1):
@@ -103,8 +103,8 @@ def digits_cnn(
 ) -> keras.Model:
     """A two-convolution CNN sized for 8x8 digits; no pooling, the images are small already."""
     shape = _check_shape(input_shape, builder="digits_cnn")
-    check_int(num_classes, field="num_classes", owner="digits_cnn", example=10)
-    check_int(dense_units, field="dense_units", owner="digits_cnn", example=64)
+    check_positive(num_classes, field="num_classes", owner="digits_cnn", example=10)
+    check_positive(dense_units, field="dense_units", owner="digits_cnn", example=64)
     return _small_cnn(
         shape, num_classes, filters=filters, dense_units=dense_units, seed=seed, pool=False, name="digits_cnn"
     )
@@ -120,8 +120,8 @@ def mnist_cnn(
 ) -> keras.Model:
     """The classic MNIST CNN: conv/pool twice, then a dense layer and the logits."""
     shape = _check_shape(input_shape, builder="mnist_cnn")
-    check_int(num_classes, field="num_classes", owner="mnist_cnn", example=10)
-    check_int(dense_units, field="dense_units", owner="mnist_cnn", example=64)
+    check_positive(num_classes, field="num_classes", owner="mnist_cnn", example=10)
+    check_positive(dense_units, field="dense_units", owner="mnist_cnn", example=64)
     return _small_cnn(
         shape, num_classes, filters=filters, dense_units=dense_units, seed=seed, pool=True, name="mnist_cnn"
     )

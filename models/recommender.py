@@ -29,7 +29,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from tf_config.checks import check_int
+from models._checks import check_positive
 
 __all__ = ["recommender", "synthetic_interactions"]
 
@@ -62,9 +62,9 @@ def recommender(
         returning logits ``[B, 1]``.
     """
     for name, value in (("num_users", num_users), ("num_items", num_items), ("embedding_dim", embedding_dim)):
-        check_int(value, field=name, owner="recommender")
+        check_positive(value, field=name, owner="recommender")
     for i, units in enumerate(hidden_units):
-        check_int(units, field=f"hidden_units[{i}]", owner="recommender", fix="Pass e.g. hidden_units=(64, 32).")
+        check_positive(units, field=f"hidden_units[{i}]", owner="recommender", fix="Pass e.g. hidden_units=(64, 32).")
 
     def init(offset: int, kind: str = "uniform") -> keras.initializers.Initializer:
         if kind == "zeros":
@@ -116,7 +116,7 @@ def synthetic_interactions(
     """
     for name, value in (("num_examples", num_examples), ("num_users", num_users),
                         ("num_items", num_items), ("factors", factors)):
-        check_int(value, field=name, owner="synthetic_interactions")
+        check_positive(value, field=name, owner="synthetic_interactions")
     rng = np.random.default_rng(seed)
     user_factors = rng.normal(size=(num_users, factors)).astype(np.float32)
     item_factors = rng.normal(size=(num_items, factors)).astype(np.float32)
