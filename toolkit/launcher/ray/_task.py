@@ -139,6 +139,7 @@ class RayTask:
                 self.locate(self.port or 0)
                 if self.actor_restarts > restarts and not death_logged:  # the task's exit was seen first
                     log.write(f"----- {self.name}: its Ray actor died; Ray restarted it -----\n".encode())
+            log.flush()  # the notes reach the file now, not when the new run's first output is read
             self.pid, cursor = ray.get(self.actor.start.remote(list(cmd), dict(env), sys.executable,
                                                             None if cwd is None else os.fspath(cwd)),
                                        timeout=self.start_timeout)
