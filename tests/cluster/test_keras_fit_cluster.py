@@ -158,8 +158,9 @@ class _Job:
 
 
 @pytest.mark.cluster
-# Also passes with {"workers": 2, "ps": 1} (the chief is killed; 61 s on a loaded machine), left out for time.
-@pytest.mark.parametrize("shape", [{"workers": 2}], ids=["mwms"])
+# Under parameter servers the chief is killed; its backups are written by one traced function
+# (``TracedWriteCheckpoint``), so this also checks that a later traced write restores exactly.
+@pytest.mark.parametrize("shape", [{"workers": 2}, {"workers": 2, "ps": 1}], ids=["mwms", "ps"])
 def test_keras_backup_and_restore_resumes_after_a_kill_and_early_stopping_ends_every_task(
         tmp_path, quiet_tf, no_orphans, shape):
     """SIGKILL a task mid-epoch 3 (after the epoch-2 backup), let the launcher restart the whole job.

@@ -258,6 +258,7 @@ def test_a_traced_write_checkpoint_saves_current_values_and_retraces_only_for_ne
     module = tf.Module()
     module.v = tf.Variable(1.0)
     checkpoint = TracedWriteCheckpoint(m=module)
+    tmp_path = tmp_path / "not-made-yet"  # as with a string prefix, the write creates the directory
     manager = tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=2, checkpoint_name="ckpt")
     first = manager.save(checkpoint_number=1)
     module.v.assign(2.0)

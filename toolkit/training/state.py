@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -95,6 +96,8 @@ class TracedWriteCheckpoint(tf.train.Checkpoint):
             traced.key = key
             traced.traces += 1
             logger.info("tracing the checkpoint write (%d objects, trace %d)", len(key) - 3, traced.traces)
+        # TensorFlow creates the directory when the prefix is a string, not when it is a tensor.
+        tf.io.gfile.makedirs(os.path.dirname(file_prefix) or ".")
         path = traced.write(tf.constant(file_prefix)).numpy().decode()
         for callback in callbacks:
             callback(path)
