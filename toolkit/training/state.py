@@ -48,13 +48,13 @@ class _Traced:
     """The traced write and the objects it was traced for (a plain object: a checkpoint tracks no dependency on it)."""
 
     def __init__(self) -> None:
-        self.key: tuple[object, ...] | None = None
+        self.key: tuple[object, ...] | None = None  # (object ids, io device, skip slots, sharding callback id)
         self.write: Callable[[tf.Tensor], tf.Tensor] | None = None
         self.traces = 0
 
 
 class TracedWriteCheckpoint(tf.train.Checkpoint):
-    """A ``tf.train.Checkpoint`` whose writes run one traced function, re-traced only when its objects change.
+    """A ``tf.train.Checkpoint`` whose writes run one traced function, re-traced when its objects or options change.
 
     TensorFlow 2.21 writes a checkpoint whose tensors sit on more than one task
     (a parameter-server model, saved from the chief) by tracing a new function
@@ -64,7 +64,7 @@ class TracedWriteCheckpoint(tf.train.Checkpoint):
     same save ops read the variables when the function runs, so later writes
     save the values of that moment. The function is traced again when the
     checkpoint's objects change (e.g. a variable created after the first
-    save), so nothing is left out of a checkpoint. Bookkeeping
+    save) or the write options do, so nothing is left out of a checkpoint. Bookkeeping
     (``tf.train.CheckpointManager``'s numbering, pruning and ``checkpoint``
     index) is unchanged: the manager's write callbacks run after the write.
     """
@@ -86,8 +86,9 @@ class TracedWriteCheckpoint(tf.train.Checkpoint):
         inner.experimental_write_callbacks = None  # run below, with the path as a string
         # What the traced write depends on: the objects (each one captured, so kept alive, by the function
         # traced for them) and the options it was traced with, other than the callbacks run below.
-        key = (*(id(obj) for obj in tf.train.TrackableView(self).descendants()), inner.experimental_io_device,
-               inner.experimental_skip_slot_variables, id(inner.experimental_sharding_callback))
+        objects = tuple(id(obj) for obj in tf.train.TrackableView(self).descendants())
+        key = (objects, inner.experimental_io_device, inner.experimental_skip_slot_variables,
+               id(inner.experimental_sharding_callback))
         traced = self._traced
         if traced.write is None or traced.key != key:
             # TensorFlow's own saving code: nothing for autograph to convert.
@@ -95,7 +96,7 @@ class TracedWriteCheckpoint(tf.train.Checkpoint):
                                        autograph=False)
             traced.key = key
             traced.traces += 1
-            logger.info("tracing the checkpoint write (%d objects, trace %d)", len(key) - 3, traced.traces)
+            logger.info("tracing the checkpoint write (%d objects, trace %d)", len(objects), traced.traces)
         # TensorFlow creates the directory when the prefix is a string, not when it is a tensor.
         tf.io.gfile.makedirs(os.path.dirname(file_prefix) or ".")
         path = traced.write(tf.constant(file_prefix)).numpy().decode()
