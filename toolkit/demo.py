@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-dir", required=True, help="checkpoints, summaries and exports")
     parser.add_argument("--model", choices=sorted(MODELS), default="mlp")
     parser.add_argument("--epochs", type=int, default=12)
-    parser.add_argument("--steps-per-execution", type=int, default=5)
+    parser.add_argument("--steps-per-execution", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=5e-3)
     return parser
 

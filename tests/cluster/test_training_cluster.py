@@ -11,11 +11,15 @@ Every task runs this file as a script (``python test_training_cluster.py
 3. ParameterServer with 1 ps and 1 worker, dropout on: the same weights and
    losses as one process (each step fetches the variables and sends the
    gradients as one tensor per ps; the dropout seed state advances as it
-   would locally).
+   would locally). Its ``validation_fn`` calls ``.numpy()``, which only
+   works eagerly, so no worker can run it: validation falls back to the chief,
+   says so once, and gives the one process's validation metrics.
 4. ParameterServer with 2 ps, 2 workers, the chief coordinating and an
    evaluator sidecar: loss falls, the global step equals the steps scheduled,
    the learning-rate schedule follows it, variables live on both ps, every
    server exits by itself, and the evaluator evaluates the final checkpoint.
+   The two workers validate (a shard each), and the chief's last validation
+   equals the evaluator's one-process evaluation of the final checkpoint.
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ def _parse(argv):
     parser.add_argument("--crash-at-step", type=int, default=0)
     parser.add_argument("--schedule", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--eager-validation", action="store_true")
     return parser.parse_args(argv)
 
 
@@ -80,6 +85,16 @@ def _task_main(argv) -> None:
                 print(f"crashing at step {self.epoch * args.steps_per_epoch + batch + 1}", flush=True)
                 os._exit(17)
 
+    validation_fn = test.dataset_fn(_BATCH, shuffle=False, repeat=False, drop_remainder=False)
+    if args.eager_validation:  # the same batches, but `.numpy()` only works eagerly: no worker can trace it
+        array_validation = validation_fn
+
+        def eager_validation(context):
+            dataset = array_validation(context)
+            return dataset.take(dataset.cardinality().numpy())
+
+        validation_fn = eager_validation
+
     def optimizer():
         if args.schedule:
             return keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.2, 10, 0.5))
@@ -90,8 +105,8 @@ def _task_main(argv) -> None:
                   optimizer=optimizer, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                   steps_per_execution=args.steps_per_execution,
                   checkpoint=CheckpointConfig(every=args.checkpoint_every),
-                  validation_fn=test.dataset_fn(_BATCH, shuffle=False, repeat=False, drop_remainder=False),
-                  model_dir=args.model_dir, callbacks=[CrashOnce()] if args.crash_at_step else [],
+                  validation_fn=validation_fn, model_dir=args.model_dir,
+                  callbacks=[CrashOnce()] if args.crash_at_step else [],
                   export=False, verbose=1, validation=ValidationConfig(evaluator_timeout=120))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -168,14 +183,19 @@ def test_parameter_server_with_one_worker_equals_one_process(tmp_path, no_orphan
                                 "--out", str(tmp_path / "ref"), "--dropout", "0.2"], cwd=_REPO, capture_output=True,
                                text=True, timeout=_TIMEOUT, env=local_env)
     assert reference.returncode == 0, reference.stderr[-3000:]
-    result = _launch(tmp_path, "ps1", ["--dropout", "0.2"], workers=1, ps=1)
+    result = _launch(tmp_path, "ps1", ["--dropout", "0.2", "--eager-validation"], workers=1, ps=1)
     assert result.ok, result.message
-    assert "one transfer per ps" in _log(result, "chief-0")  # the packed path really ran
+    chief_log = _log(result, "chief-0")
+    assert "one transfer per ps" in chief_log  # the packed path really ran
+    assert "validation on the workers failed" in chief_log and "validating on the chief from now on" in chief_log
+    assert chief_log.count("validation on the workers failed") == 1  # tried once, then the chief validates
     chief = json.loads((tmp_path / "ps1" / "out" / "chief-0.json").read_text())
     assert chief["role"] == "chief" and chief["global_step"] == 30
     assert {d.split("/device")[0] for d in chief["devices"]} == {"/job:ps/replica:0/task:0"}
     local = json.loads((tmp_path / "ref" / "local.json").read_text())
     np.testing.assert_allclose(chief["history"]["loss"], local["history"]["loss"], rtol=1e-4)
+    for key in ("val_loss", "val_accuracy"):
+        np.testing.assert_allclose(chief["history"][key], local["history"][key], rtol=1e-4)
     _assert_same_weights(_weights(tmp_path / "ps1" / "out" / "chief-0.npz"), _weights(tmp_path / "ref" / "local.npz"),
                          atol=2e-5)
 
@@ -208,6 +228,12 @@ def test_parameter_server_training_with_an_evaluator_sidecar(tmp_path, no_orphan
     evaluator = json.loads((tmp_path / "pss" / "out" / "evaluator-0.json").read_text())
     assert evaluator["role"] == "evaluator" and evaluator["epoch"][-1] == 40
     assert evaluator["history"]["accuracy"][-1] > 0.5
+    # the workers validated, a shard each, and together saw every example once: the chief's validation after
+    # the last step equals the evaluator's one-process evaluation of the final checkpoint
+    assert _log(result, "chief-0").count("validated on the workers: 2 shards") == 2
+    assert "validation on the workers failed" not in _log(result, "chief-0")
+    assert chief["history"]["val_accuracy"][-1] == evaluator["history"]["accuracy"][-1]
+    assert chief["history"]["val_loss"][-1] == pytest.approx(evaluator["history"]["loss"][-1], rel=1e-5)
     assert os.listdir(os.path.join(model_dir, "eval"))
 
 

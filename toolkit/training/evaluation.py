@@ -1,10 +1,14 @@
 """Evaluation: the chief's per-epoch validation and the sidecar evaluator task.
 
-Both evaluate in one process on the whole validation set (or
-``validation_steps`` batches) with the model's current variables, wherever
-those live: a parameter-server coordinator reads them from the ps, a
-MultiWorkerMirrored chief reads its local copy. That keeps the numbers exact
-and needs no collective, so the other workers never wait on validation.
+Validation covers the whole validation set (or ``validation_steps`` batches)
+exactly once with the model's current variables, wherever those live:
+
+* Under parameter servers the workers evaluate (``WorkerValidator``): the
+  coordinator schedules one closure per shard of the validation set and adds
+  up what they return, so the chief neither reads the data nor runs the model.
+* Otherwise the chief evaluates in its own process (``Validator``): a
+  MultiWorkerMirrored chief reads its local copy of the variables, needs no
+  collective, and the other workers never wait on validation.
 
 The sidecar evaluator (TF_CONFIG task type ``evaluator``) is the Estimator
 pattern: it watches ``model_dir``, evaluates each new checkpoint once, writes
@@ -12,6 +16,7 @@ pattern: it watches ``model_dir``, evaluates each new checkpoint once, writes
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -29,7 +34,7 @@ from toolkit.training.step import EvalStep, Forward, Nest, ResolvedMetric
 
 _R = TypeVar("_R")  # what one evaluation returns
 
-__all__ = ["DONE_FILE", "Validator", "checkpoint_step", "evaluate_continuously", "read_done_marker",
+__all__ = ["DONE_FILE", "Validator", "WorkerValidator", "checkpoint_step", "evaluate_continuously", "read_done_marker",
            "run_sidecar_evaluator", "write_done_marker"]
 
 logger = logging.getLogger(__name__)
@@ -49,19 +54,76 @@ class Validator:
     def _batch(self, features: Nest, labels: Nest) -> tf.Tensor:
         return self.step(features, labels)
 
-    def totals(self) -> np.ndarray:
+    def _dataset(self) -> tf.data.Dataset:
         dataset = self.validation_fn(tf.distribute.InputContext())
-        if self.steps is not None:
-            dataset = dataset.take(self.steps)
+        return dataset if self.steps is None else dataset.take(self.steps)
+
+    def totals(self) -> np.ndarray:
         totals = np.zeros([self.step.layout.width], np.float64)
-        for features, labels in dataset:
+        for features, labels in self._dataset():
             totals += self._run(features, labels).numpy()
-        if totals[0] == 0:
-            logger.warning("validation dataset is empty; val_ metrics are 0")
         return totals
 
     def __call__(self) -> dict[str, float]:
-        return self.step.layout.to_logs(self.totals(), prefix=self.prefix)
+        totals = self.totals()
+        if totals[0] == 0:
+            logger.warning("validation dataset is empty; val_ metrics are 0")
+        return self.step.layout.to_logs(totals, prefix=self.prefix)
+
+
+class WorkerValidator(Validator):
+    """Parameter servers: the workers evaluate, the chief adds up their totals.
+
+    The validation set is cut into ``shards`` (``dataset.shard``), and each
+    shard is one closure that builds the dataset on the worker running it,
+    evaluates its part and returns the totals. Every example counts exactly
+    once, whichever worker runs a shard and however often the coordinator
+    retries a closure after a worker failure. The chief neither reads the data
+    nor runs the model, so it holds no validation pipeline and no executing
+    evaluation function, and the workers evaluate side by side.
+
+    ``validation_fn`` is traced into the closure, as the training
+    ``dataset_fn`` is. (A ``Dataset.from_generator`` still works: TensorFlow
+    runs the generator in the chief's process and the worker asks it for each
+    batch.) If the workers cannot evaluate, e.g. a ``validation_fn`` that
+    only works eagerly (``dataset.cardinality().numpy()``) or data only the
+    chief can read, a warning says why and the chief validates from then on.
+    """
+
+    def __init__(self, model: keras.Model, validation_fn: Callable[..., tf.data.Dataset], *, forward: Forward,
+                 metrics: Mapping[str, ResolvedMetric], coordinator: tf.distribute.experimental.coordinator.
+                 ClusterCoordinator, shards: int, steps: int | None = None, prefix: str = "val_") -> None:
+        super().__init__(model, validation_fn, forward=forward, metrics=metrics, steps=steps, prefix=prefix)
+        self.coordinator, self.shards = coordinator, max(1, shards)
+        self.on_workers = True
+        self._shard = tf.function(self._evaluate_shard)
+
+    def _evaluate_shard(self, index: tf.Tensor) -> tf.Tensor:
+        total = tf.zeros([self.step.layout.width], tf.float64)
+        for features, labels in iter(self._dataset().shard(self.shards, index)):
+            total += tf.cast(self.step(features, labels), tf.float64)
+        return total
+
+    def totals(self) -> np.ndarray:
+        if self.on_workers:
+            try:
+                remotes = [self.coordinator.schedule(self._shard, args=(tf.constant(i, tf.int64),))
+                           for i in range(self.shards)]
+                totals = np.zeros([self.step.layout.width], np.float64)
+                for remote in remotes:
+                    totals += remote.fetch()
+                logger.info("validated on the workers: %d shards", self.shards)
+                return totals
+            except Exception as error:  # noqa: BLE001 - the chief's evaluation below raises a real error again
+                with contextlib.suppress(Exception):
+                    self.coordinator.join()  # the coordinator re-raises a closure's error once; consume it
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+                reason = lines[-1] if lines[0] == "in user code:" else lines[0]  # autograph puts the cause last
+                logger.warning("validation on the workers failed (%s: %s); validating on the chief from now on. "
+                               "A validation_fn that traces into a tf.function and reads data every worker "
+                               "can read lets the workers validate.", type(error).__name__, reason[:300])
+                self.on_workers = False
+        return super().totals()
 
 
 def write_done_marker(model_dir: str, step: int) -> None:

@@ -24,14 +24,14 @@ import keras
 import tensorflow as tf
 
 from toolkit.training.config import FitConfig, TrainingError
-from toolkit.training.evaluation import Validator, run_sidecar_evaluator, write_done_marker
+from toolkit.training.evaluation import Validator, WorkerValidator, run_sidecar_evaluator, write_done_marker
 from toolkit.training.export import export_model, release_memory
 from toolkit.training.extensions import step_factory_for
 from toolkit.training.history import History
 from toolkit.training.hooks import CallbackHook, CheckpointHook, LogHook, ProgressHook, SummaryHook
 from toolkit.training.loop import Hook, LoopRecord, run_loop
 from toolkit.training.options import CheckpointConfig, LogConfig, SyncConfig, ValidationConfig, moved_keywords_error
-from toolkit.training.runners import make_runner, strategy_kind
+from toolkit.training.runners import ParameterServerRunner, make_runner, strategy_kind
 from toolkit.training.state import OptimizerSpec, TrainState, build_state
 from toolkit.training.step import Forward, LossSpec, ResolvedMetric, TrainStep, make_forward, resolve_metrics
 
@@ -223,10 +223,15 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     runner = make_runner(strategy, step, state.global_step, dataset_fn=run.dataset_fn, skip_steps=start,
                          num_workers=workers, sync_every=sync_every)
     is_chief = cfg.is_chief or cfg.is_local
-    validate = None
+    validate: Validator | None = None
     if run.validation_fn is not None and is_chief:
-        validate = Validator(state.model, run.validation_fn, forward=run.forward, metrics=run.metrics,
-                             steps=config.validation_steps)
+        if isinstance(runner, ParameterServerRunner):  # the workers evaluate; the chief only adds up
+            validate = WorkerValidator(state.model, run.validation_fn, forward=run.forward, metrics=run.metrics,
+                                       steps=config.validation_steps, coordinator=runner.coordinator,
+                                       shards=workers)
+        else:
+            validate = Validator(state.model, run.validation_fn, forward=run.forward, metrics=run.metrics,
+                                 steps=config.validation_steps)
     hooks = _hooks(run, state, is_chief=is_chief, runs_loop_alone=runner.single_controller)
     record = run_loop(runner, config=config, layout=step.layout, start_step=start, hooks=hooks,
                       validate=validate, stop_requested=lambda: is_chief and bool(state.model.stop_training))
