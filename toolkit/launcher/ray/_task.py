@@ -73,6 +73,7 @@ class RayTask:
         self._actor_id: tuple[str, int] | None = None  # (node id, pid) of the actor process last seen
         self._seen: int | None = None      # the exit code the reader saw for the current run
         self._lost = False                 # the actor died under the current run
+        self._restarts_noted = 0           # actor restarts the task log already tells of
         self._reader: threading.Thread | None = None
         self.proc = _Waiter(self)
 
@@ -135,10 +136,12 @@ class RayTask:
         self.starts += 1
         try:
             if self.starts > 1 or self._lost:  # a worker restarted alone keeps its address: its node, its port
-                restarts = self.actor_restarts
                 self.locate(self.port or 0)
-                if self.actor_restarts > restarts and not death_logged:  # the task's exit was seen first
+                # The restart may have been seen before this start (e.g. by the job's placement refresh):
+                # compare with what the log already tells, not with the count on entry.
+                if self.actor_restarts > self._restarts_noted and not death_logged:
                     log.write(f"----- {self.name}: its Ray actor died; Ray restarted it -----\n".encode())
+            self._restarts_noted = self.actor_restarts
             log.flush()  # the notes reach the file now, not when the new run's first output is read
             self.pid, cursor = ray.get(self.actor.start.remote(list(cmd), dict(env), sys.executable,
                                                             None if cwd is None else os.fspath(cwd)),
