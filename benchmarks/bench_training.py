@@ -117,7 +117,7 @@ def _toolkit(args) -> float:
                   epochs=EPOCHS, steps_per_epoch=args.steps, steps_per_execution=args.spe,  # None: the default
                   logs=LogConfig(every=args.steps, summary_every=EPOCHS * args.steps),
                   checkpoint=CheckpointConfig(every=EPOCHS * args.steps), model_dir=args.model_dir, export=False,
-                  verbose=0,
+                  verbose=0, between_graph=args.between_graph,
                   strategy=args.strategy, strategy_options=options)
     if history.role != "chief":
         return -1.0
@@ -243,6 +243,7 @@ def _child(argv) -> None:
     parser.add_argument("--strategy", default="auto")
     parser.add_argument("--model-dir", default=None)
     parser.add_argument("--unpacked", action="store_true")
+    parser.add_argument("--between-graph", action="store_true")
     args = parser.parse_args(argv)
     rate = _CHILDREN[args.kind](args)
     if rate >= 0:
@@ -267,6 +268,8 @@ def _cases(steps: int) -> dict[str, tuple[list[str], str | None]]:
     for spe in (1, 32):
         cases[f"toolkit/parameter_server/spe{spe}/unpacked"] = (
             ["toolkit", "--strategy", "parameter_server", "--spe", str(spe), "--unpacked"], "parameter_server")
+    cases["toolkit/parameter_server/spe1/between_graph"] = (
+        ["toolkit", "--strategy", "parameter_server", "--between-graph"], "parameter_server")
     cases["tutorial_ps"] = (["tutorial_ps"], "parameter_server")
     cases["bare_mwms"] = (["bare_mwms"], "multi_worker_mirrored")
     cases["local_mwms"] = (["local_mwms"], "multi_worker_mirrored")

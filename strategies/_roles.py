@@ -24,7 +24,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from strategies._cluster import tf2_cluster, tf2_job
@@ -42,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 EXIT_CHIEF_LOST = 3
 EXIT_CHIEF_NEVER_STARTED = 4
+#: a serving task whose own work (``serve(work=...)``) raised
+EXIT_WORK_FAILED = 5
 _PROBE_INTERVAL = 1.0
 
 
@@ -115,7 +119,8 @@ def _remove(path: str) -> bool:
 
 
 def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | None = None,
-          chief_lost_after: float | None = None, poll_interval: float = 0.5) -> int:
+          chief_lost_after: float | None = None, poll_interval: float = 0.5,
+          work: Callable[[str, threading.Event], object] | None = None) -> int:
     """Runs this ps/worker task's server until the chief ends the job.
 
     Args:
@@ -125,10 +130,14 @@ def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | Non
         chief_lost_after: seconds the chief may be unreachable before the job
             is considered dead (None: 6, or the launcher's setting).
         poll_interval: seconds between checks for the chief's goodbye.
+        work: run in a thread beside the server, as ``work(server_target,
+            stop)`` (``stop`` is set when the serving ends), e.g. a worker's
+            own training loop (``fit(..., between_graph=True)``). If it
+            raises, the task exits with ``EXIT_WORK_FAILED``.
 
     Returns:
         The exit code for this process: the chief's (0 after success), or
-        ``EXIT_CHIEF_LOST`` / ``EXIT_CHIEF_NEVER_STARTED``.
+        ``EXIT_CHIEF_LOST`` / ``EXIT_CHIEF_NEVER_STARTED`` / ``EXIT_WORK_FAILED``.
 
     Raises:
         StrategyError: the task is not a server role (chief, evaluator, MWMS
@@ -144,11 +153,31 @@ def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | Non
             "tasks, and worker tasks of a cluster with ps, serve. Call run_role(cfg), which returns for "
             "training tasks, instead of serve().", field="tf_config.task"
         )
-    return serve_until_goodbye(cfg, options, poll_interval=poll_interval)
+    return serve_until_goodbye(cfg, options, poll_interval=poll_interval, work=work)
+
+
+#: how long a task that served waits for its work thread to finish before it exits anyway
+_WORK_JOIN_SECS = 10.0
+
+
+class _Work:
+    """``work(target, stop)`` in a daemon thread; remembers whether it failed."""
+
+    def __init__(self, work: Callable[[str, threading.Event], object], target: str, name: str) -> None:
+        self.stop, self.failed = threading.Event(), False
+        self.thread = threading.Thread(target=self._run, args=(work, target), name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self, work: Callable[[str, threading.Event], object], target: str) -> None:
+        try:
+            work(target, self.stop)
+        except Exception:  # the task reports it and exits; the chief sees a worker gone
+            logger.exception("%s failed", self.thread.name)
+            self.failed = True
 
 
 def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, poll_interval: float = 0.5,
-                        peer: str = "chief") -> int:
+                        peer: str = "chief", work: Callable[[str, threading.Event], object] | None = None) -> int:
     """The serve/goodbye protocol: runs this task's server until its chief (or client) ends the job.
 
     Every task that only serves uses it: parameter-server ps and workers
@@ -181,8 +210,12 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, poll_interval: 
                 job, index, cfg.address, server.target, peer, cfg.chief_address, options.chief_lost_after)
     watch = _ChiefWatch(chief, start_timeout=options.chief_start_timeout,
                         lost_after=options.chief_lost_after)
+    running = None if work is None else _Work(work, server.target, f"{job}-{index} work")
     try:
         while True:
+            if running is not None and running.failed:
+                logger.error("%s-%d: its work failed (above); exiting with %d", job, index, EXIT_WORK_FAILED)
+                return EXIT_WORK_FAILED
             code = _take_exit_file(path)
             if code is not None:
                 logger.info("%s-%d: the %s said goodbye; exiting with %d", job, index, peer, code)
@@ -192,11 +225,15 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, poll_interval: 
                 return code
             time.sleep(poll_interval)
     finally:
+        if running is not None:  # let it leave TensorFlow's calls before the interpreter exits
+            running.stop.set()
+            running.thread.join(timeout=_WORK_JOIN_SECS)
         _remove(hello)
 
 
 def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", chief_start_timeout: float | None = None,
-             chief_lost_after: float | None = None) -> TFConfig:
+             chief_lost_after: float | None = None,
+             worker_work: Callable[[str, threading.Event], object] | None = None) -> TFConfig:
     """Serves and exits in ps/worker tasks; returns in tasks that train.
 
     Put it at the top of a training script: under ParameterServerStrategy the
@@ -221,6 +258,8 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", chief
             checked against the TF_CONFIG first.
         chief_start_timeout: see ``serve``.
         chief_lost_after: see ``serve``.
+        worker_work: a parameter-server *worker*'s own work beside its server
+            (``serve(work=...)``); ps tasks only serve.
 
     Returns:
         The ``TFConfig``, for tasks that train. Server tasks do not return.
@@ -239,5 +278,6 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", chief
         return cfg
     cfg.check(strategy="parameter_server")  # fail as fast as the chief will, rather than wait for it
     skip_imports(SERVER_UNUSED_MODULES)  # called before TensorFlow's import, a server leaves out Keras & co.
-    code = serve(cfg, chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after)
+    code = serve(cfg, chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after,
+                 work=worker_work if cfg.task_type == "worker" else None)
     sys.exit(code)

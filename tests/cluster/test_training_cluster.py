@@ -20,6 +20,13 @@ Every task runs this file as a script (``python test_training_cluster.py
    server exits by itself, and the evaluator evaluates the final checkpoint.
    The two workers validate (a shard each), and the chief's last validation
    equals the evaluator's one-process evaluation of the final checkpoint.
+5. Between-graph steps (``between_graph=True``), 1 ps and 1 worker: the worker
+   runs its own graph-mode loop on the chief's variables, and the losses,
+   validation and weights equal one process's (Adam as fused ops).
+6. Between-graph steps, 1 ps and 2 workers, SGD with momentum on a schedule and
+   dropout: the workers' steps add up to exactly the steps the chief released,
+   every checkpoint lands on its step, loss falls, the workers validate, and
+   every task exits 0.
 """
 from __future__ import annotations
 
@@ -52,6 +59,8 @@ def _parse(argv):
     parser.add_argument("--schedule", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--eager-validation", action="store_true")
+    parser.add_argument("--between-graph", action="store_true")
+    parser.add_argument("--momentum", type=float, default=0.0)
     return parser.parse_args(argv)
 
 
@@ -97,13 +106,14 @@ def _task_main(argv) -> None:
 
     def optimizer():
         if args.schedule:
-            return keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.2, 10, 0.5))
+            return keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.2, 10, 0.5),
+                                        momentum=args.momentum)
         return keras.optimizers.Adam(5e-3)
 
     history = fit(lambda: models.digits_mlp(seed=11, dropout=args.dropout), train.dataset_fn(_BATCH, shuffle=False),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
                   optimizer=optimizer, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-                  steps_per_execution=args.steps_per_execution,
+                  steps_per_execution=args.steps_per_execution or None, between_graph=args.between_graph,
                   checkpoint=CheckpointConfig(every=args.checkpoint_every),
                   validation_fn=validation_fn, model_dir=args.model_dir,
                   callbacks=[CrashOnce()] if args.crash_at_step else [],
@@ -235,6 +245,66 @@ def test_parameter_server_training_with_an_evaluator_sidecar(tmp_path, no_orphan
     assert chief["history"]["val_accuracy"][-1] == evaluator["history"]["accuracy"][-1]
     assert chief["history"]["val_loss"][-1] == pytest.approx(evaluator["history"]["loss"][-1], rel=1e-5)
     assert os.listdir(os.path.join(model_dir, "eval"))
+
+
+
+def _steps_done(log):
+    """The steps a worker's between-graph loop reports having run."""
+    lines = [line for line in log.splitlines() if "between-graph steps done:" in line]
+    assert len(lines) == 1, lines
+    return int(lines[0].rsplit(":", 1)[1].split()[0])
+
+
+@pytest.mark.cluster
+def test_between_graph_steps_with_one_worker_equal_one_process(tmp_path, no_orphans):
+    local_env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    flags = ["--steps-per-execution", "0", "--between-graph"]
+    reference = subprocess.run([sys.executable, __file__, "--model-dir", str(tmp_path / "ref" / "model"),
+                                "--out", str(tmp_path / "ref"), *flags], cwd=_REPO, capture_output=True,
+                               text=True, timeout=_TIMEOUT, env=local_env)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert "between_graph=True applies to parameter servers only" in reference.stderr
+    result = _launch(tmp_path, "bg1", flags, workers=1, ps=1)
+    assert result.ok, result.message
+    for task in result.tasks:
+        assert (task.exit_code, task.stopped) == (0, False), (task.name, _log(result, task.name)[-2000:])
+    assert "between-graph steps: 1 workers take step tokens" in _log(result, "chief-0")
+    assert _steps_done(_log(result, "worker-0")) == 30
+    chief = json.loads((tmp_path / "bg1" / "out" / "chief-0.json").read_text())
+    assert chief["role"] == "chief" and chief["global_step"] == 30
+    local = json.loads((tmp_path / "ref" / "local.json").read_text())
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        np.testing.assert_allclose(chief["history"][key], local["history"][key], rtol=1e-4, err_msg=key)
+    _assert_same_weights(_weights(tmp_path / "bg1" / "out" / "chief-0.npz"), _weights(tmp_path / "ref" / "local.npz"),
+                         atol=2e-5)
+
+
+@pytest.mark.cluster
+def test_between_graph_steps_with_two_workers_are_exact(tmp_path, no_orphans):
+    import tensorflow as tf
+
+    result = _launch(tmp_path, "bg2", ["--between-graph", "--steps-per-execution", "0", "--schedule",
+                                       "--momentum", "0.9", "--dropout", "0.2", "--steps-per-epoch", "20",
+                                       "--checkpoint-every", "10", "--epochs", "3"], workers=2, ps=1)
+    assert result.ok, result.message
+    for task in result.tasks:
+        assert (task.exit_code, task.stopped) == (0, False), (task.name, _log(result, task.name)[-2000:])
+    # the workers raced for the tokens, and together ran exactly the steps the chief released
+    done = [_steps_done(_log(result, f"worker-{i}")) for i in range(2)]
+    assert sum(done) == 60 and min(done) > 0, done
+    chief = json.loads((tmp_path / "bg2" / "out" / "chief-0.json").read_text())
+    assert chief["global_step"] == 60 and chief["epoch"] == [0, 1, 2]
+    assert chief["history"]["loss"][-1] < chief["history"]["loss"][0]
+    assert chief["history"]["val_accuracy"][-1] > 0.5
+    assert _log(result, "chief-0").count("validated on the workers: 2 shards") == 3
+    model_dir = str(tmp_path / "bg2" / "model")
+    for step in (40, 50, 60):  # each checkpoint on its step: the chief waited for exactly its tokens
+        path = os.path.join(model_dir, f"ckpt-{step}")
+        assert tf.train.load_variable(path, "global_step/.ATTRIBUTES/VARIABLE_VALUE") == step
+    # the fused update kept Keras' own optimizer state: its iteration count, and SGD's momentum slots
+    final = os.path.join(model_dir, "ckpt-60")
+    assert tf.train.load_variable(final, "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 60
+    assert np.abs(tf.train.load_variable(final, "optimizer/_variables/1/.ATTRIBUTES/VARIABLE_VALUE")).max() > 0
 
 
 if __name__ == "__main__":

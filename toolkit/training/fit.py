@@ -31,7 +31,7 @@ from toolkit.training.history import History
 from toolkit.training.hooks import CallbackHook, CheckpointHook, LogHook, ProgressHook, SummaryHook
 from toolkit.training.loop import Hook, LoopRecord, run_loop
 from toolkit.training.options import CheckpointConfig, LogConfig, SyncConfig, ValidationConfig, moved_keywords_error
-from toolkit.training.runners import ParameterServerRunner, make_runner, strategy_kind
+from toolkit.training.runners import Runner, make_runner, strategy_kind
 from toolkit.training.state import OptimizerSpec, TrainState, build_state
 from toolkit.training.step import Forward, LossSpec, ResolvedMetric, TrainStep, make_forward, resolve_metrics
 
@@ -61,6 +61,7 @@ class _Run:
     export: bool
     verbose: int
     train_step: Callable[..., TrainStep] | None = None
+    between_graph: bool = False
 
     @property
     def task(self) -> str:
@@ -86,17 +87,50 @@ _SERVE_OPTIONS = ("chief_start_timeout", "chief_lost_after")
 
 
 def _task_config(tf_config: TFConfig | None, strategy: str | tf.distribute.Strategy,
-                 options: dict[str, Any]) -> TFConfig:
+                 options: dict[str, Any], worker_work: Callable[..., object] | None = None) -> TFConfig:
     """This task's TFConfig; in parameter-server ps/worker tasks, serve and exit here.
 
     Pops the serve options (``chief_start_timeout``, ``chief_lost_after``) from ``options``.
+    A worker runs ``worker_work`` beside its server (``between_graph``).
     """
     from strategies import run_role
     from tf_config import TFConfig
 
     serve = {name: options.pop(name) for name in _SERVE_OPTIONS if name in options}
     cfg = TFConfig.from_env() if tf_config is None else tf_config
-    return run_role(cfg, strategy=strategy, **serve) if isinstance(strategy, str) else cfg
+    if not isinstance(strategy, str):
+        return cfg
+    return run_role(cfg, strategy=strategy, worker_work=worker_work, **serve)
+
+
+def _between_graph(value: object, steps_per_execution: int | None) -> bool:
+    """``between_graph`` checked: a bool, and only with one step per execution."""
+    if not isinstance(value, bool):
+        raise TrainingError(f"`between_graph` must be True or False. Received: between_graph={value!r}.",
+                            field="between_graph")
+    if value and steps_per_execution not in (None, 1):
+        raise TrainingError(
+            f"between_graph=True runs one step per session.run on each worker, but steps_per_execution="
+            f"{steps_per_execution!r}. Drop steps_per_execution (or pass 1), or drop between_graph to run "
+            "several steps per coordinator closure.", field="steps_per_execution")
+    return value
+
+
+def _between_graph_work(model_fn: Callable[[], keras.Model], dataset_fn: Callable[..., tf.data.Dataset], *,
+                        forward: Forward, metrics: dict[str, ResolvedMetric], global_batch_size: int | None,
+                        tf_config: TFConfig | None) -> Callable[..., object]:
+    """A parameter-server worker's own step loop (``between_graph``), run beside its server."""
+
+    def work(target: str, stop: Any) -> object:
+        from tf_config import TFConfig
+        from toolkit.training.between_graph import run_worker
+
+        cfg = TFConfig.from_env() if tf_config is None else tf_config
+        return run_worker(target, num_workers=len(cfg.cluster.get("worker", ())), index=cfg.task_index, stop=stop,
+                          model_fn=model_fn, dataset_fn=dataset_fn, forward=forward, metrics=metrics,
+                          global_batch_size=global_batch_size)
+
+    return work
 
 
 def _build_strategy(strategy: str | tf.distribute.Strategy, cfg: TFConfig,
@@ -208,26 +242,47 @@ def _check_sync_strategy(strategy: tf.distribute.Strategy, config: FitConfig) ->
 
 def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     parameter_server = strategy_kind(strategy) == "parameter_server"
+    if run.between_graph and not parameter_server:
+        logger.warning("between_graph=True applies to parameter servers only; %s runs its usual loop",
+                       type(strategy).__name__)
+        run = dataclasses.replace(run, between_graph=False)
     run = dataclasses.replace(run, config=run.config.resolved(parameter_server=parameter_server))
     cfg, config = run.cfg, run.config
     logger.debug("steps per execution: %d", config.steps_per_call)
     _check_sync_strategy(strategy, config)
     workers = _num_workers(strategy, cfg)
-    state = build_state(strategy, run.model_fn, run.optimizer)
+    named = None
+    if run.between_graph:
+        from toolkit.training import between_graph
+
+        named = between_graph.NamedVariables(between_graph.prefix())
+        with tf.variable_creator_scope(named):  # outside the strategy's scope: its creator picks the ps first
+            state = build_state(strategy, run.model_fn, run.optimizer)
+    else:
+        state = build_state(strategy, run.model_fn, run.optimizer)
     step = _train_step(run, state, strategy, workers)  # may add checkpointed state (before the restore)
     start = _restore(state, run.model_dir)
     state.model.stop_training = False
     # A parameter-server coordinator that waits too often leaves workers idle: keep every worker busy
     # for a few executions between waits unless the user asked for a log interval.
     sync_every = config.log_every_steps or max(config.log_interval, 4 * workers * config.steps_per_call)
-    runner = make_runner(strategy, step, state.global_step, dataset_fn=run.dataset_fn, skip_steps=start,
-                         num_workers=workers, sync_every=sync_every)
+    runner: Runner
+    if named is not None:
+        kind = between_graph.check_supported(state, step, sync=config.sync_replicas,
+                                             custom_step=run.train_step is not None)
+        runner = between_graph.BetweenGraphRunner(strategy, step, state.global_step, state=state, named=named,
+                                                  kind=kind, skip_steps=start, num_workers=workers,
+                                                  sync_every=sync_every)
+    else:
+        runner = make_runner(strategy, step, state.global_step, dataset_fn=run.dataset_fn, skip_steps=start,
+                             num_workers=workers, sync_every=sync_every)
     is_chief = cfg.is_chief or cfg.is_local
     validate: Validator | None = None
     if run.validation_fn is not None and is_chief:
-        if isinstance(runner, ParameterServerRunner):  # the workers evaluate; the chief only adds up
+        coordinator = getattr(runner, "coordinator", None)
+        if coordinator is not None:  # parameter servers: the workers evaluate; the chief only adds up
             validate = WorkerValidator(state.model, run.validation_fn, forward=run.forward, metrics=run.metrics,
-                                       steps=config.validation_steps, coordinator=runner.coordinator,
+                                       steps=config.validation_steps, coordinator=coordinator,
                                        shards=workers)
         else:
             validate = Validator(state.model, run.validation_fn, forward=run.forward, metrics=run.metrics,
@@ -235,6 +290,7 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     hooks = _hooks(run, state, is_chief=is_chief, runs_loop_alone=runner.single_controller)
     record = run_loop(runner, config=config, layout=step.layout, start_step=start, hooks=hooks,
                       validate=validate, stop_requested=lambda: is_chief and bool(state.model.stop_training))
+    runner.close()
     stats = runner.sync_stats()
     exports: dict[str, str] = {}
     if is_chief:
@@ -323,6 +379,7 @@ def fit(
     logs: LogConfig | None = None,
     validation: ValidationConfig | None = None,
     sync: SyncConfig | None = None,
+    between_graph: bool = False,
     **moved: object,
 ) -> History:
     """Trains ``model_fn()`` on ``dataset_fn`` under the strategy TF_CONFIG calls for.
@@ -386,6 +443,12 @@ def fit(
         sync: a ``SyncConfig`` turns on synchronous parameter-server updates
             (``replicas_to_aggregate`` contributions per update); async stays
             the default.
+        between_graph: under parameter servers, each worker runs its own
+            graph-mode step loop on the ps variables, one ``session.run`` per
+            step (TF1's between-graph replication), instead of the chief
+            scheduling closures; the chief keeps every other duty. Faster at
+            one step per call; Adam and SGD only, one step per execution
+            (``toolkit.training.between_graph``).
 
     Returns:
         A ``History``. Parameter-server ps and worker tasks never return: they
@@ -408,11 +471,18 @@ def fit(
         raise TrainingError("`loss` is None and no `forward` was given. Pass e.g. "
                             "loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True).", field="loss")
     options = dict(strategy_options or {})
-    cfg = _task_config(tf_config, strategy, options)
+    forward = forward or make_forward(loss)
+    resolved = resolve_metrics(metrics)
+    work = None
+    if _between_graph(between_graph, steps_per_execution):
+        config = dataclasses.replace(config, steps_per_execution=1)
+        work = _between_graph_work(model_fn, dataset_fn, forward=forward, metrics=resolved,
+                                   global_batch_size=global_batch_size, tf_config=tf_config)
+    cfg = _task_config(tf_config, strategy, options, worker_work=work)
     run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, optimizer=optimizer,
-               forward=forward or make_forward(loss), metrics=resolve_metrics(metrics), config=config,
+               forward=forward, metrics=resolved, config=config,
                model_dir=_model_dir(model_dir, cfg), callbacks=tuple(callbacks), cfg=cfg, export=export,
-               verbose=int(verbose), train_step=train_step)
+               verbose=int(verbose), train_step=train_step, between_graph=work is not None)
     if cfg.is_evaluator:
         return _evaluate(run, evaluator_timeout)
     return _train(run, _build_strategy(strategy, cfg, options))

@@ -166,6 +166,9 @@ class Runner:
         """Synchronous-update counters (empty unless updates are aggregated)."""
         return {}
 
+    def close(self) -> None:
+        """Called once the loop is over (a runner whose workers loop by themselves ends them here)."""
+
 
 class SyncRunner(Runner):
     """Every task runs the loop; one ``tf.function`` call per execution.

@@ -1,0 +1,438 @@
+"""Between-graph steps under parameter servers: ``fit(..., between_graph=True)``.
+
+Under ``ClusterCoordinator`` every step is a closure the chief sends to a
+worker, which runs it as a multi-device function and answers: at one step per
+closure that costs about 3 ms of the chief's CPU and 1.5 ms of the worker's per
+step (``docs/training.md``, "CPU per global step"). TF1's between-graph
+replication has neither cost: each worker is its own client and runs its own
+graph, one ``session.run`` per step. This module runs Keras 3 models that way,
+while the chief keeps every other duty of ``fit`` (restore, checkpoints,
+summaries, progress, callbacks, validation, export):
+
+* The chief builds the model, the optimizer and the global step as usual, but
+  each variable gets a *named* resource on its ps (``NamedVariables``; eager
+  variables are anonymous, so no other client could find them). It publishes
+  their names, the optimizer's kind and the stats layout in a manifest, a
+  string variable on the first ps.
+* Each worker reads the manifest, builds ``model_fn()`` in a ``tf.Graph``,
+  points the model's variables at the chief's, and builds one training step:
+  its shard of ``dataset_fn``, the forward pass and gradients on the worker,
+  the optimizer's fused update (``ResourceApplyAdam``, ...) on each variable's
+  ps, the step's stats added to a totals variable, and the global step counted
+  after the updates (``run_worker``).
+* A step runs only with a token from a queue on the first ps (TF1's
+  ``SyncReplicasOptimizer`` token queue): the chief releases exactly as many
+  tokens as the loop hands over, so the global step ends exactly on epoch
+  ends and checkpoint steps, and a worker waiting for tokens blocks in the
+  queue without using CPU. The chief waits by reading the global step, then
+  reads the totals. Stop tokens end the workers' loops.
+
+Supported: Keras ``Adam`` (not amsgrad) and ``SGD`` (with or without momentum
+and Nesterov), constant learning rates and schedules, without clipping,
+weight decay, EMA or gradient accumulation; the default ``TrainStep``
+(no ``train_step=``, no sharded tables, no ``sync=``). Anything else raises a
+``TrainingError`` that says so (the coordinator runs all of it: drop
+``between_graph``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.ops import gen_data_flow_ops, gen_resource_variable_ops, resource_variable_ops  # noqa: TID251
+
+from toolkit.training.config import TrainingError
+from toolkit.training.runners import DatasetFn, Runner, _check_batch
+from toolkit.training.state import GlobalStepSchedule, TrainState
+from toolkit.training.step import Forward, ResolvedMetric, TrainStep, _Step
+
+__all__ = ["MANIFEST", "NamedVariables", "BetweenGraphRunner", "check_supported", "run_worker"]
+
+logger = logging.getLogger(__name__)
+v1 = tf.compat.v1
+
+#: the shared name of the manifest variable (a JSON string on the first ps)
+MANIFEST = "tfdist_between_graph_manifest"
+#: a token that ends a worker's loop instead of allowing a step
+STOP = -1
+_QUEUE_CAPACITY = 2**31 - 1
+_STATE_UPDATES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
+#: a wait that sees no step for this long (and no token left) re-releases the missing tokens
+_STALL_SECS = 30.0
+
+
+def _handle(shared_name: str, dtype: tf.DType, shape: tf.TensorShape) -> tf.Tensor:
+    """A handle to the named variable resource ``shared_name`` on the current device."""
+    handle = gen_resource_variable_ops.var_handle_op(dtype=dtype, shape=shape, shared_name=shared_name,
+                                                     container="", name="named_handle")
+    if tf.executing_eagerly():  # a graph's VarHandleOp carries its shape; an eager handle needs it attached
+        resource_variable_ops._set_handle_shapes_and_types(  # noqa: SLF001
+            handle, resource_variable_ops.handle_data_util.create_handle_data(shape, dtype), False)
+    return handle
+
+
+def _variable(shared_name: str, dtype: tf.DType, shape: tf.TensorShape, *, trainable: bool,
+              **kwargs: Any) -> resource_variable_ops.BaseResourceVariable:
+    handle = _handle(shared_name, dtype, shape)
+    return resource_variable_ops.BaseResourceVariable(
+        trainable=trainable, shape=shape, dtype=dtype, handle=handle, unique_id=shared_name,
+        handle_name=shared_name, in_graph_mode=not tf.executing_eagerly(), **kwargs)
+
+
+class NamedVariables:
+    """A variable creator (the chief's): each variable is a named resource another client can open.
+
+    Enter it *outside* the strategy's scope, so the strategy's creator (which
+    picks the ps) runs first and calls this one on the chosen device.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._names: dict[int, str] = {}  # id(handle) -> shared name
+        self._keep: list[tf.Variable] = []
+
+    def __call__(self, next_creator: Callable[..., tf.Variable], **kwargs: Any) -> tf.Variable:
+        initial = kwargs.get("initial_value")
+        if callable(initial):
+            initial = initial()
+        with tf.init_scope():
+            initial = tf.convert_to_tensor(initial, dtype=kwargs.get("dtype"))
+            shape = tf.TensorShape(kwargs.get("shape") or initial.shape)
+            name = f"{self.prefix}/{len(self._names)}"
+            variable = _variable(name, initial.dtype, shape, trainable=bool(kwargs.get("trainable", True)),
+                                 synchronization=kwargs.get("synchronization"),
+                                 aggregation=kwargs.get("aggregation"),
+                                 distribute_strategy=kwargs.get("distribute_strategy"))
+            gen_resource_variable_ops.assign_variable_op(variable.handle, initial)
+        self._names[id(variable.handle)] = name
+        self._keep.append(variable)
+        return variable
+
+    def name_of(self, variable: keras.Variable | tf.Variable) -> str:
+        inner = variable.value if isinstance(variable, keras.Variable) else variable
+        try:
+            return self._names[id(inner.handle)]
+        except KeyError:
+            raise TrainingError(f"between_graph: variable {getattr(variable, 'path', variable.name)!r} was not "
+                                "created by the training state, so the workers cannot find it.",
+                                field="between_graph") from None
+
+    def describe(self, variable: keras.Variable | tf.Variable) -> dict[str, Any]:
+        return {"name": self.name_of(variable), "dtype": tf.as_dtype(variable.dtype).name,
+                "shape": list(variable.shape), "device": _device_of(variable)}
+
+
+def _device_of(variable: keras.Variable | tf.Variable) -> str:
+    inner = variable.value if isinstance(variable, keras.Variable) else variable
+    return str(inner.handle.device)
+
+
+def _optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str:
+    """``adam`` or ``sgd``; a ``TrainingError`` for what the fused updates do not reproduce exactly."""
+    kind = {keras.optimizers.Adam: "adam", keras.optimizers.SGD: "sgd"}.get(type(optimizer))
+    config = optimizer.get_config()
+    unsupported = [key for key in ("clipnorm", "clipvalue", "global_clipnorm", "weight_decay",
+                                   "gradient_accumulation_steps", "loss_scale_factor") if config.get(key)]
+    if config.get("use_ema"):
+        unsupported.append("use_ema")
+    if config.get("amsgrad"):
+        unsupported.append("amsgrad")
+    if kind is None or unsupported:
+        what = type(optimizer).__name__ if kind is None else f"{type(optimizer).__name__}({', '.join(unsupported)})"
+        raise TrainingError(
+            f"between_graph=True runs the optimizer's update as TensorFlow's fused ops, which reproduce Keras' "
+            f"Adam (without amsgrad) and SGD (with or without momentum) exactly; received {what}. Use one of "
+            "those, or drop between_graph (the coordinator runs every optimizer).", field="between_graph")
+    return kind
+
+
+def check_supported(state: TrainState, step: TrainStep, *, sync: bool, custom_step: bool) -> str:
+    """The optimizer kind if the between-graph step reproduces ``step``; else a ``TrainingError``."""
+    if sync or custom_step or type(step) is not TrainStep:
+        what = "sync=" if sync else f"train_step ({type(step).__name__})"
+        raise TrainingError(
+            f"between_graph=True builds the default TrainStep on each worker; it cannot run {what}. Drop "
+            "between_graph (the coordinator runs it).", field="between_graph")
+    return _optimizer_kind(state.optimizer)
+
+
+def _manifest(state: TrainState, named: NamedVariables, *, kind: str, width: int, start: int,
+              totals: tf.Variable, queue_name: str, queue_device: str) -> dict[str, Any]:
+    optimizer = state.optimizer
+    trainable = list(state.model.trainable_variables)
+    if kind == "adam":
+        slots = [[named.describe(optimizer._momentums[i]), named.describe(optimizer._velocities[i])]  # noqa: SLF001
+                 for i in range(len(trainable))]
+    elif optimizer.momentum:
+        slots = [[named.describe(optimizer.momentums[i])] for i in range(len(trainable))]
+    else:
+        slots = [[] for _ in trainable]
+    rate = optimizer._learning_rate  # noqa: SLF001
+    schedule = rate.schedule if isinstance(rate, GlobalStepSchedule) else None
+    config = optimizer.get_config()
+    return {
+        "optimizer": {"kind": kind, "beta_1": config.get("beta_1"), "beta_2": config.get("beta_2"),
+                      "epsilon": config.get("epsilon"), "momentum": config.get("momentum"),
+                      "nesterov": bool(config.get("nesterov")), "iterations": named.describe(optimizer.iterations),
+                      "learning_rate": None if schedule is not None else named.describe(rate),
+                      "schedule": None if schedule is None else keras.optimizers.schedules.serialize(schedule)},
+        "model": [named.describe(v) for v in state.model.variables],
+        "trainable": [named.name_of(v) for v in trainable],
+        "slots": slots,
+        "global_step": named.describe(state.global_step),
+        "totals": named.describe(totals),
+        "width": width,
+        "start": start,
+        "queue": {"name": queue_name, "device": queue_device},
+    }
+
+
+class BetweenGraphRunner(Runner):
+    """The chief's side: releases step tokens, waits on the global step, reads the totals.
+
+    ``coordinator`` is the strategy's ``ClusterCoordinator``, kept for the
+    workers' validation closures (which run beside the workers' own loops).
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, *,
+                 state: TrainState, named: NamedVariables, kind: str, skip_steps: int = 0, num_workers: int = 1,
+                 sync_every: int | None = None) -> None:
+        from strategies import make_coordinator
+
+        super().__init__(strategy, step, global_step)
+        self.sync_every, self.num_workers = sync_every, max(num_workers, 1)
+        self.coordinator = make_coordinator(strategy)
+        device = _device_of(global_step)
+        with tf.device(device), tf.variable_creator_scope(named):
+            self._totals = tf.Variable(tf.zeros([self.width], tf.float64), trainable=False, name="step_totals")
+        queue_name = f"{named.prefix}/tokens"
+        with tf.device(device):
+            # The op itself: eager ``tf.queue.FIFOQueue`` replaces the shared name with a unique one.
+            self._queue = gen_data_flow_ops.fifo_queue_v2(component_types=[tf.int64], shapes=[[]],
+                                                          capacity=_QUEUE_CAPACITY, shared_name=queue_name)
+            manifest = _manifest(state, named, kind=kind, width=self.width, start=skip_steps, totals=self._totals,
+                                 queue_name=queue_name, queue_device=device)
+            self._published = _variable(MANIFEST, tf.string, tf.TensorShape([]), trainable=False)
+            gen_resource_variable_ops.assign_variable_op(self._published.handle, tf.constant(json.dumps(manifest)))
+        self._step = self._target = int(global_step.numpy())
+        self._seen = np.zeros([self.width], np.float64)
+        self._pending = 0
+        self._closed = False
+        logger.info("between-graph steps: %d workers take step tokens from %s (%d variables named %s/*)",
+                    self.num_workers, device, len(manifest["model"]), named.prefix)
+
+    def _release(self, count: int, *, token: int = 0) -> None:
+        if count > 0:
+            gen_data_flow_ops.queue_enqueue_many_v2(self._queue, [tf.fill([count], tf.constant(token, tf.int64))])
+
+    def run(self, num_steps: int) -> None:
+        self._pending += num_steps
+
+    def wait(self) -> np.ndarray:
+        self._target += self._pending
+        self._release(self._pending)
+        self._pending = 0
+        pause, last, since = 0.002, self._step, time.monotonic()
+        while True:
+            step = int(self.global_step.numpy())
+            if step >= self._target:
+                break
+            now = time.monotonic()
+            if step != last:
+                last, since = step, now
+            elif now - since > _STALL_SECS:
+                left = int(gen_data_flow_ops.queue_size_v2(self._queue).numpy())
+                logger.warning("between-graph steps: global step %d of %d, unchanged for %.0f s, %d tokens "
+                               "queued%s", step, self._target, now - since, left,
+                               "; releasing the missing tokens again (a worker was lost mid-step)" if left == 0
+                               else "; are the workers running?")
+                if left == 0:
+                    self._release(self._target - step)
+                since = now
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.02)
+        self._step = step
+        totals = self._totals.numpy()
+        chunk, self._seen = totals - self._seen, totals
+        return chunk
+
+    def current_step(self) -> int:
+        return self._step
+
+    def close(self) -> None:
+        """Ends every worker's loop (one stop token each)."""
+        if not self._closed:
+            self._closed = True
+            self._release(self.num_workers, token=STOP)
+
+
+# --- the worker's side -----------------------------------------------------------------------------------------
+
+def _open(spec: Mapping[str, Any], *, trainable: bool = False) -> resource_variable_ops.BaseResourceVariable:
+    with v1.device(spec["device"]):
+        return _variable(spec["name"], tf.as_dtype(spec["dtype"]), tf.TensorShape(spec["shape"]), trainable=trainable)
+
+
+def _read_manifest(target: str, config: tf.compat.v1.ConfigProto, ps_device: str, *,
+                   stop: threading.Event) -> dict[str, Any] | None:
+    """Waits for the chief's manifest; None if ``stop`` is set first."""
+    graph = tf.Graph()
+    with graph.as_default(), v1.device(ps_device):
+        handle = _handle(MANIFEST, tf.string, tf.TensorShape([]))
+        ready = gen_resource_variable_ops.var_is_initialized_op(handle)
+        value = gen_resource_variable_ops.read_variable_op(handle, tf.string)
+    with v1.Session(target, graph=graph, config=config) as session:
+        while not stop.is_set():
+            if session.run(ready):
+                return json.loads(session.run(value).decode())
+            stop.wait(0.1)
+    return None
+
+
+def _bind_model(model: keras.Model, specs: Sequence[Mapping[str, Any]]) -> None:
+    """Points each of the model's variables at the chief's variable of the same position."""
+    ours = list(model.variables)
+    if len(ours) != len(specs):
+        raise TrainingError(f"between_graph: model_fn() built {len(ours)} variables on this worker but "
+                            f"{len(specs)} on the chief; every task must build the same model.", field="model_fn")
+    for variable, spec in zip(ours, specs, strict=True):
+        if list(variable.shape) != list(spec["shape"]):
+            raise TrainingError(f"between_graph: variable {variable.path!r} has shape {list(variable.shape)} on "
+                                f"this worker but {spec['shape']} on the chief; every task must build the same "
+                                "model.", field="model_fn")
+        variable._value = _open(spec, trainable=variable.trainable)  # noqa: SLF001
+
+
+def _gate(value: tf.Tensor, go: tf.Tensor) -> tf.Tensor:
+    """``value`` when ``go``, else a dead tensor: every op fed by it is skipped."""
+    return tf.raw_ops.Switch(data=value, pred=go)[1]
+
+
+def _updates(manifest: Mapping[str, Any], gradients: Sequence[tf.Tensor], variables: Sequence[Any],
+             go: tf.Tensor, global_step: Any) -> list[tf.Operation]:
+    """The optimizer's fused update of each variable on its own device, and the iteration count."""
+    spec = manifest["optimizer"]
+    iterations = _open(spec["iterations"])
+    with v1.device(spec["iterations"]["device"]):
+        if spec["schedule"] is not None:
+            schedule = keras.optimizers.schedules.deserialize(spec["schedule"])
+            rate = tf.cast(schedule(tf.cast(global_step.read_value(), tf.float32)), tf.float32)
+        else:
+            rate = tf.cast(_open(spec["learning_rate"]).read_value(), tf.float32)
+        local_step = tf.cast(iterations.read_value() + 1, tf.float32)
+        if spec["kind"] == "adam":
+            beta_1, beta_2 = tf.constant(spec["beta_1"], tf.float32), tf.constant(spec["beta_2"], tf.float32)
+            powers = (tf.pow(beta_1, local_step), tf.pow(beta_2, local_step))
+    ops = []
+    for gradient, variable, slots in zip(gradients, variables, manifest["slots"], strict=True):
+        with v1.device(variable.device):
+            grad = _gate(tf.convert_to_tensor(gradient), go)
+            if spec["kind"] == "adam":
+                m, v = (_open(slot) for slot in slots)
+                ops.append(tf.raw_ops.ResourceApplyAdam(
+                    var=variable.handle, m=m.handle, v=v.handle, beta1_power=powers[0], beta2_power=powers[1],
+                    lr=rate, beta1=beta_1, beta2=beta_2, epsilon=tf.constant(spec["epsilon"], tf.float32),
+                    grad=grad))
+            elif slots:
+                ops.append(tf.raw_ops.ResourceApplyKerasMomentum(
+                    var=variable.handle, accum=_open(slots[0]).handle, lr=rate, grad=grad,
+                    momentum=tf.constant(spec["momentum"], tf.float32), use_nesterov=spec["nesterov"]))
+            else:
+                ops.append(tf.raw_ops.ResourceApplyGradientDescent(var=variable.handle, alpha=rate, delta=grad))
+    with v1.device(spec["iterations"]["device"]), tf.control_dependencies(ops):
+        ops.append(tf.raw_ops.AssignAddVariableOp(resource=iterations.handle,
+                                                  value=_gate(tf.constant(1, iterations.dtype), go)))
+    return ops
+
+
+def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], keras.Model],
+                      dataset_fn: DatasetFn, forward: Forward, metrics: Mapping[str, ResolvedMetric],
+                      global_batch_size: int | None, num_workers: int, index: int,
+                      worker_device: str) -> tuple[tf.Operation, tf.Tensor, tf.Operation]:
+    """In the current graph: (the step's ops, its token, the iterator's initializer)."""
+    queue = manifest["queue"]
+    with v1.device(queue["device"]):
+        tokens = tf.queue.FIFOQueue(_QUEUE_CAPACITY, [tf.int64], shapes=[[]], shared_name=queue["name"],
+                                    name="step_tokens")
+        token = tokens.dequeue()
+        go = tf.greater_equal(token, 0)
+    with v1.device(worker_device):
+        context = tf.distribute.InputContext(num_input_pipelines=num_workers, input_pipeline_id=index,
+                                             num_replicas_in_sync=1)
+        dataset = dataset_fn(context)
+        skip = int(manifest["start"]) // max(num_workers, 1)
+        if skip:
+            dataset = dataset.skip(skip)
+        iterator = v1.data.make_initializable_iterator(dataset)
+        features, labels = _check_batch(iterator.get_next())
+        model = model_fn()
+        if not model.built:
+            model(features)  # creates the variables of a model built on its first call
+        _bind_model(model, manifest["model"])
+        by_name = {spec["name"]: v.value for v, spec in zip(model.variables, manifest["model"], strict=True)}
+        trainable = [by_name[name] for name in manifest["trainable"]]
+        global_step = _open(manifest["global_step"])
+        # Every op of the forward pass waits for the token, and a stop token makes them all dead: the
+        # variables are read once the step may run, and a stop token runs nothing.
+        allowed = _gate(token, go)
+        before = len(tf.compat.v1.get_default_graph().get_operations())
+        with tf.control_dependencies([allowed]):
+            per_example, predictions = forward(model, features, labels, True)
+            regularization = tf.add_n([tf.constant(0.0), *model.losses])
+        # The model's own state updates (dropout seeds, batch-norm statistics), which eager mode would run
+        state_updates = [op for op in tf.compat.v1.get_default_graph().get_operations()[before:]
+                         if op.type in _STATE_UPDATES]
+        # TrainStep.scaled_loss with one replica per worker (tf.nn.compute_average_loss adds asserts a
+        # graph would have to run by hand)
+        batch = tf.cast(global_batch_size or tf.shape(per_example)[0], per_example.dtype)
+        loss = tf.reduce_sum(per_example) / batch + regularization
+        gradients = tf.gradients(loss, [v.handle for v in trainable])
+        stats = _Step(model, forward, metrics)._stats(labels, predictions, per_example, regularization)  # noqa: SLF001
+    ops = _updates(manifest, gradients, trainable, go, global_step) + state_updates
+    totals = _open(manifest["totals"])
+    with v1.device(manifest["totals"]["device"]):
+        ops.append(tf.raw_ops.AssignAddVariableOp(resource=totals.handle,
+                                                  value=_gate(tf.cast(stats, tf.float64), go)))
+    with v1.device(manifest["global_step"]["device"]), tf.control_dependencies(ops):
+        counted = tf.raw_ops.AssignAddVariableOp(resource=global_step.handle,
+                                                 value=_gate(tf.constant(1, tf.int64), go))
+    return counted, token, iterator.initializer
+
+
+def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Event, **step_args: Any) -> int:
+    """The worker's loop: one ``session.run`` per token until a stop token (or ``stop``); returns the steps run."""
+    worker_device = f"/job:worker/replica:0/task:{index}"
+    ps_device = "/job:ps/replica:0/task:0"
+    config = v1.ConfigProto(device_filters=["/job:ps", worker_device])
+    manifest = _read_manifest(target, config, ps_device, stop=stop)
+    if manifest is None:
+        return 0
+    graph = tf.Graph()
+    with graph.as_default():
+        train, token, initializer = build_worker_step(
+            manifest, num_workers=num_workers, index=index, worker_device=worker_device,
+            **step_args)
+    steps = 0
+    with v1.Session(target, graph=graph, config=config) as session:
+        session.run(initializer)
+        logger.info("worker-%d: between-graph steps ready (%d variables on the ps)", index, len(manifest["model"]))
+        while not stop.is_set():
+            got = session.run({"token": token, "step": train})["token"]
+            if got < 0:
+                break
+            steps += 1
+    logger.info("worker-%d: between-graph steps done: %d steps", index, steps)
+    return steps
+
+
+def prefix() -> str:
+    """A fresh name prefix for one chief's variables."""
+    return f"tfdist_bg_{uuid.uuid4().hex[:8]}"
