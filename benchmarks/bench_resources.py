@@ -12,16 +12,19 @@ Three measurements, each printed against its target with met / not met:
    job's total PSS was highest. RSS counts TensorFlow's shared library pages in full in every
    task; PSS splits them between the tasks that map them, so the four add up to what the job uses.
 3. **Start-up**: ``tfdist launch --workers 2 --ps 1 -- python <script>``, where the script is
-   the demo's (``toolkit.demo``) with a callback that stamps the end of the first
-   execution of training steps (``steps_per_execution=1``, so the first step). Target: launch
-   to first step <= 1.3x the reference of (1). The chief's own marks (interpreter up,
-   TensorFlow and Keras imported, strategy connected, first step) show where the time goes.
+   the demo's (``toolkit.demo``) with a callback that stamps the first ``on_train_batch_end``
+   (``steps_per_execution=1``; under parameter servers the chief sees the steps in chunks, so
+   this is the end of the first chunk it waits for, 8 steps in the demo: a little after the
+   first step). Target: launch to first step <= 1.3x the reference of (1). The chief's own
+   marks (interpreter up, TensorFlow and Keras imported, strategy connected, first step) show
+   where the time goes. ``--between-graph`` runs the demo with ``fit(between_graph=True)``: the
+   workers build and run the steps, the chief traces none.
 
 Not a test: on a shared machine the timings are noisy, so the load average is printed with
 each figure; compare figures within one run.
 
 Usage:
-    python benchmarks/bench_resources.py [--runs 2] [--skip-demo] [--skip-startup]
+    python benchmarks/bench_resources.py [--runs 2] [--skip-demo] [--skip-startup] [--between-graph]
 """
 from __future__ import annotations
 
@@ -182,14 +185,14 @@ def demo_memory(tmp: Path) -> dict[str, dict[str, float]]:
     return {name: {"rss": value / _MIB, "pss": pss.get(name, 0) / _MIB} for name, value in sorted(peaks.items())}
 
 
-def startup(tmp: Path, index: int) -> dict[str, float]:
+def startup(tmp: Path, index: int, *, between_graph: bool = False) -> dict[str, float]:
     """Seconds from ``tfdist launch`` to the chief's marks (interpreter, imported, connected, first step)."""
     script = tmp / "first_step.py"
     script.write_text(_FIRST_STEP)
     job_dir = tmp / f"launch-{index}"
     cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "1", "--quiet", "--job-dir",
            str(job_dir), "--", "python", str(script), "--model-dir", str(job_dir / "model"), "--epochs", "1",
-           "--steps-per-execution", "1"]
+           "--steps-per-execution", "1", *(["--between-graph"] if between_graph else [])]
     started = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env())
     total = time.time() - started
@@ -209,6 +212,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2, help="start-up runs (the median is reported)")
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--skip-startup", action="store_true")
+    parser.add_argument("--between-graph", action="store_true",
+                        help="start-up of fit(between_graph=True): the workers run the steps, the chief traces none")
     args = parser.parse_args()
 
     print(f"floor ({_load()})")
@@ -231,8 +236,9 @@ def main() -> None:
             print(f"  the job's peak PSS (all tasks at one moment): {sum(m['pss'] for m in peaks.values()):.0f} MiB")
             print(f"  largest task {worst:.0f} MiB: {_verdict(worst <= _MEMORY_TARGET_MIB)} ({_load()})")
         if not args.skip_startup:
-            print(f"start-up: tfdist launch --workers 2 --ps 1 -> first training step ({_load()})")
-            runs = [startup(tmp, i) for i in range(args.runs)]
+            print(f"start-up: tfdist launch --workers 2 --ps 1 -> first training step"
+                  f"{' (between_graph)' if args.between_graph else ''} ({_load()})")
+            runs = [startup(tmp, i, between_graph=args.between_graph) for i in range(args.runs)]
             med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
             for key, label in (("interpreter", "chief's interpreter up"), ("imported", "chief imported TF + Keras"),
                                ("connected", "chief's strategy connected"), ("first_step", "first training step"),

@@ -9,7 +9,9 @@ batch 64, synthetic data), measured on this machine in one run:
   (1 ps, 2 workers), with ``steps_per_execution`` 1 and 10 (under
   parameter_server also 32, ``default``: left unset, as a user would, and
   ``spe1/unpacked``, ``spe32/unpacked``: a ``TrainStep`` with
-  ``pack_transfers = False``, one transfer per variable instead of one per ps);
+  ``pack_transfers = False``, one transfer per variable instead of one per ps,
+  and ``spe1/between_graph``: ``fit(between_graph=True)``, each worker its own
+  graph-mode loop, one ``session.run`` per step);
 * ``tutorial_ps``: the TensorFlow tutorial's parameter-server loop, one step per
   ``ClusterCoordinator.schedule``;
 * ``bare_mwms``: a bare MultiWorkerMirrored custom loop (tutorial style, one
@@ -332,7 +334,12 @@ def _targets(rates: dict[str, float | None]) -> list[tuple[str, str | None, str 
     """(label, numerator case, denominator case, target ratio or None to report only)."""
     best = _best_ps(rates)
     return [
-        ("toolkit PS spe1 / TF1 between-graph peer", "toolkit/parameter_server/spe1", "tf1_peer", 1.0),
+        ("toolkit PS between_graph (1 step per session.run) / TF1 between-graph peer",
+         "toolkit/parameter_server/spe1/between_graph", "tf1_peer", 1.0),
+        ("toolkit PS spe1 through the coordinator / TF1 between-graph peer", "toolkit/parameter_server/spe1",
+         "tf1_peer", None),
+        ("toolkit PS between_graph / the coordinator at spe1", "toolkit/parameter_server/spe1/between_graph",
+         "toolkit/parameter_server/spe1", None),
         (f"toolkit PS best ({best or 'n/a'}) / keras fit", best, "keras_fit", 0.5),
         ("toolkit PS default / toolkit PS best", "toolkit/parameter_server/default", best, 0.9),
         ("toolkit PS spe32 / tutorial PS (1 step per schedule)", "toolkit/parameter_server/spe32", "tutorial_ps", 4.0),

@@ -16,7 +16,14 @@ from strategies._factory import choose_strategy, make_coordinator, make_strategy
 from strategies._lean import SERVER_UNUSED_MODULES, TRAINER_UNUSED_MODULES, skip_imports
 from strategies._names import STRATEGY_NAMES
 from strategies._options import StrategyOptions
-from strategies._roles import EXIT_CHIEF_LOST, EXIT_CHIEF_NEVER_STARTED, is_server_role, run_role, serve
+from strategies._roles import (
+    EXIT_CHIEF_LOST,
+    EXIT_CHIEF_NEVER_STARTED,
+    EXIT_WORK_FAILED,
+    is_server_role,
+    run_role,
+    serve,
+)
 from strategies._serve_options import ServeOptions
 from strategies._shutdown import chief_session, exit_file, shutdown_cluster
 from tf_config.lazy import lazy_exports
@@ -38,6 +45,7 @@ _LAZY_EXPORTS = {
 __all__ = [
     "EXIT_CHIEF_LOST",
     "EXIT_CHIEF_NEVER_STARTED",
+    "EXIT_WORK_FAILED",
     "SERVER_UNUSED_MODULES",
     "STRATEGY_NAMES",
     "TRAINER_UNUSED_MODULES",

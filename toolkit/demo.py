@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--steps-per-execution", type=int, default=2)
     parser.add_argument("--learning-rate", type=float, default=5e-3)
+    parser.add_argument("--between-graph", action="store_true",
+                        help="each worker runs its own graph-mode step loop (one step per execution)")
     return parser
 
 
@@ -56,7 +58,8 @@ def main(argv: Sequence[str] | None = None, *, callbacks: Sequence[Any] = ()) ->
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from strategies import TRAINER_UNUSED_MODULES, run_role, skip_imports
 
-    run_role()  # ps and workers serve here and exit; first, so that they never import Keras or scikit-learn
+    if not args.between_graph:  # between-graph workers train with Keras: fit gives them their role
+        run_role()  # ps and workers serve here and exit; first, so that they never import Keras or scikit-learn
     # The chief trains with Keras but none of Keras' optional companions (scikit-learn, SciPy,
     # matplotlib, ...): leaving them out saves it about 100 MiB and 2 s of start-up.
     skip_imports(TRAINER_UNUSED_MODULES)
@@ -70,7 +73,8 @@ def main(argv: Sequence[str] | None = None, *, callbacks: Sequence[Any] = ()) ->
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
         optimizer=lambda: keras.optimizers.Adam(args.learning_rate),
         epochs=args.epochs, steps_per_epoch=train.steps_per_epoch(_BATCH),
-        steps_per_execution=args.steps_per_execution,
+        steps_per_execution=None if args.between_graph else args.steps_per_execution,
+        between_graph=args.between_graph,
         validation_fn=test.dataset_fn(_BATCH, shuffle=False, repeat=False, drop_remainder=False),
         model_dir=args.model_dir, callbacks=callbacks,
     )

@@ -23,7 +23,7 @@ Every task runs this file as a script (``python test_training_cluster.py
 5. Between-graph steps (``between_graph=True``), 1 ps and 1 worker: the worker
    runs its own graph-mode loop on the chief's variables, and the losses,
    validation and weights equal one process's (Adam as fused ops).
-6. Between-graph steps, 1 ps and 2 workers, SGD with momentum on a schedule and
+6. Between-graph steps, 2 ps and 2 workers, SGD with momentum on a schedule and
    dropout: the workers' steps add up to exactly the steps the chief released,
    every checkpoint lands on its step, loss falls, the workers validate, and
    every task exits 0.
@@ -280,12 +280,12 @@ def test_between_graph_steps_with_one_worker_equal_one_process(tmp_path, no_orph
 
 
 @pytest.mark.cluster
-def test_between_graph_steps_with_two_workers_are_exact(tmp_path, no_orphans):
+def test_between_graph_steps_with_two_workers_and_two_ps_are_exact(tmp_path, no_orphans):
     import tensorflow as tf
 
     result = _launch(tmp_path, "bg2", ["--between-graph", "--steps-per-execution", "0", "--schedule",
                                        "--momentum", "0.9", "--dropout", "0.2", "--steps-per-epoch", "20",
-                                       "--checkpoint-every", "10", "--epochs", "3"], workers=2, ps=1)
+                                       "--checkpoint-every", "10", "--epochs", "3"], workers=2, ps=2)
     assert result.ok, result.message
     for task in result.tasks:
         assert (task.exit_code, task.stopped) == (0, False), (task.name, _log(result, task.name)[-2000:])
@@ -294,6 +294,7 @@ def test_between_graph_steps_with_two_workers_are_exact(tmp_path, no_orphans):
     assert sum(done) == 60 and min(done) > 0, done
     chief = json.loads((tmp_path / "bg2" / "out" / "chief-0.json").read_text())
     assert chief["global_step"] == 60 and chief["epoch"] == [0, 1, 2]
+    assert {d.split("/device")[0] for d in chief["devices"]} == {"/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"}
     assert chief["history"]["loss"][-1] < chief["history"]["loss"][0]
     assert chief["history"]["val_accuracy"][-1] > 0.5
     assert _log(result, "chief-0").count("validated on the workers: 2 shards") == 3

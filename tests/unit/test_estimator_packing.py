@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from tf_config.ports import pick_ports
-from toolkit.estimator._packing import pack_transfers
+from toolkit._graph_packing import pack_transfers
 
 v1 = tf.compat.v1
 WORKER, PS = "/job:worker/task:0", "/job:ps/task:0"

@@ -27,9 +27,9 @@ import tensorflow as tf
 from strategies.between_graph import STOP_GRACE_SECS
 from tf_config.checks import check_int
 from tf_config.errors import FieldError
+from toolkit._graph_packing import pack_transfers
 from toolkit.estimator import _session
 from toolkit.estimator._graph import call_input_fn, call_model_fn
-from toolkit.estimator._packing import pack_transfers
 from toolkit.estimator.run_config import RunConfig, RunConfigError
 from toolkit.estimator.spec import EstimatorSpec, ModeKeys
 
@@ -120,7 +120,7 @@ class Estimator:
         self.last_local_steps = 0  # steps this task ran in its last train() call (between-graph: its own share)
 
     #: Between-graph training sends what one task passes another in a step as one packed
-    #: tensor (``toolkit.estimator._packing``); False keeps TensorFlow's one RPC per tensor.
+    #: tensor (``toolkit._graph_packing``); False keeps TensorFlow's one RPC per tensor.
     pack_transfers = True
 
     model_fn = property(lambda self: self._model_fn)

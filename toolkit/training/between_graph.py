@@ -49,6 +49,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_data_flow_ops, gen_resource_variable_ops, resource_variable_ops  # noqa: TID251
 
+from toolkit._graph_packing import pack_transfers
 from toolkit.training.config import TrainingError
 from toolkit.training.runners import DatasetFn, Runner, _check_batch
 from toolkit.training.state import GlobalStepSchedule, TrainState
@@ -65,6 +66,7 @@ MANIFEST = "tfdist_between_graph_manifest"
 STOP = -1
 _QUEUE_CAPACITY = 2**31 - 1
 _STATE_UPDATES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
+_MIN_POLL_SECS, _MAX_POLL_SECS = 0.001, 0.05
 #: a wait that sees no step for this long (and no token left) re-releases the missing tokens
 _STALL_SECS = 30.0
 
@@ -79,8 +81,10 @@ def _handle(shared_name: str, dtype: tf.DType, shape: tf.TensorShape) -> tf.Tens
     return handle
 
 
-def _variable(shared_name: str, dtype: tf.DType, shape: tf.TensorShape, *, trainable: bool,
+def _variable(shared_name: str, dtype: tf.DType | str, shape: tf.TensorShape | Sequence[int], *, trainable: bool,
               **kwargs: Any) -> resource_variable_ops.BaseResourceVariable:
+    """A variable object on the named resource ``shared_name`` (on the current device)."""
+    dtype, shape = tf.as_dtype(dtype), tf.TensorShape(shape)
     handle = _handle(shared_name, dtype, shape)
     return resource_variable_ops.BaseResourceVariable(
         trainable=trainable, shape=shape, dtype=dtype, handle=handle, unique_id=shared_name,
@@ -164,29 +168,34 @@ def check_supported(state: TrainState, step: TrainStep, *, sync: bool, custom_st
     return _optimizer_kind(state.optimizer)
 
 
+def hyperparameters(optimizer: keras.optimizers.Optimizer, kind: str) -> dict[str, Any]:
+    """What ``fused_update`` needs of ``optimizer`` besides its variables."""
+    config = optimizer.get_config()
+    return {"kind": kind, "beta_1": config.get("beta_1"), "beta_2": config.get("beta_2"),
+            "epsilon": config.get("epsilon"), "momentum": config.get("momentum"),
+            "nesterov": bool(config.get("nesterov"))}
+
+
+def slots_of(optimizer: keras.optimizers.Optimizer, kind: str, index: int) -> list[keras.Variable]:
+    """The optimizer's slot variables of its ``index``-th trainable variable, in ``fused_update``'s order."""
+    if kind == "adam":
+        return [optimizer._momentums[index], optimizer._velocities[index]]  # noqa: SLF001
+    return [optimizer.momentums[index]] if optimizer.momentum else []
+
+
 def _manifest(state: TrainState, named: NamedVariables, *, kind: str, width: int, start: int,
               totals: tf.Variable, queue_name: str, queue_device: str) -> dict[str, Any]:
     optimizer = state.optimizer
     trainable = list(state.model.trainable_variables)
-    if kind == "adam":
-        slots = [[named.describe(optimizer._momentums[i]), named.describe(optimizer._velocities[i])]  # noqa: SLF001
-                 for i in range(len(trainable))]
-    elif optimizer.momentum:
-        slots = [[named.describe(optimizer.momentums[i])] for i in range(len(trainable))]
-    else:
-        slots = [[] for _ in trainable]
     rate = optimizer._learning_rate  # noqa: SLF001
     schedule = rate.schedule if isinstance(rate, GlobalStepSchedule) else None
-    config = optimizer.get_config()
     return {
-        "optimizer": {"kind": kind, "beta_1": config.get("beta_1"), "beta_2": config.get("beta_2"),
-                      "epsilon": config.get("epsilon"), "momentum": config.get("momentum"),
-                      "nesterov": bool(config.get("nesterov")), "iterations": named.describe(optimizer.iterations),
+        "optimizer": {**hyperparameters(optimizer, kind), "iterations": named.describe(optimizer.iterations),
                       "learning_rate": None if schedule is not None else named.describe(rate),
                       "schedule": None if schedule is None else keras.optimizers.schedules.serialize(schedule)},
         "model": [named.describe(v) for v in state.model.variables],
         "trainable": [named.name_of(v) for v in trainable],
-        "slots": slots,
+        "slots": [[named.describe(slot) for slot in slots_of(optimizer, kind, i)] for i in range(len(trainable))],
         "global_step": named.describe(state.global_step),
         "totals": named.describe(totals),
         "width": width,
@@ -240,12 +249,17 @@ class BetweenGraphRunner(Runner):
         self._target += self._pending
         self._release(self._pending)
         self._pending = 0
-        pause, last, since = 0.002, self._step, time.monotonic()
+        first, began = self._step, time.monotonic()
+        last, since = first, began
         while True:
             step = int(self.global_step.numpy())
             if step >= self._target:
                 break
             now = time.monotonic()
+            # Sleep about half the time the steps left should take at the rate seen so far: few reads of
+            # the global step (each an RPC to the ps), and the workers idle little at the chunk's end.
+            rate = (step - first) / max(now - began, 1e-3)
+            pause = min(max((self._target - step) / max(rate, 50.0) / 2, _MIN_POLL_SECS), _MAX_POLL_SECS)
             if step != last:
                 last, since = step, now
             elif now - since > _STALL_SECS:
@@ -258,7 +272,6 @@ class BetweenGraphRunner(Runner):
                     self._release(self._target - step)
                 since = now
             time.sleep(pause)
-            pause = min(pause * 1.5, 0.02)
         self._step = step
         totals = self._totals.numpy()
         chunk, self._seen = totals - self._seen, totals
@@ -316,6 +329,26 @@ def _gate(value: tf.Tensor, go: tf.Tensor) -> tf.Tensor:
     return tf.raw_ops.Switch(data=value, pred=go)[1]
 
 
+def fused_update(spec: Mapping[str, Any], variable: tf.Tensor, slots: Sequence[tf.Tensor], gradient: tf.Tensor,
+                 rate: tf.Tensor, local_step: tf.Tensor) -> tf.Operation:
+    """Keras' update of one variable (``spec["kind"]`` adam or sgd) as TensorFlow's fused op on its handles.
+
+    ``local_step`` is Keras' ``iterations + 1``; ``slots`` the handles of the optimizer's slots for it
+    (Adam's momentum and velocity, SGD's momentum if any).
+    """
+    if spec["kind"] == "adam":
+        beta_1, beta_2 = tf.constant(spec["beta_1"], tf.float32), tf.constant(spec["beta_2"], tf.float32)
+        return tf.raw_ops.ResourceApplyAdam(
+            var=variable, m=slots[0], v=slots[1], beta1_power=tf.pow(beta_1, local_step),
+            beta2_power=tf.pow(beta_2, local_step), lr=rate, beta1=beta_1, beta2=beta_2,
+            epsilon=tf.constant(spec["epsilon"], tf.float32), grad=gradient)
+    if slots:
+        return tf.raw_ops.ResourceApplyKerasMomentum(
+            var=variable, accum=slots[0], lr=rate, grad=gradient, momentum=tf.constant(spec["momentum"], tf.float32),
+            use_nesterov=spec["nesterov"])
+    return tf.raw_ops.ResourceApplyGradientDescent(var=variable, alpha=rate, delta=gradient)
+
+
 def _updates(manifest: Mapping[str, Any], gradients: Sequence[tf.Tensor], variables: Sequence[Any],
              go: tf.Tensor, global_step: Any) -> list[tf.Operation]:
     """The optimizer's fused update of each variable on its own device, and the iteration count."""
@@ -328,25 +361,12 @@ def _updates(manifest: Mapping[str, Any], gradients: Sequence[tf.Tensor], variab
         else:
             rate = tf.cast(_open(spec["learning_rate"]).read_value(), tf.float32)
         local_step = tf.cast(iterations.read_value() + 1, tf.float32)
-        if spec["kind"] == "adam":
-            beta_1, beta_2 = tf.constant(spec["beta_1"], tf.float32), tf.constant(spec["beta_2"], tf.float32)
-            powers = (tf.pow(beta_1, local_step), tf.pow(beta_2, local_step))
     ops = []
     for gradient, variable, slots in zip(gradients, variables, manifest["slots"], strict=True):
         with v1.device(variable.device):
             grad = _gate(tf.convert_to_tensor(gradient), go)
-            if spec["kind"] == "adam":
-                m, v = (_open(slot) for slot in slots)
-                ops.append(tf.raw_ops.ResourceApplyAdam(
-                    var=variable.handle, m=m.handle, v=v.handle, beta1_power=powers[0], beta2_power=powers[1],
-                    lr=rate, beta1=beta_1, beta2=beta_2, epsilon=tf.constant(spec["epsilon"], tf.float32),
-                    grad=grad))
-            elif slots:
-                ops.append(tf.raw_ops.ResourceApplyKerasMomentum(
-                    var=variable.handle, accum=_open(slots[0]).handle, lr=rate, grad=grad,
-                    momentum=tf.constant(spec["momentum"], tf.float32), use_nesterov=spec["nesterov"]))
-            else:
-                ops.append(tf.raw_ops.ResourceApplyGradientDescent(var=variable.handle, alpha=rate, delta=grad))
+            ops.append(fused_update(spec, variable.handle, [_open(slot).handle for slot in slots], grad, rate,
+                                    local_step))
     with v1.device(spec["iterations"]["device"]), tf.control_dependencies(ops):
         ops.append(tf.raw_ops.AssignAddVariableOp(resource=iterations.handle,
                                                   value=_gate(tf.constant(1, iterations.dtype), go)))
@@ -420,6 +440,8 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
         train, token, initializer = build_worker_step(
             manifest, num_workers=num_workers, index=index, worker_device=worker_device,
             **step_args)
+    saved = pack_transfers(graph, [train, token])
+    logger.info("worker-%d: %d fewer transfers per step (packed per pair of tasks)", index, saved)
     steps = 0
     with v1.Session(target, graph=graph, config=config) as session:
         session.run(initializer)

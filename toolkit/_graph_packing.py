@@ -15,6 +15,8 @@ TF1 control-flow contexts, whose consumers are part of the step (what the
 ``fetches`` need). A tensor that depends on one of its group's consumers (a read ordered after
 the update) stays out of the group, so no cycle is made; this is checked on the
 graph as rewired so far.
+
+The graph-mode Estimator and the workers of ``fit(between_graph=True)`` use it.
 """
 from __future__ import annotations
 
