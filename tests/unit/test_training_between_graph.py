@@ -112,3 +112,34 @@ def test_fit_checks_between_graph_before_anything_starts(tmp_path):
     with pytest.raises(TrainingError, match="steps_per_execution=4") as info:
         fit(models.digits_mlp, train.dataset_fn(64), between_graph=True, steps_per_execution=4, **common)
     assert info.value.field == "steps_per_execution"
+
+
+def test_a_stopping_task_closes_the_token_queue_so_a_waiting_loop_ends():
+    """A worker waiting for a token (its chief gone) must not keep the task from exiting."""
+    import threading
+    import time
+
+    from toolkit.training.between_graph import _close_on_stop
+
+    graph = tf.Graph()
+    with graph.as_default():
+        queue = tf.queue.FIFOQueue(10, [tf.int64], shapes=[[]])
+        token, close = queue.dequeue(), queue.close(cancel_pending_enqueues=True)
+    stop, done, outcome = threading.Event(), threading.Event(), []
+    with tf.compat.v1.Session(graph=graph) as session:
+        def loop():
+            try:
+                session.run(token)
+            except tf.errors.OutOfRangeError:
+                outcome.append("closed")
+
+        waiting = threading.Thread(target=loop, daemon=True)
+        waiting.start()
+        watcher = threading.Thread(target=_close_on_stop, args=(session, close, stop, done), daemon=True)
+        watcher.start()
+        time.sleep(0.3)
+        assert waiting.is_alive() and not outcome  # blocked in the dequeue
+        stop.set()
+        waiting.join(timeout=10)
+        watcher.join(timeout=10)
+    assert outcome == ["closed"] and not watcher.is_alive()

@@ -184,7 +184,7 @@ def slots_of(optimizer: keras.optimizers.Optimizer, kind: str, index: int) -> li
 
 
 def _manifest(state: TrainState, named: NamedVariables, *, kind: str, width: int, start: int,
-              totals: tf.Variable, queue_name: str, queue_device: str) -> dict[str, Any]:
+              totals: tf.Variable, ready: tf.Variable, queue_name: str, queue_device: str) -> dict[str, Any]:
     optimizer = state.optimizer
     trainable = list(state.model.trainable_variables)
     rate = optimizer._learning_rate  # noqa: SLF001
@@ -198,6 +198,7 @@ def _manifest(state: TrainState, named: NamedVariables, *, kind: str, width: int
         "slots": [[named.describe(slot) for slot in slots_of(optimizer, kind, i)] for i in range(len(trainable))],
         "global_step": named.describe(state.global_step),
         "totals": named.describe(totals),
+        "ready": named.describe(ready),
         "width": width,
         "start": start,
         "queue": {"name": queue_name, "device": queue_device},
@@ -222,12 +223,14 @@ class BetweenGraphRunner(Runner):
         device = _device_of(global_step)
         with tf.device(device), tf.variable_creator_scope(named):
             self._totals = tf.Variable(tf.zeros([self.width], tf.float64), trainable=False, name="step_totals")
+            self._ready = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="workers_ready")
         queue_name = f"{named.prefix}/tokens"
         with tf.device(device):
             # The op itself: eager ``tf.queue.FIFOQueue`` replaces the shared name with a unique one.
             self._queue = gen_data_flow_ops.fifo_queue_v2(component_types=[tf.int64], shapes=[[]],
                                                           capacity=_QUEUE_CAPACITY, shared_name=queue_name)
             manifest = _manifest(state, named, kind=kind, width=self.width, start=skip_steps, totals=self._totals,
+                                 ready=self._ready,
                                  queue_name=queue_name, queue_device=device)
             self._published = _variable(MANIFEST, tf.string, tf.TensorShape([]), trainable=False)
             gen_resource_variable_ops.assign_variable_op(self._published.handle, tf.constant(json.dumps(manifest)))
@@ -263,6 +266,7 @@ class BetweenGraphRunner(Runner):
             if step != last:
                 last, since = step, now
             elif now - since > _STALL_SECS:
+                self._check_workers_ready()
                 left = int(gen_data_flow_ops.queue_size_v2(self._queue).numpy())
                 logger.warning("between-graph steps: global step %d of %d, unchanged for %.0f s, %d tokens "
                                "queued%s", step, self._target, now - since, left,
@@ -279,6 +283,15 @@ class BetweenGraphRunner(Runner):
 
     def current_step(self) -> int:
         return self._step
+
+    def _check_workers_ready(self) -> None:
+        """A ``TrainingError`` if no worker has built its step loop (so none ever will take a token)."""
+        if int(self._ready.numpy()) == 0:
+            raise TrainingError(
+                f"between_graph=True, but after {_STALL_SECS:.0f} s no worker has started its own step loop, so no "
+                "step can run. Every worker must call fit(..., between_graph=True) itself: a script that serves "
+                "its workers with run_role() (or strategies.serve) before fit leaves them only serving. Call fit "
+                "in every task, or drop between_graph.", field="between_graph")
 
     def close(self) -> None:
         """Ends every worker's loop (one stop token each)."""
@@ -376,8 +389,9 @@ def _updates(manifest: Mapping[str, Any], gradients: Sequence[tf.Tensor], variab
 def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], keras.Model],
                       dataset_fn: DatasetFn, forward: Forward, metrics: Mapping[str, ResolvedMetric],
                       global_batch_size: int | None, num_workers: int, index: int,
-                      worker_device: str) -> tuple[tf.Operation, tf.Tensor, tf.Operation]:
-    """In the current graph: (the step's ops, its token, the iterator's initializer)."""
+                      worker_device: str) -> tuple[tf.Operation, tf.Tensor, tf.Operation, tf.Operation, tf.Operation]:
+    """In the current graph: (the step's ops, its token, the iterator's initializer, the queue's close, the
+    count of ready workers' increment)."""
     queue = manifest["queue"]
     with v1.device(queue["device"]):
         tokens = tf.queue.FIFOQueue(_QUEUE_CAPACITY, [tf.int64], shapes=[[]], shared_name=queue["name"],
@@ -424,7 +438,9 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
     with v1.device(manifest["global_step"]["device"]), tf.control_dependencies(ops):
         counted = tf.raw_ops.AssignAddVariableOp(resource=global_step.handle,
                                                  value=_gate(tf.constant(1, tf.int64), go))
-    return counted, token, iterator.initializer
+    with v1.device(manifest["ready"]["device"]):
+        ready = _open(manifest["ready"]).assign_add(1).op
+    return counted, token, iterator.initializer, tokens.close(cancel_pending_enqueues=True), ready
 
 
 def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Event, **step_args: Any) -> int:
@@ -437,7 +453,7 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
         return 0
     graph = tf.Graph()
     with graph.as_default():
-        train, token, initializer = build_worker_step(
+        train, token, initializer, close, ready = build_worker_step(
             manifest, num_workers=num_workers, index=index, worker_device=worker_device,
             **step_args)
     saved = pack_transfers(graph, [train, token])
@@ -445,14 +461,39 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
     steps = 0
     with v1.Session(target, graph=graph, config=config) as session:
         session.run(initializer)
+        session.run(ready)
+        run_step = session.make_callable([token, train])
+        done = threading.Event()
+        watcher = threading.Thread(target=_close_on_stop, args=(session, close, stop, done), daemon=True,
+                                   name=f"worker-{index} stop watcher")
+        watcher.start()
         logger.info("worker-%d: between-graph steps ready (%d variables on the ps)", index, len(manifest["model"]))
-        while not stop.is_set():
-            got = session.run({"token": token, "step": train})["token"]
-            if got < 0:
-                break
-            steps += 1
+        try:
+            while True:
+                got, _ = run_step()
+                if got < 0:
+                    break
+                steps += 1
+        except tf.errors.OutOfRangeError:  # the queue was closed: this task is stopping
+            logger.info("worker-%d: stopped while waiting for a step token", index)
+        finally:
+            done.set()
+            watcher.join()
     logger.info("worker-%d: between-graph steps done: %d steps", index, steps)
     return steps
+
+
+def _close_on_stop(session: tf.compat.v1.Session, close: tf.Operation, stop: threading.Event,
+                   done: threading.Event) -> None:
+    """Closes the token queue if the task stops (e.g. its chief is gone) while its loop waits for a token."""
+    while not done.is_set():
+        if stop.wait(0.5):
+            if not done.is_set():
+                try:
+                    session.run(close)
+                except tf.errors.OpError as exc:  # the ps may be gone as well; the loop's run fails then too
+                    logger.debug("closing the token queue failed: %s", exc)
+            return
 
 
 def prefix() -> str:
