@@ -57,9 +57,12 @@ def main(argv: Sequence[str] | None = None, *, callbacks: Sequence[Any] = ()) ->
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from strategies import TRAINER_UNUSED_MODULES, run_role, skip_imports
+    from tf_config import TFConfig
 
-    if not args.between_graph:  # between-graph workers train with Keras: fit gives them their role
-        run_role()  # ps and workers serve here and exit; first, so that they never import Keras or scikit-learn
+    # ps (and, through the coordinator, workers) serve here and exit; first, so that they never import Keras or
+    # scikit-learn. Between-graph workers train with Keras: fit gives them their role.
+    if not args.between_graph or TFConfig.from_env().is_ps:
+        run_role()
     # The chief trains with Keras but none of Keras' optional companions (scikit-learn, SciPy,
     # matplotlib, ...): leaving them out saves it about 100 MiB and 2 s of start-up.
     skip_imports(TRAINER_UNUSED_MODULES)

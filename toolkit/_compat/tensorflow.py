@@ -10,6 +10,10 @@
 * A graph's ``Operation._update_input`` rewires one input of a built op, and
   ``Operation._get_control_flow_context`` says whether an op is inside a TF1
   ``while_loop``/``cond``; the Estimator's transfer packing needs both.
+* ``resource_variable_ops.BaseResourceVariable`` makes a variable object of a
+  resource handle, and ``_set_handle_shapes_and_types`` gives an eager handle
+  its shape: ``fit(between_graph=True)`` names the chief's variables (TensorFlow's
+  own eager variables are anonymous) and opens them by name on the workers.
 
 ``missing_symbols()`` (and its unit test) names what an upgrade removed; the
 internals ``strategies`` uses are fenced in ``strategies._compat``.
@@ -20,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["SYNC_HOOK_ATTRIBUTE", "in_control_flow", "is_dense_column", "is_feature_column", "missing_symbols",
-           "parse_example_spec", "sync_optimizers", "update_input"]
+           "named_variable", "parse_example_spec", "sync_optimizers", "update_input"]
 
 SYNC_HOOK_ATTRIBUTE = "_sync_optimizer"
 
@@ -61,6 +65,28 @@ def in_control_flow(op: Any) -> bool:
     return op._get_control_flow_context() is not None
 
 
+def named_variable(shared_name: str, dtype: Any, shape: Any, *, trainable: bool, **kwargs: Any) -> Any:
+    """A resource variable object on the named resource ``shared_name`` on the current device.
+
+    Eagerly and in a graph alike: the resource is looked up (or, once assigned, created) by name in
+    the device's resource manager, so another client that names it reaches the same variable.
+    ``kwargs`` go to ``BaseResourceVariable`` (``synchronization``, ``aggregation``, ...).
+    """
+    import tensorflow as tf
+    from tensorflow.python.ops import resource_variable_ops
+
+    dtype, shape = tf.as_dtype(dtype), tf.TensorShape(shape)
+    handle = tf.raw_ops.VarHandleOp(dtype=dtype, shape=shape, shared_name=shared_name, container="",
+                                    name="named_handle")
+    eager = tf.executing_eagerly()
+    if eager:  # a graph's VarHandleOp carries its shape; an eager handle needs it attached
+        resource_variable_ops._set_handle_shapes_and_types(
+            handle, resource_variable_ops.handle_data_util.create_handle_data(shape, dtype), False)
+    return resource_variable_ops.BaseResourceVariable(
+        trainable=trainable, shape=shape, dtype=dtype, handle=handle, unique_id=shared_name,
+        handle_name=shared_name, in_graph_mode=not eager, **kwargs)
+
+
 def missing_symbols() -> list[str]:
     """The private TensorFlow attributes fenced here that the installed TensorFlow no longer has."""
     import tensorflow as tf
@@ -79,6 +105,13 @@ def missing_symbols() -> list[str]:
     for attribute in ("_update_input", "_get_control_flow_context"):
         if not hasattr(tf.Operation, attribute):
             missing.append(f"tf.Operation.{attribute}")
+    try:
+        with tf.Graph().as_default():
+            named_variable("tfdist_fence_check", tf.float32, [], trainable=False)
+        named_variable("tfdist_fence_check", tf.float32, [], trainable=False)
+    except (AttributeError, ImportError, TypeError) as exc:
+        missing.append(f"tensorflow.python.ops.resource_variable_ops (BaseResourceVariable, "
+                       f"_set_handle_shapes_and_types, handle_data_util): {exc}")
     v1_column = v1.feature_column.numeric_column("x")
     for attribute in ("_parse_example_spec", "_variable_shape"):
         if not hasattr(v1_column, attribute):

@@ -18,14 +18,18 @@ summaries, progress, callbacks, validation, export):
   points the model's variables at the chief's, and builds one training step:
   its shard of ``dataset_fn``, the forward pass and gradients on the worker,
   the optimizer's fused update (``ResourceApplyAdam``, ...) on each variable's
-  ps, the step's stats added to a totals variable, and the global step counted
-  after the updates (``run_worker``).
+  ps, the model's own state updates, the step's stats added to a totals
+  variable, and the global step counted after all of them (``run_worker``).
+  The tensors one task sends another in a step travel packed, one per pair
+  of tasks (``toolkit._graph_packing``, as in the graph-mode Estimator).
 * A step runs only with a token from a queue on the first ps (TF1's
   ``SyncReplicasOptimizer`` token queue): the chief releases exactly as many
   tokens as the loop hands over, so the global step ends exactly on epoch
   ends and checkpoint steps, and a worker waiting for tokens blocks in the
   queue without using CPU. The chief waits by reading the global step, then
-  reads the totals. Stop tokens end the workers' loops.
+  reads the totals. Stop tokens end the workers' loops. A worker counts itself
+  ready on the first ps once its loop is built; a chief that sees no step and
+  no ready worker for 30 s says why (the workers only serve) instead of waiting.
 
 Supported: Keras ``Adam`` (not amsgrad) and ``SGD`` (with or without momentum
 and Nesterov), constant learning rates and schedules, without clipping,
@@ -47,15 +51,16 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import gen_data_flow_ops, gen_resource_variable_ops, resource_variable_ops  # noqa: TID251
 
+from toolkit._compat.tensorflow import named_variable
 from toolkit._graph_packing import pack_transfers
 from toolkit.training.config import TrainingError
 from toolkit.training.runners import DatasetFn, Runner, _check_batch
 from toolkit.training.state import GlobalStepSchedule, TrainState
 from toolkit.training.step import Forward, ResolvedMetric, TrainStep, _Step
 
-__all__ = ["MANIFEST", "NamedVariables", "BetweenGraphRunner", "check_supported", "run_worker"]
+__all__ = ["MANIFEST", "STOP", "BetweenGraphRunner", "NamedVariables", "build_worker_step", "check_supported",
+           "fused_update", "hyperparameters", "prefix", "run_worker", "slots_of"]
 
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
@@ -71,24 +76,10 @@ _MIN_POLL_SECS, _MAX_POLL_SECS = 0.001, 0.05
 _STALL_SECS = 30.0
 
 
-def _handle(shared_name: str, dtype: tf.DType, shape: tf.TensorShape) -> tf.Tensor:
-    """A handle to the named variable resource ``shared_name`` on the current device."""
-    handle = gen_resource_variable_ops.var_handle_op(dtype=dtype, shape=shape, shared_name=shared_name,
-                                                     container="", name="named_handle")
-    if tf.executing_eagerly():  # a graph's VarHandleOp carries its shape; an eager handle needs it attached
-        resource_variable_ops._set_handle_shapes_and_types(  # noqa: SLF001
-            handle, resource_variable_ops.handle_data_util.create_handle_data(shape, dtype), False)
-    return handle
-
-
 def _variable(shared_name: str, dtype: tf.DType | str, shape: tf.TensorShape | Sequence[int], *, trainable: bool,
-              **kwargs: Any) -> resource_variable_ops.BaseResourceVariable:
+              **kwargs: Any) -> tf.Variable:
     """A variable object on the named resource ``shared_name`` (on the current device)."""
-    dtype, shape = tf.as_dtype(dtype), tf.TensorShape(shape)
-    handle = _handle(shared_name, dtype, shape)
-    return resource_variable_ops.BaseResourceVariable(
-        trainable=trainable, shape=shape, dtype=dtype, handle=handle, unique_id=shared_name,
-        handle_name=shared_name, in_graph_mode=not tf.executing_eagerly(), **kwargs)
+    return named_variable(shared_name, dtype, shape, trainable=trainable, **kwargs)
 
 
 class NamedVariables:
@@ -115,7 +106,7 @@ class NamedVariables:
                                  synchronization=kwargs.get("synchronization"),
                                  aggregation=kwargs.get("aggregation"),
                                  distribute_strategy=kwargs.get("distribute_strategy"))
-            gen_resource_variable_ops.assign_variable_op(variable.handle, initial)
+            tf.raw_ops.AssignVariableOp(resource=variable.handle, value=initial)
         self._names[id(variable.handle)] = name
         self._keep.append(variable)
         return variable
@@ -227,13 +218,13 @@ class BetweenGraphRunner(Runner):
         queue_name = f"{named.prefix}/tokens"
         with tf.device(device):
             # The op itself: eager ``tf.queue.FIFOQueue`` replaces the shared name with a unique one.
-            self._queue = gen_data_flow_ops.fifo_queue_v2(component_types=[tf.int64], shapes=[[]],
-                                                          capacity=_QUEUE_CAPACITY, shared_name=queue_name)
+            self._queue = tf.raw_ops.FIFOQueueV2(component_types=[tf.int64], shapes=[[]], capacity=_QUEUE_CAPACITY,
+                                                 shared_name=queue_name)
             manifest = _manifest(state, named, kind=kind, width=self.width, start=skip_steps, totals=self._totals,
                                  ready=self._ready,
                                  queue_name=queue_name, queue_device=device)
             self._published = _variable(MANIFEST, tf.string, tf.TensorShape([]), trainable=False)
-            gen_resource_variable_ops.assign_variable_op(self._published.handle, tf.constant(json.dumps(manifest)))
+            tf.raw_ops.AssignVariableOp(resource=self._published.handle, value=tf.constant(json.dumps(manifest)))
         self._step = self._target = int(global_step.numpy())
         self._seen = np.zeros([self.width], np.float64)
         self._pending = 0
@@ -243,7 +234,8 @@ class BetweenGraphRunner(Runner):
 
     def _release(self, count: int, *, token: int = 0) -> None:
         if count > 0:
-            gen_data_flow_ops.queue_enqueue_many_v2(self._queue, [tf.fill([count], tf.constant(token, tf.int64))])
+            tokens = tf.fill([count], tf.constant(token, tf.int64))
+            tf.raw_ops.QueueEnqueueManyV2(handle=self._queue, components=[tokens])
 
     def run(self, num_steps: int) -> None:
         self._pending += num_steps
@@ -267,7 +259,7 @@ class BetweenGraphRunner(Runner):
                 last, since = step, now
             elif now - since > _STALL_SECS:
                 self._check_workers_ready()
-                left = int(gen_data_flow_ops.queue_size_v2(self._queue).numpy())
+                left = int(tf.raw_ops.QueueSizeV2(handle=self._queue).numpy())
                 logger.warning("between-graph steps: global step %d of %d, unchanged for %.0f s, %d tokens "
                                "queued%s", step, self._target, now - since, left,
                                "; releasing the missing tokens again (a worker was lost mid-step)" if left == 0
@@ -302,7 +294,7 @@ class BetweenGraphRunner(Runner):
 
 # --- the worker's side -----------------------------------------------------------------------------------------
 
-def _open(spec: Mapping[str, Any], *, trainable: bool = False) -> resource_variable_ops.BaseResourceVariable:
+def _open(spec: Mapping[str, Any], *, trainable: bool = False) -> tf.Variable:
     with v1.device(spec["device"]):
         return _variable(spec["name"], tf.as_dtype(spec["dtype"]), tf.TensorShape(spec["shape"]), trainable=trainable)
 
@@ -312,9 +304,9 @@ def _read_manifest(target: str, config: tf.compat.v1.ConfigProto, ps_device: str
     """Waits for the chief's manifest; None if ``stop`` is set first."""
     graph = tf.Graph()
     with graph.as_default(), v1.device(ps_device):
-        handle = _handle(MANIFEST, tf.string, tf.TensorShape([]))
-        ready = gen_resource_variable_ops.var_is_initialized_op(handle)
-        value = gen_resource_variable_ops.read_variable_op(handle, tf.string)
+        handle = _variable(MANIFEST, tf.string, [], trainable=False).handle
+        ready = tf.raw_ops.VarIsInitializedOp(resource=handle)
+        value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.string)
     with v1.Session(target, graph=graph, config=config) as session:
         while not stop.is_set():
             if session.run(ready):
