@@ -277,7 +277,8 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", chief
     if not is_server_role(cfg):
         return cfg
     cfg.check(strategy="parameter_server")  # fail as fast as the chief will, rather than wait for it
-    skip_imports(SERVER_UNUSED_MODULES)  # called before TensorFlow's import, a server leaves out Keras & co.
-    code = serve(cfg, chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after,
-                 work=worker_work if cfg.task_type == "worker" else None)
+    work = worker_work if cfg.task_type == "worker" else None
+    if work is None:  # a worker with its own work (a training loop) may need Keras & co.
+        skip_imports(SERVER_UNUSED_MODULES)  # called before TensorFlow's import, a server leaves out Keras & co.
+    code = serve(cfg, chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after, work=work)
     sys.exit(code)

@@ -72,8 +72,9 @@ STOP = -1
 _QUEUE_CAPACITY = 2**31 - 1
 _STATE_UPDATES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
 _MIN_POLL_SECS, _MAX_POLL_SECS = 0.001, 0.05
-#: a wait that sees no step for this long (and no token left) re-releases the missing tokens
-_STALL_SECS = 30.0
+#: a wait that sees no step for this long, and at least _STALL_GAPS times the longest pause between steps so far,
+#: with no token left, re-releases the missing tokens (a worker lost mid-step took its token with it)
+_STALL_SECS, _STALL_GAPS = 30.0, 10
 
 
 def _variable(shared_name: str, dtype: tf.DType | str, shape: tf.TensorShape | Sequence[int], *, trainable: bool,
@@ -229,6 +230,7 @@ class BetweenGraphRunner(Runner):
         self._seen = np.zeros([self.width], np.float64)
         self._pending = 0
         self._closed = False
+        self._longest_gap = 0.0  # the longest the global step has stood still (seconds), for the stall check
         logger.info("between-graph steps: %d workers take step tokens from %s (%d variables named %s/*)",
                     self.num_workers, device, len(manifest["model"]), named.prefix)
 
@@ -256,8 +258,9 @@ class BetweenGraphRunner(Runner):
             rate = (step - first) / max(now - began, 1e-3)
             pause = min(max((self._target - step) / max(rate, 50.0) / 2, _MIN_POLL_SECS), _MAX_POLL_SECS)
             if step != last:
+                self._longest_gap = max(self._longest_gap, now - since)
                 last, since = step, now
-            elif now - since > _STALL_SECS:
+            elif now - since > max(_STALL_SECS, _STALL_GAPS * self._longest_gap):
                 self._check_workers_ready()
                 left = int(tf.raw_ops.QueueSizeV2(handle=self._queue).numpy())
                 logger.warning("between-graph steps: global step %d of %d, unchanged for %.0f s, %d tokens "
