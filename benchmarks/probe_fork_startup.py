@@ -1,0 +1,142 @@
+"""Probe: the start-up a launcher that forks its tasks from one TensorFlow import would reach.
+
+Not a feature: ``tfdist launch`` spawns every task as a fresh interpreter, so the four tasks of
+the demo import TensorFlow at the same time on this two-core machine, and the chief has only
+imported at about 1.3x the start-up reference (``bench_resources.py``). This probe imports
+TensorFlow and Keras once, then ``fork``\\ s the demo's four tasks (1 ps, 2 workers, the chief),
+each with its own ``TF_CONFIG``, and stamps the chief's first ``on_train_batch_end`` (the end of the
+first chunk of steps the chief waits for, as ``bench_resources.py`` does). Each round also measures
+the reference: a fresh process that imports TensorFlow and starts a server, until its port answers.
+
+Usage:
+    python benchmarks/probe_fork_startup.py [--rounds 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[1]
+_TASKS = [("ps", 0), ("worker", 0), ("worker", 1), ("chief", 0)]
+_REFERENCE = ("import sys, tensorflow as tf; tf.distribute.Server({'ps': ['127.0.0.1:%d']}, job_name='ps', "
+              "task_index=0, start=True); sys.stdin.read()")
+
+
+def _ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def _reference() -> float:
+    """Seconds from spawning one process to its TensorFlow server's port answering."""
+    (port,) = _ports(1)
+    started = time.time()
+    proc = subprocess.Popen([sys.executable, "-c", _REFERENCE % port], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return time.time() - started
+            except OSError:
+                time.sleep(0.01)
+    finally:
+        proc.communicate(b"", timeout=30)
+
+
+def _task(job: str, index: int, cluster: dict[str, list[str]], work: str, between_graph: bool) -> int:
+    """One forked task: the demo with this task's TF_CONFIG; the chief stamps its first chunk."""
+    import keras
+
+    from toolkit import demo
+
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": job, "index": index}})
+    marks = os.path.join(work, "first_step.json")
+
+    class FirstStep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if not os.path.exists(marks):
+                Path(marks).write_text(json.dumps(time.time()))
+
+    argv = ["--model-dir", os.path.join(work, "model"), "--epochs", "1", "--steps-per-execution", "1"]
+    try:
+        return demo.main(argv + (["--between-graph"] if between_graph else []),
+                         callbacks=[FirstStep()] if job == "chief" else [])
+    except SystemExit as exc:  # servers leave with the chief's goodbye
+        return exc.code if isinstance(exc.code, int) else 1
+
+
+def _forked_job(started: float, between_graph: bool) -> dict[str, float]:
+    """Runs in a fresh interpreter: import once, fork the four tasks, wait for them."""
+    from strategies import TRAINER_UNUSED_MODULES, skip_imports
+
+    skip_imports(TRAINER_UNUSED_MODULES)
+    import keras  # noqa: F401  TensorFlow and Keras, once, for every task
+    import tensorflow  # noqa: F401
+
+    import toolkit.data  # noqa: F401
+    import toolkit.demo  # noqa: F401
+    import toolkit.training.fit  # noqa: F401
+
+    imported = time.time()
+    ports = _ports(4)
+    cluster = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"],
+               "chief": [f"127.0.0.1:{ports[3]}"]}
+    work = tempfile.mkdtemp(prefix="tfdist-fork-probe-")
+    pids = []
+    for job, index in _TASKS:
+        pid = os.fork()
+        if pid == 0:  # the task: its atexit handlers (the chief's goodbye) run before the hard exit
+            import atexit
+
+            code = _task(job, index, cluster, work, between_graph)
+            atexit._run_exitfuncs()
+            os._exit(code or 0)
+        pids.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    first = json.loads(Path(work, "first_step.json").read_text())
+    return {"imported": imported - started, "first_step": first - started, "exit_codes": codes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(_forked_job(float(args.child[0]), args.child[1] == "between_graph")))
+        return
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(_REPO)}
+    ratios: dict[str, list[float]] = {"coordinator": [], "between_graph": []}
+    for round_ in range(1, args.rounds + 1):
+        reference = _reference()
+        line = [f"round {round_}: reference {reference:.2f} s"]
+        for mode in ratios:
+            started = time.time()
+            out = subprocess.run([sys.executable, __file__, "--child", repr(started), mode], capture_output=True,
+                                 text=True, timeout=600, env=env, cwd=_REPO)
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            ratios[mode].append(result["first_step"] / reference)
+            line.append(f"{mode}: imported {result['imported']:.2f} s, first chunk {result['first_step']:.2f} s "
+                        f"({ratios[mode][-1]:.2f}x), exit codes {result['exit_codes']}")
+        print("; ".join(line), f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    for mode, values in ratios.items():
+        print(f"{mode}: first chunk at {statistics.median(values):.2f}x the reference (median of {args.rounds}); "
+              f"the target for tfdist launch is <= 1.3x")
+
+
+if __name__ == "__main__":
+    main()
