@@ -130,6 +130,11 @@ def floor() -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", _FLOOR], check=True, capture_output=True, text=True, timeout=300,
                          env=_env())
     import_s = time.perf_counter() - started
+    return {"rss_mib": int(out.stdout.split()[-1]) / _MIB, "import_s": import_s, "server_s": server_start()}
+
+
+def server_start() -> float:
+    """The start-up reference: seconds from spawning one process to its TensorFlow server's port answering."""
     port = _free_port()
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", _SERVER % port], stdin=subprocess.PIPE,
@@ -139,10 +144,9 @@ def floor() -> dict[str, float]:
             if proc.poll() is not None or time.perf_counter() - started > 300:
                 raise SystemExit("the reference server did not start")
             time.sleep(0.01)
-        server_s = time.perf_counter() - started
+        return time.perf_counter() - started
     finally:
         proc.communicate(b"", timeout=30)
-    return {"rss_mib": int(out.stdout.split()[-1]) / _MIB, "import_s": import_s, "server_s": server_s}
 
 
 def _read_kib(path: str, field: str) -> int | None:
@@ -250,7 +254,7 @@ def _report_startup(tmp: Path, *, runs: int, modes: list[bool]) -> None:
     results: dict[bool, list[dict[str, float]]] = {mode: [] for mode in modes}
     references = []
     for index in range(runs):
-        references.append(floor()["server_s"])
+        references.append(server_start())
         for mode in modes:
             results[mode].append(startup(tmp, index * 2 + int(mode), between_graph=mode))
     for mode in modes:

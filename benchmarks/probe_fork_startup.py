@@ -25,9 +25,11 @@ import time
 from pathlib import Path
 
 _REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_resources import server_start  # noqa: E402  (the same reference as bench_resources.py)
+
 _TASKS = [("ps", 0), ("worker", 0), ("worker", 1), ("chief", 0)]
-_REFERENCE = ("import sys, tensorflow as tf; tf.distribute.Server({'ps': ['127.0.0.1:%d']}, job_name='ps', "
-              "task_index=0, start=True); sys.stdin.read()")
 
 
 def _ports(count: int) -> list[int]:
@@ -38,23 +40,6 @@ def _ports(count: int) -> list[int]:
     for sock in sockets:
         sock.close()
     return ports
-
-
-def _reference() -> float:
-    """Seconds from spawning one process to its TensorFlow server's port answering."""
-    (port,) = _ports(1)
-    started = time.time()
-    proc = subprocess.Popen([sys.executable, "-c", _REFERENCE % port], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                return time.time() - started
-            except OSError:
-                time.sleep(0.01)
-    finally:
-        proc.communicate(b"", timeout=30)
 
 
 def _task(job: str, index: int, cluster: dict[str, list[str]], work: str, between_graph: bool) -> int:
@@ -122,7 +107,7 @@ def main() -> None:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(_REPO)}
     ratios: dict[str, list[float]] = {"coordinator": [], "between_graph": []}
     for round_ in range(1, args.rounds + 1):
-        reference = _reference()
+        reference = server_start()
         line = [f"round {round_}: reference {reference:.2f} s"]
         for mode in ratios:
             started = time.time()

@@ -15,15 +15,10 @@ import tensorflow as tf
 
 import models
 from toolkit import data, fit
+from toolkit._compat.tensorflow import named_variable
 from toolkit.training import TrainingError, TrainStep, build_state
-from toolkit.training.between_graph import (
-    NamedVariables,
-    _variable,
-    check_supported,
-    fused_update,
-    hyperparameters,
-    slots_of,
-)
+from toolkit.training.between_graph import NamedVariables, check_supported, hyperparameters, slots_of
+from toolkit.training.between_graph_worker import fused_update
 from toolkit.training.step import make_forward
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -96,7 +91,7 @@ def test_the_chiefs_variables_are_named_resources_another_handle_opens():
     for got, want in zip(state.model.get_weights(), plain.model.get_weights(), strict=True):
         np.testing.assert_array_equal(got, want)  # the same initial values as unnamed variables
     kernel = state.model.trainable_variables[0]
-    other = _variable(named.name_of(kernel), kernel.dtype, kernel.shape, trainable=False)
+    other = named_variable(named.name_of(kernel), kernel.dtype, kernel.shape, trainable=False)
     kernel.assign(tf.ones(kernel.shape))  # a write through one handle is seen through the other
     np.testing.assert_array_equal(other.numpy(), np.ones(kernel.shape))
     with pytest.raises(TrainingError, match="was not created by the training state"):
@@ -119,7 +114,7 @@ def test_a_stopping_task_closes_the_token_queue_so_a_waiting_loop_ends():
     import threading
     import time
 
-    from toolkit.training.between_graph import _close_on_stop
+    from toolkit.training.between_graph_worker import _close_on_stop
 
     graph = tf.Graph()
     with graph.as_default():

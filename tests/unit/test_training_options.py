@@ -6,7 +6,7 @@ import pytest
 
 import toolkit
 from toolkit.training import CheckpointConfig, FitConfig, LogConfig, SyncConfig, TrainingError, ValidationConfig, fit
-from toolkit.training.fit import _fit_config
+from toolkit.training.options import fit_config
 
 
 @pytest.mark.parametrize("make, field, text", [
@@ -31,14 +31,14 @@ def test_groups_validate_themselves(make, field, text):
 
 
 def test_groups_reach_the_loop_config():
-    config = _fit_config(epochs=2, steps_per_epoch=10, steps_per_execution=5, global_batch_size=64,
+    config = fit_config(epochs=2, steps_per_epoch=10, steps_per_execution=5, global_batch_size=64,
                          checkpoint=CheckpointConfig(every=4, keep=7), logs=LogConfig(every=3, summary_every=9),
                          validation=ValidationConfig(steps=2), sync=SyncConfig(replicas_to_aggregate=2))
     assert config == FitConfig(epochs=2, steps_per_epoch=10, steps_per_execution=5, global_batch_size=64,
                                checkpoint_every_steps=4, keep_checkpoints=7, log_every_steps=3,
                                summary_every_steps=9, validation_steps=2, sync_replicas=True,
                                replicas_to_aggregate=2)
-    plain = _fit_config(epochs=1, steps_per_epoch=10, steps_per_execution=None, global_batch_size=None,
+    plain = fit_config(epochs=1, steps_per_epoch=10, steps_per_execution=None, global_batch_size=None,
                         checkpoint=CheckpointConfig(), logs=LogConfig(), validation=ValidationConfig(), sync=None)
     assert plain == FitConfig(epochs=1, steps_per_epoch=10)  # the groups' defaults are the loop's
 

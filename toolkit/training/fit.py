@@ -13,16 +13,19 @@ So one script, started once per task, is the whole distributed program.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import keras
 import tensorflow as tf
 
+from toolkit.training.between_graph import BetweenGraphRunner, NamedVariables, check_flag, check_supported
+from toolkit.training.between_graph import prefix as variables_prefix
 from toolkit.training.config import FitConfig, TrainingError
 from toolkit.training.evaluation import Validator, WorkerValidator, run_sidecar_evaluator, write_done_marker
 from toolkit.training.export import export_model, release_memory
@@ -30,7 +33,15 @@ from toolkit.training.extensions import step_factory_for
 from toolkit.training.history import History
 from toolkit.training.hooks import CallbackHook, CheckpointHook, LogHook, ProgressHook, SummaryHook
 from toolkit.training.loop import Hook, LoopRecord, run_loop
-from toolkit.training.options import CheckpointConfig, LogConfig, SyncConfig, ValidationConfig, moved_keywords_error
+from toolkit.training.options import (
+    CheckpointConfig,
+    LogConfig,
+    SyncConfig,
+    ValidationConfig,
+    fit_config,
+    group,
+    moved_keywords_error,
+)
 from toolkit.training.runners import Runner, make_runner, strategy_kind
 from toolkit.training.state import OptimizerSpec, TrainState, build_state
 from toolkit.training.step import Forward, LossSpec, ResolvedMetric, TrainStep, make_forward, resolve_metrics
@@ -101,36 +112,6 @@ def _task_config(tf_config: TFConfig | None, strategy: str | tf.distribute.Strat
     if not isinstance(strategy, str):
         return cfg
     return run_role(cfg, strategy=strategy, worker_work=worker_work, **serve)
-
-
-def _between_graph(value: object, steps_per_execution: int | None) -> bool:
-    """``between_graph`` checked: a bool, and only with one step per execution."""
-    if not isinstance(value, bool):
-        raise TrainingError(f"`between_graph` must be True or False. Received: between_graph={value!r}.",
-                            field="between_graph")
-    if value and steps_per_execution not in (None, 1):
-        raise TrainingError(
-            f"between_graph=True runs one step per session.run on each worker, but steps_per_execution="
-            f"{steps_per_execution!r}. Drop steps_per_execution (or pass 1), or drop between_graph to run "
-            "several steps per coordinator closure.", field="steps_per_execution")
-    return value
-
-
-def _between_graph_work(model_fn: Callable[[], keras.Model], dataset_fn: Callable[..., tf.data.Dataset], *,
-                        forward: Forward, metrics: dict[str, ResolvedMetric], global_batch_size: int | None,
-                        tf_config: TFConfig | None) -> Callable[..., object]:
-    """A parameter-server worker's own step loop (``between_graph``), run beside its server."""
-
-    def work(target: str, stop: Any) -> object:
-        from tf_config import TFConfig
-        from toolkit.training.between_graph import run_worker
-
-        cfg = TFConfig.from_env() if tf_config is None else tf_config
-        return run_worker(target, num_workers=len(cfg.cluster.get("worker", ())), index=cfg.task_index, stop=stop,
-                          model_fn=model_fn, dataset_fn=dataset_fn, forward=forward, metrics=metrics,
-                          global_batch_size=global_batch_size)
-
-    return work
 
 
 def _build_strategy(strategy: str | tf.distribute.Strategy, cfg: TFConfig,
@@ -251,14 +232,9 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     logger.debug("steps per execution: %d", config.steps_per_call)
     _check_sync_strategy(strategy, config)
     workers = _num_workers(strategy, cfg)
-    named = None
-    if run.between_graph:
-        from toolkit.training import between_graph
-
-        named = between_graph.NamedVariables(between_graph.prefix())
-        with tf.variable_creator_scope(named):  # outside the strategy's scope: its creator picks the ps first
-            state = build_state(strategy, run.model_fn, run.optimizer)
-    else:
+    named = NamedVariables(variables_prefix()) if run.between_graph else None
+    # outside the strategy's scope, so that its creator picks the ps first
+    with tf.variable_creator_scope(named) if named is not None else contextlib.nullcontext():
         state = build_state(strategy, run.model_fn, run.optimizer)
     step = _train_step(run, state, strategy, workers)  # may add checkpointed state (before the restore)
     start = _restore(state, run.model_dir)
@@ -268,9 +244,9 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     sync_every = config.log_every_steps or max(config.log_interval, 4 * workers * config.steps_per_call)
     runner: Runner
     if named is not None:
-        kind = between_graph.check_supported(state, step, sync=config.sync_replicas,
+        kind = check_supported(state, step, sync=config.sync_replicas,
                                              custom_step=run.train_step is not None)
-        runner = between_graph.BetweenGraphRunner(strategy, step, state.global_step, state=state, named=named,
+        runner = BetweenGraphRunner(strategy, step, state.global_step, state=state, named=named,
                                                   kind=kind, skip_steps=start, num_workers=workers,
                                                   sync_every=sync_every)
     else:
@@ -323,35 +299,6 @@ def _evaluate(run: _Run, timeout: float) -> History:
                                    model_dir=run.model_dir, final_step=run.config.total_steps,
                                    steps=run.config.validation_steps, timeout=timeout)
     return _history(record, run, model=None, exports={}, role="evaluator")
-
-
-_G = TypeVar("_G", CheckpointConfig, LogConfig, ValidationConfig, SyncConfig)
-
-
-def _group(value: _G | None, kind: type[_G]) -> _G:
-    """``value``, or the group's defaults for None; anything else names the class to pass."""
-    if value is None:
-        return kind()
-    if not isinstance(value, kind):
-        name = {CheckpointConfig: "checkpoint", LogConfig: "logs", ValidationConfig: "validation",
-                SyncConfig: "sync"}[kind]
-        raise TrainingError(f"`{name}` must be a toolkit.training.{kind.__name__} or None. Received: "
-                            f"{name}={value!r}. Pass e.g. {name}={kind.__name__}().", field=name)
-    return value
-
-
-def _fit_config(*, epochs: int, steps_per_epoch: int, steps_per_execution: int | None, global_batch_size: int | None,
-                checkpoint: CheckpointConfig, logs: LogConfig, validation: ValidationConfig,
-                sync: SyncConfig | None) -> FitConfig:
-    """The loop's ``FitConfig`` from ``fit``'s arguments and groups."""
-    if sync is not None:
-        _group(sync, SyncConfig)
-    return FitConfig(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
-                     checkpoint_every_steps=checkpoint.every, keep_checkpoints=checkpoint.keep,
-                     log_every_steps=logs.every, summary_every_steps=logs.summary_every,
-                     validation_steps=validation.steps, global_batch_size=global_batch_size,
-                     sync_replicas=sync is not None, replicas_to_aggregate=None if sync is None else
-                     sync.replicas_to_aggregate)
 
 
 def fit(
@@ -463,10 +410,10 @@ def fit(
     """
     if moved:
         raise moved_keywords_error(moved)
-    config = _fit_config(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
-                         global_batch_size=global_batch_size, checkpoint=_group(checkpoint, CheckpointConfig),
-                         logs=_group(logs, LogConfig), validation=_group(validation, ValidationConfig), sync=sync)
-    evaluator_timeout = _group(validation, ValidationConfig).evaluator_timeout
+    config = fit_config(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
+                         global_batch_size=global_batch_size, checkpoint=group(checkpoint, CheckpointConfig),
+                         logs=group(logs, LogConfig), validation=group(validation, ValidationConfig), sync=sync)
+    evaluator_timeout = group(validation, ValidationConfig).evaluator_timeout
     if forward is None and loss is None:
         raise TrainingError("`loss` is None and no `forward` was given. Pass e.g. "
                             "loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True).", field="loss")
@@ -474,10 +421,12 @@ def fit(
     forward = forward or make_forward(loss)
     resolved = resolve_metrics(metrics)
     work = None
-    if _between_graph(between_graph, steps_per_execution):
+    if check_flag(between_graph, steps_per_execution):
+        from toolkit.training.between_graph_worker import worker_loop
+
         config = dataclasses.replace(config, steps_per_execution=1)
-        work = _between_graph_work(model_fn, dataset_fn, forward=forward, metrics=resolved,
-                                   global_batch_size=global_batch_size, tf_config=tf_config)
+        work = worker_loop(model_fn, dataset_fn, forward=forward, metrics=resolved,
+                           global_batch_size=global_batch_size, tf_config=tf_config)
     cfg = _task_config(tf_config, strategy, options, worker_work=work)
     run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, optimizer=optimizer,
                forward=forward, metrics=resolved, config=config,

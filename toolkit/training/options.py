@@ -21,11 +21,13 @@ that names the new home (``MOVED``).
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeVar
 
 from tf_config.checks import check_int, check_number
-from toolkit.training.config import TrainingError
+from toolkit.training.config import FitConfig, TrainingError
 
-__all__ = ["MOVED", "CheckpointConfig", "LogConfig", "SyncConfig", "ValidationConfig", "moved_keywords_error"]
+__all__ = ["MOVED", "CheckpointConfig", "LogConfig", "SyncConfig", "ValidationConfig", "fit_config", "group",
+           "moved_keywords_error"]
 
 
 def _positive_int(owner: str, name: str, value: object, example: str, *, optional: bool = False) -> None:
@@ -133,3 +135,32 @@ def moved_keywords_error(given: dict[str, object]) -> TypeError:
     if unknown:
         parts.append(f"fit() got unexpected keyword argument(s): {', '.join(unknown)}.")
     return TypeError(" ".join(parts))
+
+
+_G = TypeVar("_G", CheckpointConfig, LogConfig, ValidationConfig, SyncConfig)
+
+
+def group(value: _G | None, kind: type[_G]) -> _G:
+    """``value``, or the group's defaults for None; anything else names the class to pass."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        name = {CheckpointConfig: "checkpoint", LogConfig: "logs", ValidationConfig: "validation",
+                SyncConfig: "sync"}[kind]
+        raise TrainingError(f"`{name}` must be a toolkit.training.{kind.__name__} or None. Received: "
+                            f"{name}={value!r}. Pass e.g. {name}={kind.__name__}().", field=name)
+    return value
+
+
+def fit_config(*, epochs: int, steps_per_epoch: int, steps_per_execution: int | None, global_batch_size: int | None,
+                checkpoint: CheckpointConfig, logs: LogConfig, validation: ValidationConfig,
+                sync: SyncConfig | None) -> FitConfig:
+    """The loop's ``FitConfig`` from ``fit``'s arguments and groups."""
+    if sync is not None:
+        group(sync, SyncConfig)
+    return FitConfig(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
+                     checkpoint_every_steps=checkpoint.every, keep_checkpoints=checkpoint.keep,
+                     log_every_steps=logs.every, summary_every_steps=logs.summary_every,
+                     validation_steps=validation.steps, global_batch_size=global_batch_size,
+                     sync_replicas=sync is not None, replicas_to_aggregate=None if sync is None else
+                     sync.replicas_to_aggregate)
