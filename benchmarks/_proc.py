@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -52,15 +53,29 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+_TASK = re.compile(r"(chief|master|worker|ps|evaluator)-\d+")
+
+
 def task_name(pid: int) -> str | None:
-    """The task name the launcher gave the process (``chief-0``...), or None."""
+    """The task name the launcher gave the process (``chief-0``...), or None.
+
+    A task started as a fresh interpreter has it in its environment; a task forked from a preload
+    process (``--preload``) has the environment it was forked with, and the name as its process name;
+    the preload process itself is named ``preload``.
+    """
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
+        with open(f"/proc/{pid}/comm", "rb") as fh:
+            comm = fh.read().strip().decode(errors="replace")
     except OSError:
         return None
     name = env.get(ENV_TASK_NAME.encode())
-    return name.decode() if name else None
+    if name:
+        return name.decode()
+    if comm == "tfdist-preload":
+        return "preload"  # the process the tasks were forked from: its pages are theirs too
+    return comm if _TASK.fullmatch(comm) else None
 
 
 class PolledRun:

@@ -5,7 +5,8 @@ Three measurements, each printed against its target with met / not met:
 1. **Floor**: peak RSS (``VmHWM``) of ``python -c "import tensorflow"``, and the time from
    spawning one process that imports TensorFlow and starts a ``tf.distribute.Server`` until its
    port answers (the start-up reference).
-2. **Memory**: ``tfdist demo`` (1 chief, 2 workers, 1 ps; the real CLI in a subprocess). Every
+2. **Memory**: ``tfdist demo`` (1 chief, 2 workers, 1 ps; the real CLI in a subprocess; its tasks are
+   forked from one preload process, ``--no-preload`` also measures fresh interpreters). Every
    task's ``VmHWM`` is read from ``/proc/<pid>/status`` every 50 ms while it runs (the high-water
    mark only grows, so the last read is the peak up to a few ms before the exit).
    Target: every task <= 650 MiB. Reported beside it: each task's PSS in the sample where the
@@ -24,7 +25,8 @@ Not a test: on a shared machine the timings are noisy, so the load average is pr
 each figure; compare figures within one run.
 
 Usage:
-    python benchmarks/bench_resources.py [--runs 2] [--skip-demo] [--skip-startup] [--between-graph]
+    python benchmarks/bench_resources.py [--runs 2] [--skip-demo] [--skip-startup] [--between-graph] [--preload]
+                                           [--no-preload]
 """
 from __future__ import annotations
 
@@ -166,9 +168,15 @@ def _pss(pid: int) -> int | None:
     return _read_kib(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
-def demo_memory(tmp: Path) -> dict[str, dict[str, float]]:
-    """Peak RSS per task of ``tfdist demo``, and each task's PSS when the job's total PSS peaked."""
-    run = PolledRun([sys.executable, "-m", "toolkit", "demo", "--dir", str(tmp / "demo")], env=_env(), interval=0.05)
+def demo_memory(tmp: Path, *, preload: bool = True) -> dict[str, dict[str, float]]:
+    """Peak RSS per task of ``tfdist demo``, and each task's PSS when the job's total PSS peaked.
+
+    ``tfdist demo`` forks its tasks from a preload process; its figures are under ``preload`` (not a task:
+    it only imported TensorFlow and Keras, and its pages are shared with every task). ``preload=False``:
+    ``--no-preload``, a fresh interpreter per task.
+    """
+    run = PolledRun([sys.executable, "-m", "toolkit", "demo", "--dir", str(tmp / f"demo-{int(preload)}"),
+                     *([] if preload else ["--no-preload"])], env=_env(), interval=0.05)
     peaks: dict[str, int] = {}
     pss: dict[str, int] = {}  # each task's PSS in the sample where the job's total was highest
     for tasks in run.samples():
@@ -189,14 +197,15 @@ def demo_memory(tmp: Path) -> dict[str, dict[str, float]]:
     return {name: {"rss": value / _MIB, "pss": pss.get(name, 0) / _MIB} for name, value in sorted(peaks.items())}
 
 
-def startup(tmp: Path, index: int, *, between_graph: bool = False) -> dict[str, float]:
+def startup(tmp: Path, index: int, *, between_graph: bool = False, preload: bool = False) -> dict[str, float]:
     """Seconds from ``tfdist launch`` to the chief's marks (interpreter, imported, connected, first step)."""
     script = tmp / "first_step.py"
     script.write_text(_FIRST_STEP)
     job_dir = tmp / f"launch-{index}"
     cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "1", "--quiet", "--job-dir",
-           str(job_dir), "--", "python", str(script), "--model-dir", str(job_dir / "model"), "--epochs", "1",
-           "--steps-per-execution", "1", *(["--between-graph"] if between_graph else [])]
+           str(job_dir), *(["--preload"] if preload else []), "--", "python", str(script), "--model-dir",
+           str(job_dir / "model"), "--epochs", "1", "--steps-per-execution", "1",
+           *(["--between-graph"] if between_graph else [])]
     started = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env())
     total = time.time() - started
@@ -219,6 +228,11 @@ def main() -> None:
     parser.add_argument("--between-graph", action="store_true",
                         help="also the start-up of fit(between_graph=True), interleaved with the coordinator's: "
                              "the workers build and run the steps, the chief traces none")
+    parser.add_argument("--no-preload", action="store_true",
+                        help="also the memory of `tfdist demo --no-preload` (a fresh interpreter per task)")
+    parser.add_argument("--preload", action="store_true",
+                        help="also the start-up of each mode under `tfdist launch --preload` (every task forked "
+                             "from one process that imported TensorFlow and Keras), interleaved")
     args = parser.parse_args()
 
     print(f"floor ({_load()})")
@@ -229,40 +243,45 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-resources-") as name:
         tmp = Path(name)
-        if not args.skip_demo:
-            print(f"memory: tfdist demo ({_load()})")
-            peaks = demo_memory(tmp)
+        for preload in [] if args.skip_demo else [True, False] if args.no_preload else [True]:
+            print(f"memory: tfdist demo{'' if preload else ' --no-preload'} ({_load()})")
+            peaks = demo_memory(tmp, preload=preload)
             for task, mem in peaks.items():
                 mib = mem["rss"]
+                verdict = (f"target <= {_MEMORY_TARGET_MIB}: {_verdict(mib <= _MEMORY_TARGET_MIB)}"
+                           if task != "preload" else "not a task: the process the tasks were forked from")
                 print(f"  {task:10s} peak RSS {mib:5.0f} MiB  ({mib / ref['rss_mib']:.2f}x the import floor; "
-                      f"target <= {_MEMORY_TARGET_MIB}: {_verdict(mib <= _MEMORY_TARGET_MIB)}); "
-                      f"PSS {mem['pss']:4.0f} MiB at the job's peak [report]")
-            worst = max(mem["rss"] for mem in peaks.values())
-            print(f"  the job's peak PSS (all tasks at one moment): {sum(m['pss'] for m in peaks.values()):.0f} MiB")
+                      f"{verdict}); PSS {mem['pss']:4.0f} MiB at the job's peak [report]")
+            worst = max(mem["rss"] for task, mem in peaks.items() if task != "preload")
+            print(f"  the job's peak PSS (all its processes at one moment): {sum(m['pss'] for m in peaks.values()):.0f} MiB")
             print(f"  largest task {worst:.0f} MiB: {_verdict(worst <= _MEMORY_TARGET_MIB)} ({_load()})")
         if not args.skip_startup:
-            _report_startup(tmp, runs=args.runs, modes=[False, True] if args.between_graph else [False])
+            modes = [(graph, preload) for preload in ([False, True] if args.preload else [False])
+                     for graph in ([False, True] if args.between_graph else [False])]
+            _report_startup(tmp, runs=args.runs, modes=modes)
 
 
-def _report_startup(tmp: Path, *, runs: int, modes: list[bool]) -> None:
-    """Start-up runs of each mode (False: the coordinator, True: between_graph), each run beside a fresh reference.
+def _report_startup(tmp: Path, *, runs: int, modes: list[tuple[bool, bool]]) -> None:
+    """Start-up runs of each mode ((between_graph, preload)), each run beside a fresh reference.
 
     The one-process reference moves by a third between runs on a loaded machine, so every round measures it
     again and each mode's ratio is taken against its own round's reference; the medians are reported.
     """
     print(f"start-up: tfdist launch --workers 2 --ps 1 -> first training step ({_load()})")
-    results: dict[bool, list[dict[str, float]]] = {mode: [] for mode in modes}
+    results: dict[tuple[bool, bool], list[dict[str, float]]] = {mode: [] for mode in modes}
     references = []
     for index in range(runs):
         references.append(server_start())
-        for mode in modes:
-            results[mode].append(startup(tmp, index * 2 + int(mode), between_graph=mode))
+        for number, (graph, preload) in enumerate(modes):
+            results[graph, preload].append(startup(tmp, index * len(modes) + number, between_graph=graph,
+                                                   preload=preload))
     for mode in modes:
-        name = "between_graph" if mode else "the coordinator"
+        name = ("between_graph" if mode[0] else "the coordinator") + (", --preload" if mode[1] else "")
         med = {key: statistics.median(r[key] for r in results[mode]) for key in results[mode][0]}
         print(f"  {name} (medians of {runs}; reference {statistics.median(references):.2f} s):")
         for key, label in (("interpreter", "chief's interpreter up"), ("imported", "chief imported TF + Keras"),
                            ("connected", "chief's strategy connected"), ("first_step", "first training step"),
+                           ("trained", "chief's fit returned"), ("exit", "chief's exit handlers"),
                            ("job", "job over (1 epoch)")):
             print(f"    launch -> {label:28s} {med[key]:6.2f} s")
         ratio = statistics.median(r["first_step"] / ref for r, ref in zip(results[mode], references, strict=True))

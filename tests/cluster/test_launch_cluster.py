@@ -61,6 +61,26 @@ def test_killed_parameter_server_worker_is_restarted_and_the_job_completes(tmp_p
     assert {t.name: (t.exit_code, t.stopped) for t in result.tasks} == dict.fromkeys(
         ["ps-0", "chief-0", "worker-0", "worker-1"], (0, False))
     assert _result(result.job_dir, "chief-0")["steps"] == 80
+    assert json.loads((result.job_dir / "tasks" / "worker-1" / "preloaded").read_text()) is False  # fresh
+
+
+def test_preloaded_tasks_train_and_a_killed_worker_is_forked_again(tmp_path, quiet_tf, no_orphans):
+    """``tfdist launch --preload``: every task is forked from one TensorFlow import, and a killed worker too."""
+    job_dir = tmp_path / "job"
+    cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "1", "--job-dir", str(job_dir),
+           "--max-restarts", "1", "--preload", "--timeout", str(_TIMEOUT), "--", "python",
+           str(SCRIPTS / "pss_train.py"), "--steps", "80", "--kill-worker", "worker-1", "--kill-at-step", "20"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT + 60)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert "tasks: ps-0=0, chief-0=0, worker-0=0, worker-1=0 (restarted 1x);" in proc.stderr
+    chief_log = (job_dir / "logs" / "chief-0.log").read_text()
+    assert "killed worker-1" in chief_log and "serves again" in chief_log
+    assert _result(job_dir, "chief-0")["steps"] == 80
+    # every task, the restarted worker-1 too, found TensorFlow imported when its script started: it was forked
+    for task in ("ps-0", "chief-0", "worker-0", "worker-1"):
+        assert json.loads((job_dir / "tasks" / task / "preloaded").read_text()) is True, task
+    killed = int(re.search(r"killed worker-1 \(pid (\d+)\)", chief_log).group(1))
+    assert int((job_dir / "tasks" / "worker-1" / "pid").read_text()) != killed
 
 
 def test_multi_worker_mirrored_workers_end_with_identical_weights(tmp_path, quiet_tf, no_orphans):

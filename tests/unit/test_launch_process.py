@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from _polling import wait_until
 from toolkit.launcher import LaunchError, LaunchSpec, Reason, TaskState, launch
 
 _FAKE_TASK = textwrap.dedent('''
-    import json, os, signal, subprocess, sys, time
+    import sys
+    preloaded = "decimal" in sys.modules  # only a task forked from a process that imported it has it
+    import json, os, signal, subprocess, time
     from pathlib import Path
     plan = json.loads(sys.argv[1])
     name = os.environ["TFDIST_TASK_NAME"]
@@ -33,7 +36,8 @@ _FAKE_TASK = textwrap.dedent('''
     start = task_dir / f"start-{restart}.json"
     start.with_suffix(".tmp").write_text(json.dumps({
         "tf_config": json.loads(os.environ["TF_CONFIG"]), "job_dir": os.environ["TFDIST_JOB_DIR"],
-        "task_dir": str(task_dir), "pid": os.getpid(), "cwd": os.getcwd(), "executable": sys.executable,
+        "task_dir": str(task_dir), "pid": os.getpid(), "ppid": os.getppid(), "preloaded": preloaded, "cwd": os.getcwd(),
+        "executable": sys.executable,
         "env": {k: v for k, v in os.environ.items() if k.startswith("TFDIST_")}}))
     start.with_suffix(".tmp").rename(start)  # complete when it appears: other tasks wait for it
     print(f"{name} start {restart}", flush=True)
@@ -58,14 +62,18 @@ _FAKE_TASK = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture
-def fake(tmp_path):
+@pytest.fixture(params=["fresh", "forked"])
+def fake(request, tmp_path):
+    """The fake task's command; every test using it runs twice: tasks as fresh interpreters, and forked from
+    a preload process (``preload=``, ``--preload``), which must not change anything the launcher promises."""
     script = tmp_path / "fake_task.py"
     script.write_text(_FAKE_TASK)
 
     def command(plan):
         return ["python", str(script), json.dumps(plan)]
 
+    command.preload = ("json", "decimal") if request.param == "forked" else ()
+    command.flags = ["--preload", "json,decimal"] if request.param == "forked" else []
     return command
 
 
@@ -82,7 +90,12 @@ def _run(fake, plan, tmp_path, **kwargs):
         if observer is not None:
             observer(event)
 
+    kwargs.setdefault("preload", fake.preload)
     result = launch(fake(plan), job_dir=tmp_path / "job", stream=stream, on_task=on_task, **kwargs)
+    for start in (tmp_path / "job" / "tasks").glob("*/start-*.json"):  # each task ran the way it was asked to
+        seen = json.loads(start.read_text())
+        assert seen["preloaded"] == bool(kwargs["preload"]), start
+        assert (seen["ppid"] == os.getpid()) != bool(kwargs["preload"]), start  # forked: the preload process's
     return result, stream.getvalue()
 
 
@@ -215,7 +228,7 @@ def test_stopping_a_task_takes_its_grandchildren_too(fake, tmp_path, no_orphans)
 def test_sigterm_to_the_launcher_stops_every_task(fake, tmp_path, no_orphans):
     job = tmp_path / "job"
     cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "1", "--job-dir", str(job),
-           "--", *fake({"*": [{"spawn": True, "sleep": 60}]})]
+           *fake.flags, "--", *fake({"*": [{"spawn": True, "sleep": 60}]})]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     pid_files = [job / "tasks" / n / "grandchild.pid" for n in ("ps-0", "chief-0", "worker-0", "worker-1")]
     wait_until(lambda: all(p.exists() for p in pid_files), timeout=60, what="every task's grandchild")
@@ -230,7 +243,7 @@ def test_sigkill_to_the_launcher_takes_every_task_with_it(fake, tmp_path, no_orp
     """Nothing of the launcher runs after SIGKILL; the kernel's parent-death signal ends the tasks."""
     job = tmp_path / "job"
     cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "1", "--job-dir", str(job),
-           "--chief-lost-after", "20", "--", *fake({"*": [{"sleep": 120}]})]
+           "--chief-lost-after", "20", *fake.flags, "--", *fake({"*": [{"sleep": 120}]})]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     names = ("ps-0", "chief-0", "worker-0", "worker-1")
     starts = [job / "tasks" / n / "start-0.json" for n in names]
@@ -282,7 +295,7 @@ class _ClosedConsole(io.StringIO):
 def test_a_closed_console_does_not_block_the_tasks(fake, tmp_path, no_orphans):
     lines = [{"sleep": 0.2}]
     result = launch(fake({"worker-0": lines}), workers=1, job_dir=tmp_path / "job", stream=_ClosedConsole(),
-                    grace_period=0.5)
+                    preload=fake.preload, grace_period=0.5)
     assert result.exit_code == 0
     assert "worker-0 last words" in result.task("worker-0").log_path.read_text()
 

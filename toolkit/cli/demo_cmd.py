@@ -1,7 +1,8 @@
 """`tfdist demo`: train a real model on a local parameter-server cluster in about a minute.
 
 It launches 1 chief, 2 workers and 1 ps on 127.0.0.1 (``toolkit.launcher``), each
-running ``python -m toolkit.demo``, which trains a Keras 3 model on
+running ``python -m toolkit.demo``, forked from one process that imported TensorFlow
+and Keras (``--no-preload``: a fresh interpreter per task), which trains a Keras 3 model on
 scikit-learn's 8x8 digits (shipped offline) with ``toolkit.fit``. No network is
 needed. TensorFlow is imported only by the tasks, never by this module.
 """
@@ -47,12 +48,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ps", type=positive_int, default=1, help="parameter servers (default 1)")
     parser.add_argument("--timeout", type=positive_int, default=600, metavar="S",
                         help="stop after S seconds (default 600)")
+    parser.add_argument("--no-preload", action="store_true",
+                        help="start every task as a fresh interpreter, instead of forking them all from one "
+                        "process that imported TensorFlow and Keras (`tfdist launch --preload`)")
     add_console_flags(parser)
     parser.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from toolkit.launcher import LaunchError, launch
+    from toolkit.launcher._preload import DEFAULT_PRELOAD
 
     run_dir = Path(args.dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
     model_dir = run_dir / "model"
@@ -61,7 +66,8 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"launching 1 chief, {args.workers} workers, {args.ps} ps: {' '.join(cmd)}", flush=True)
     try:
         result = launch(cmd, chief=1, workers=args.workers, ps=args.ps, job_dir=run_dir, timeout=args.timeout,
-                        verbose=args.show_tf_noise or args.verbose > 0, isolate=args.isolate)
+                        verbose=args.show_tf_noise or args.verbose > 0, isolate=args.isolate,
+                        preload=() if args.no_preload else DEFAULT_PRELOAD)
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from typing import Any, TypedDict, cast
 from tf_config.checks import check_int, check_number
 from tf_config.errors import FieldError
 from toolkit.launcher._dialect import DIALECTS, Dialect
+from toolkit.launcher._preload import command_problem, module_problem
 
 # Environment variables set in every task (besides TF_CONFIG).
 ENV_JOB_DIR = "TFDIST_JOB_DIR"            # the job's directory, shared by all tasks
@@ -83,6 +84,23 @@ def resolve_command(cmd: Sequence[str]) -> tuple[str, ...]:
     return (program, *cmd[1:])
 
 
+def resolve_preload(preload: Any, cmd: Sequence[str], cwd: str | None) -> tuple[str, ...]:
+    """The modules to preload (a sequence, or one comma-separated string), checked with the command."""
+    modules = [m for m in preload.split(",") if m.strip()] if isinstance(preload, str) else preload
+    if not isinstance(modules, (list, tuple)):
+        raise LaunchError(f"`preload` is {preload!r}; expected module names, e.g. ('tensorflow', 'keras') or "
+                          "'tensorflow,keras'. Without `preload`, every task starts as a fresh interpreter.",
+                          field="preload")
+    modules = tuple(m.strip() if isinstance(m, str) else m for m in modules)
+    problem = next((p for p in map(module_problem, modules) if p), None)
+    if problem is None and modules:
+        problem = command_problem(cmd, cwd)
+    if problem:
+        raise LaunchError(f"`preload` cannot be used: {problem}. Without `preload`, every task starts as a fresh "
+                          "interpreter.", field="preload")
+    return modules
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """A validated launch request: what to run, the cluster's shape, and its failure policy.
@@ -116,6 +134,12 @@ class LaunchSpec:
             ``Dialect``; the name holds in TF_CONFIG, log file names, task
             directories and the launcher's messages.
         cwd: the directory every task runs in (default: the launcher's).
+        preload: modules (e.g. ``("tensorflow", "keras")``) one process
+            imports once, before every task is forked from it with the
+            command's script run in the fork, instead of each task starting
+            a fresh interpreter that imports them again. The command must be
+            ``python SCRIPT ARGS`` or ``python -m MODULE ARGS``. Default
+            ``()``: fresh interpreters. See ``toolkit.launcher._preload``.
 
     The failure fields (``max_restarts``, ``restartable``, ``settle_period``)
     become the job's ``FailurePolicy``.
@@ -133,11 +157,13 @@ class LaunchSpec:
     settle_period: float = 10.0
     dialect: Dialect | str = "tf"
     cwd: str | os.PathLike[str] | None = None
+    preload: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cmd", resolve_command(self.cmd))
         object.__setattr__(self, "dialect", resolve_dialect(self.dialect))
         object.__setattr__(self, "cwd", _directory(self.cwd))
+        object.__setattr__(self, "preload", resolve_preload(self.preload, self.cmd, cast(str | None, self.cwd)))
         if self.chief is None:  # PSS needs a coordinator; MWMS can do without (worker 0 is chief)
             object.__setattr__(self, "chief", 1 if self.ps > 0 else 0)
         assert self.chief is not None
@@ -190,6 +216,7 @@ class LaunchFields(TypedDict, total=False):
     settle_period: float
     dialect: Dialect | str
     cwd: str | os.PathLike[str] | None
+    preload: Sequence[str] | str
 
 
 def make_spec(cmd: Sequence[str] | LaunchSpec, fields_given: dict[str, Any]) -> LaunchSpec:

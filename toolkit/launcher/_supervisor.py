@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING
 
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskExit
+from toolkit.launcher._preload import ForkedTask, Preloader, PreloadError
 from toolkit.launcher._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, Reason, TaskEvent, TaskResult
 from toolkit.launcher._spec import (
     ENV_JOB_DIR,
@@ -39,9 +40,10 @@ from toolkit.launcher._spec import (
     ENV_TASK_DIR,
     ENV_TASK_NAME,
     TASK_ENV_DEFAULTS,
+    LaunchError,
     LaunchSpec,
 )
-from toolkit.launcher._task import TaskProcess, describe_exit, shell_exit_code, stop_all
+from toolkit.launcher._task import TaskProcess, describe_exit, die_with_parent, shell_exit_code, stop_all
 
 if TYPE_CHECKING:
     from tf_config import TFConfig
@@ -91,6 +93,44 @@ class Job:
         self.cluster_restarts = 0
         self.deaths: list[tuple[str, int | None, list[str]]] = []  # (task, code, log tail) of this cluster run
         self.signal: int | None = None
+        self.preloader: Preloader | None = None
+        self.preload_starts = 0
+
+    # ---- preloading -------------------------------------------------------------
+    def _fork(self) -> Callable[[Mapping[str, str]], ForkedTask] | None:
+        """How to fork a task from the preload process (started, or started again, here); None: no preload.
+
+        Raises:
+            LaunchError: the preload process could not import its modules before the first task started.
+        """
+        if not self.spec.preload:
+            return None
+        if self.preloader is not None and not self.preloader.alive:
+            logger.warning("the preload process has exited; starting a new one")
+            self.close()
+        if self.preloader is None:
+            again, self.preload_starts = self.preload_starts > 0, self.preload_starts + 1
+            try:
+                self.preloader = Preloader(self.spec.preload, env=self.base_env, cwd=self.spec.cwd,
+                                           log_path=self.job_dir / "logs" / "preload.log", wrap=self.wrap,
+                                           preexec=die_with_parent())
+            except PreloadError as exc:
+                if not again:
+                    raise LaunchError(f"`preload` failed, so no task was started: {exc} (the whole output is in "
+                                      f"{self.job_dir / 'logs' / 'preload.log'}). Name modules this interpreter can "
+                                      "import; without `preload`, every task starts as a fresh interpreter.",
+                                      field="preload") from exc
+                logger.warning("could not start the preload process again (%s); tasks start as fresh interpreters",
+                               exc)
+                return None
+        preloader, argv, cwd = self.preloader, self.spec.cmd[1:], self.spec.cwd
+        return lambda env: preloader.spawn(argv, env, cwd, name=env.get(ENV_TASK_NAME))
+
+    def close(self) -> None:
+        """Ends what outlives the tasks: the preload process."""
+        if self.preloader is not None:
+            self.preloader.close()
+            self.preloader = None
 
     # ---- cluster ----------------------------------------------------------------
     def _generate(self) -> dict[str, TFConfig]:
@@ -112,14 +152,15 @@ class Job:
         return self.spec.cmd if self.wrap is None else self.wrap(self.spec.cmd)
 
     def start_all(self) -> None:
+        fork = self._fork()
         for task in self.tasks.values():
-            task.start(self.cmd, self._env(task), cwd=self.spec.cwd)
+            task.start(self.cmd, self._env(task), cwd=self.spec.cwd, fork=fork)
 
     def _restart_task(self, task: TaskProcess) -> None:
         self.task_restarts[task.name] += 1
         logger.warning("%s exited with %s; restarting it (%d of %d)", task.name, describe_exit(task.exit_code),
                        self.task_restarts[task.name], self.spec.max_restarts)
-        task.start(self.cmd, self._env(task), cwd=self.spec.cwd)
+        task.start(self.cmd, self._env(task), cwd=self.spec.cwd, fork=self._fork())
 
     def _restart_cluster(self, cause: TaskProcess) -> None:
         self.cluster_restarts += 1
@@ -247,6 +288,7 @@ def supervise(job: Job) -> LaunchResult:
         finally:
             if outcome is None:  # an exception escaped: never leave processes behind
                 job.wind_down(0.0)
+            job.close()
     log = logger.info if outcome.exit_code == 0 else logger.error
     log("job %s: %s", outcome.reason, outcome.message)
     return LaunchResult(exit_code=outcome.exit_code, reason=outcome.reason, message=outcome.message,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from toolkit.launcher._preload import ForkedTask, PreloadError
 from toolkit.launcher._result import EventKind, TaskEvent
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def shell_exit_code(code: int) -> int:
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the kernel SIGKILL the task when the launcher dies (Linux).
 
     A task runs in its own session, so nothing else would stop it if the
@@ -89,7 +90,7 @@ class TaskProcess:
         self.log_path = log_path
         self.stream = stream
         self.lock = lock
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedTask | None = None
         self.reader: threading.Thread | None = None
         self.starts = 0
         self.exit_code: int | None = None
@@ -98,16 +99,29 @@ class TaskProcess:
         self.stopped = False   # the launcher had to signal it
         self.recent: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
 
-    def start(self, cmd: Sequence[str], env: Mapping[str, str], *, cwd: str | os.PathLike[str] | None = None) -> None:
-        """Starts (or restarts) the task in ``cwd``; output goes to the console and the log file."""
+    def start(self, cmd: Sequence[str], env: Mapping[str, str], *, cwd: str | os.PathLike[str] | None = None,
+              fork: Callable[[Mapping[str, str]], ForkedTask] | None = None) -> None:
+        """Starts (or restarts) the task in ``cwd``; output goes to the console and the log file.
+
+        With ``fork`` (the job's preload process), the task is forked from it with ``env``;
+        should that fail, it starts as ``cmd`` in a fresh interpreter instead.
+        """
         log = open(self.log_path, "ab")  # noqa: SIM115 - the output pump closes it when the task ends
         if self.starts:
             log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())
-        self.proc = subprocess.Popen(
-            list(cmd), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
-            preexec_fn=_die_with_parent(),  # noqa: PLW1509 - only prctl and getppid run in the child
-        )
+        self.proc = None
+        if fork is not None:
+            try:
+                self.proc = fork(env)
+            except PreloadError as exc:
+                logger.warning("%s could not be forked from the preload process (%s); starting it as a fresh "
+                               "interpreter", self.name, exc)
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                list(cmd), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl and getppid run in the child
+            )
         self.starts += 1
         self.exit_code = self.ended_at = None
         self.handled = self.stopped = False
@@ -127,7 +141,7 @@ class TaskProcess:
         except Exception:  # an observer's bug must not take the cluster down with it
             logger.exception("the on_task callback failed on %s %s", self.name, kind)
 
-    def _pump(self, proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+    def _pump(self, proc: subprocess.Popen[bytes] | ForkedTask, log: IO[bytes]) -> None:
         prefix = f"[{self.name}] "
         assert proc.stdout is not None  # started with stdout=PIPE
         with log:

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+_PRELOADED = "tensorflow" in sys.modules  # only in a task forked from a preload process (`--preload`)
+
 
 def _parse(argv):
     parser = argparse.ArgumentParser()
@@ -151,6 +153,7 @@ def main(argv=None) -> int:
     if "TFDIST_JOB_DIR" in os.environ:
         _task_dir().mkdir(parents=True, exist_ok=True)
         (_task_dir() / "pid").write_text(str(os.getpid()))
+        (_task_dir() / "preloaded").write_text(json.dumps(_PRELOADED))
     from strategies import run_role
 
     cfg = run_role()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from toolkit.launcher._result import LaunchResult, TaskEvent
-from toolkit.launcher._spec import LaunchSpec, make_spec
+from toolkit.launcher._spec import LaunchError, LaunchSpec, make_spec
 from toolkit.launcher.ray._options import (
     DEFAULT_TASK_RESOURCES,
     PLACEMENTS,
@@ -77,6 +77,10 @@ def launch_ray(cmd: Sequence[str] | LaunchSpec, *, job_dir: str | PathLike[str] 
     option_fields = {k: v for k, v in fields.items() if k not in spec_names}
     options = options if options is not None else RayOptions.from_env(**option_fields)
     spec = make_spec(cmd, {k: v for k, v in fields.items() if k in spec_names})
+    if spec.preload:
+        raise LaunchError(f"`preload` is {spec.preload!r}, but on Ray every task is an actor that starts its own "
+                          "interpreter on its node. Preloading is for the local launcher: leave `preload` out.",
+                          field="preload")
     directory = Path(job_dir if job_dir is not None else default_job_dir()).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     out = (stream if stream is not None else sys.stdout) if echo else None

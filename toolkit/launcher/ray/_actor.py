@@ -29,7 +29,7 @@ import ray
 
 from tf_config.ports import pick_port
 from toolkit.launcher._spec import TASK_ENV_DEFAULTS
-from toolkit.launcher._task import _die_with_parent
+from toolkit.launcher._task import die_with_parent
 
 _MAX_BUFFERED = 20000  # lines kept for a driver that stopped reading
 
@@ -97,7 +97,7 @@ class TaskRunner:
         self._release()  # the task's server binds the port the reservation held
         self._proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
-                                      preexec_fn=_die_with_parent())
+                                      preexec_fn=die_with_parent())
         with self._cond:
             self._done = False
             cursor = self._first + len(self._lines)
