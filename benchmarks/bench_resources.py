@@ -253,7 +253,8 @@ def main() -> None:
                 print(f"  {task:10s} peak RSS {mib:5.0f} MiB  ({mib / ref['rss_mib']:.2f}x the import floor; "
                       f"{verdict}); PSS {mem['pss']:4.0f} MiB at the job's peak [report]")
             worst = max(mem["rss"] for task, mem in peaks.items() if task != "preload")
-            print(f"  the job's peak PSS (all its processes at one moment): {sum(m['pss'] for m in peaks.values()):.0f} MiB")
+            total = sum(m["pss"] for m in peaks.values())
+            print(f"  the job's peak PSS (all its processes at one moment): {total:.0f} MiB")
             print(f"  largest task {worst:.0f} MiB: {_verdict(worst <= _MEMORY_TARGET_MIB)} ({_load()})")
         if not args.skip_startup:
             modes = [(graph, preload) for preload in ([False, True] if args.preload else [False])

@@ -1,12 +1,14 @@
 """Probe: the start-up a launcher that forks its tasks from one TensorFlow import would reach.
 
-Not a feature: ``tfdist launch`` spawns every task as a fresh interpreter, so the four tasks of
-the demo import TensorFlow at the same time on this two-core machine, and the chief has only
-imported at about 1.3x the start-up reference (``bench_resources.py``). This probe imports
-TensorFlow and Keras once, then ``fork``\\ s the demo's four tasks (1 ps, 2 workers, the chief),
-each with its own ``TF_CONFIG``, and stamps the chief's first ``on_train_batch_end`` (the end of the
-first chunk of steps the chief waits for, as ``bench_resources.py`` does). Each round also measures
-the reference: a fresh process that imports TensorFlow and starts a server, until its port answers.
+The probe that led to ``tfdist launch --preload`` (``toolkit/launcher/_preload.py``), kept to
+compare the bare mechanism with the launcher's: the four tasks of the demo importing TensorFlow at
+the same time on this two-core machine had the chief imported only at about 1.3x the start-up
+reference (``bench_resources.py``). This probe imports TensorFlow and Keras once, then ``fork``\ s
+the demo's four tasks (1 ps, 2 workers, the chief), each with its own ``TF_CONFIG``, and stamps the
+chief's first ``on_train_batch_end`` (the end of the first chunk of steps the chief waits for, as
+``bench_resources.py`` does). ``bench_resources.py --preload`` measures the same through the launcher.
+Each round also measures the reference: a fresh process that imports TensorFlow and starts a
+server, until its port answers.
 
 Usage:
     python benchmarks/probe_fork_startup.py [--rounds 2]

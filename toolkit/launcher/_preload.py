@@ -129,6 +129,7 @@ class Preloader:
         self._codes: dict[int, int] = {}
         self._gone = threading.Event()
         self._lock = threading.Lock()
+        self._spawning = threading.Lock()  # one request in flight: its reply is the next one
         self._next = 0
         first = self._first_message(log_path)
         if "error" in first:
@@ -194,8 +195,9 @@ class Preloader:
         request = {"spawn": number, "argv": list(argv), "env": dict(env), "cwd": os.fspath(cwd or os.getcwd()),
                    "name": name}
         try:
-            socket.send_fds(self._sock, [json.dumps(request).encode()], [write_end])
-            reply = self._replies.get(timeout=_REPLY_TIMEOUT)
+            with self._spawning:
+                socket.send_fds(self._sock, [json.dumps(request).encode()], [write_end])
+                reply = self._replies.get(timeout=_REPLY_TIMEOUT)
         except (OSError, queue.Empty) as exc:
             os.close(read_end)
             raise PreloadError(f"the preload process did not fork the task: {exc or 'no answer'}") from exc
