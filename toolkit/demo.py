@@ -56,6 +56,8 @@ def main(argv: Sequence[str] | None = None, *, callbacks: Sequence[Any] = ()) ->
     """Runs the demo in this task; ``callbacks`` are Keras callbacks for the chief (e.g. a benchmark's)."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.between_graph:  # a worker says when its own step loop is ready, and how many steps it ran
+        logging.getLogger("toolkit.training.between_graph_worker").setLevel(logging.INFO)
     from strategies import TRAINER_UNUSED_MODULES, run_role, skip_imports
     from tf_config import TFConfig
 

@@ -42,3 +42,27 @@ def test_example_parameter_server_job_trains_digits_and_succeeds(tmp_path, no_or
     job_dir = tmp_path / "runs" / "digits-job"
     assert list(job_dir.glob("ckpt-*.index")), sorted(p.name for p in job_dir.iterdir())
     assert (job_dir / "export" / "model.keras").is_file()
+
+
+@pytest.mark.cluster
+def test_tfdist_demo_trains_and_leaves_checkpoints_tensorboard_logs_and_exports(tmp_path, no_orphans):
+    """What `make demo` runs: forked tasks, between-graph workers, a final accuracy and every artifact."""
+    run_dir = tmp_path / "demo"
+    done = subprocess.run([sys.executable, "-m", "toolkit", "demo", "--epochs", "2", "--dir", str(run_dir)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "[chief-0] Epoch 2/2" in out
+    accuracy = float(out.split("final test accuracy: ")[1].split()[0])
+    assert accuracy > 0.7 and "(global step 44," in out
+    model = run_dir / "model"
+    assert (model / "checkpoint").exists() and list(model.glob("ckpt-44.*"))
+    assert list((model / "train").glob("events.out.tfevents.*"))
+    assert list((model / "validation").glob("events.out.tfevents.*"))
+    assert (model / "export" / "model.keras").exists() and (model / "export" / "saved_model").is_dir()
+    # every task was forked from the preload process, and the workers ran the steps themselves
+    assert (run_dir / "logs" / "preload.log").exists()
+    steps = [int(line.rsplit(": ", 1)[1].split()[0]) for worker in ("worker-0", "worker-1")
+             for line in (run_dir / "logs" / f"{worker}.log").read_text().splitlines()
+             if "between-graph steps done:" in line]
+    assert len(steps) == 2 and sum(steps) == 44, steps

@@ -3,8 +3,9 @@
 It launches 1 chief, 2 workers and 1 ps on 127.0.0.1 (``toolkit.launcher``), each
 running ``python -m toolkit.demo``, forked from one process that imported TensorFlow
 and Keras (``--no-preload``: a fresh interpreter per task), which trains a Keras 3 model on
-scikit-learn's 8x8 digits (shipped offline) with ``toolkit.fit``. No network is
-needed. TensorFlow is imported only by the tasks, never by this module.
+scikit-learn's 8x8 digits (shipped offline) with ``toolkit.fit``, its workers running
+the steps between-graph (``--no-between-graph``: through the chief's coordinator). No
+network is needed. TensorFlow is imported only by the tasks, never by this module.
 """
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from toolkit.cli.launch_cmd import add_console_flags
 
 _HELP = """\
 Train digits_mlp (or digits_cnn) on scikit-learn's digits with toolkit.fit on a
-local cluster: 1 chief (the coordinator, with the progress bar), 2 workers and
-1 parameter server. Prints the final test accuracy, the model directory and the
-command that opens TensorBoard on it.
+local cluster: 1 chief (with the progress bar, checkpoints, TensorBoard logs and
+validation), 2 workers that run the training steps, and 1 parameter server.
+Every task is forked from one process that imported TensorFlow and Keras
+(--no-preload: a fresh interpreter each). Prints the final test accuracy, the
+model directory and the command that opens TensorBoard on it.
 
 Example:
   tfdist demo
@@ -48,6 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ps", type=positive_int, default=1, help="parameter servers (default 1)")
     parser.add_argument("--timeout", type=positive_int, default=600, metavar="S",
                         help="stop after S seconds (default 600)")
+    parser.add_argument("--between-graph", action=argparse.BooleanOptionalAction, default=True,
+                        help="each worker runs its own graph-mode step loop, as TF1's between-graph replication "
+                        "does (fit(between_graph=True), the default); --no-between-graph sends every step "
+                        "through the chief's ClusterCoordinator (fit's own default)")
     parser.add_argument("--no-preload", action="store_true",
                         help="start every task as a fresh interpreter, instead of forking them all from one "
                         "process that imported TensorFlow and Keras (`tfdist launch --preload`)")
@@ -62,7 +69,7 @@ def _demo(args: argparse.Namespace) -> int:
     run_dir = Path(args.dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
     model_dir = run_dir / "model"
     cmd = ["python", "-m", "toolkit.demo", "--model-dir", str(model_dir.resolve()), "--model", args.model,
-           "--epochs", str(args.epochs)]
+           "--epochs", str(args.epochs), *(["--between-graph"] if args.between_graph else [])]
     print(f"launching 1 chief, {args.workers} workers, {args.ps} ps: {' '.join(cmd)}", flush=True)
     try:
         result = launch(cmd, chief=1, workers=args.workers, ps=args.ps, job_dir=run_dir, timeout=args.timeout,

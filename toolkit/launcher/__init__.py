@@ -5,6 +5,9 @@ task in parallel in its own process group, prefixes each output line with the
 task's name (``[worker-1] ...``) and keeps a log per task. The job ends when the
 chief ends; dead tasks are restarted according to the failure policy; nothing
 is left running afterwards. ``tfdist launch`` is the same from the shell.
+With ``preload=("tensorflow", "keras")`` (``tfdist launch --preload``) the tasks
+are forked from one process that imported those modules once, instead of each
+importing them again (``toolkit.launcher._preload``).
 
 Example:
     >>> from toolkit.launcher import launch                         # doctest: +SKIP

@@ -69,6 +69,9 @@ def generate_configs(spec: LaunchSpec, job_dir: Path, *, hosts: Sequence[str] | 
 class Job:
     """One launch: its tasks, their TF_CONFIGs, restarts and the deaths seen so far."""
 
+    preloader: Preloader | None = None  # the process the tasks are forked from (``LaunchSpec.preload``)
+    preload_starts = 0
+
     def __init__(self, spec: LaunchSpec, job_dir: Path, *, env: Mapping[str, str] | None,
                  stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None,
                  verbose: bool = False, wrap: Callable[[Sequence[str]], list[str]] | None = None) -> None:
@@ -93,8 +96,6 @@ class Job:
         self.cluster_restarts = 0
         self.deaths: list[tuple[str, int | None, list[str]]] = []  # (task, code, log tail) of this cluster run
         self.signal: int | None = None
-        self.preloader: Preloader | None = None
-        self.preload_starts = 0
 
     # ---- preloading -------------------------------------------------------------
     def _fork(self) -> Callable[[Mapping[str, str]], ForkedTask] | None:

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from toolkit.training.loop import LoopRecord
+from toolkit.training.runners import sum_fetched
 from toolkit.training.step import EvalStep, Forward, Nest, ResolvedMetric
 
 _R = TypeVar("_R")  # what one evaluation returns
@@ -109,9 +110,7 @@ class WorkerValidator(Validator):
             try:
                 remotes = [self.coordinator.schedule(self._shard, args=(tf.constant(i, tf.int64),))
                            for i in range(self.shards)]
-                totals = np.zeros([self.step.layout.width], np.float64)
-                for remote in remotes:
-                    totals += remote.fetch()
+                totals = sum_fetched(remotes, self.step.layout.width)
                 logger.info("validated on the workers: %d shards", self.shards)
                 return totals
             except Exception as error:  # noqa: BLE001 - the chief's evaluation below raises a real error again

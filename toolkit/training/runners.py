@@ -236,6 +236,14 @@ class SyncRunner(Runner):
         return float(self.strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)) > 0
 
 
+def sum_fetched(remotes: list[tf.distribute.experimental.coordinator.RemoteValue], width: int) -> np.ndarray:
+    """The float64 sum of the stats vectors (``width`` long) that closures returned as ``remotes``."""
+    totals = np.zeros([width], np.float64)
+    for remote in remotes:
+        totals += remote.fetch()
+    return totals
+
+
 class ParameterServerRunner(Runner):
     """The coordinator schedules closures of ``num_steps`` steps on free workers.
 
@@ -274,9 +282,7 @@ class ParameterServerRunner(Runner):
 
     def wait(self) -> np.ndarray:
         self.coordinator.join()
-        totals = np.zeros([self.width], np.float64)
-        for remote in self._pending:
-            totals += remote.fetch()
+        totals = sum_fetched(self._pending, self.width)
         self._pending.clear()
         return totals
 

@@ -125,8 +125,15 @@ class RayTask:
         return where
 
     # ---- the TaskProcess surface ----------------------------------------------------
-    def start(self, cmd: Sequence[str], env: Mapping[str, str], *, cwd: str | os.PathLike[str] | None = None) -> None:
-        """Starts (or restarts) the task in its actor (in ``cwd`` on its node); a dead actor is revived first."""
+    def start(self, cmd: Sequence[str], env: Mapping[str, str], *, cwd: str | os.PathLike[str] | None = None,
+              fork: object = None) -> None:
+        """Starts (or restarts) the task in its actor (in ``cwd`` on its node); a dead actor is revived first.
+
+        ``fork`` is the local launcher's (``TaskProcess.start``); an actor starts its own interpreter, so
+        ``launch_ray`` refuses ``preload`` and there is never one here.
+        """
+        if fork is not None:
+            raise ValueError("a Ray task runs in its actor and cannot be forked from a local preload process")
         log = open(self.log_path, "ab")  # noqa: SIM115 - the output pump closes it when the task ends
         if self.starts:
             log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())
