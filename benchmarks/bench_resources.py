@@ -178,7 +178,7 @@ def demo_memory(tmp: Path, *, preload: bool = True) -> dict[str, dict[str, float
     run = PolledRun([sys.executable, "-m", "toolkit", "demo", "--dir", str(tmp / f"demo-{int(preload)}"),
                      *([] if preload else ["--no-preload"])], env=_env(), interval=0.05)
     peaks: dict[str, int] = {}
-    pss: dict[str, int] = {}  # each task's PSS in the sample where the job's total was highest
+    samples: list[dict[str, int]] = []
     for tasks in run.samples():
         sample: dict[str, int] = {}
         for pid, name in tasks.items():
@@ -188,8 +188,10 @@ def demo_memory(tmp: Path, *, preload: bool = True) -> dict[str, dict[str, float
             share = _pss(pid)
             if share is not None:
                 sample[name] = share
-        if sum(sample.values()) > sum(pss.values()):
-            pss = dict(sample)
+        samples.append(sample)
+    # each process's PSS in the sample where the job's total was highest, among the samples that saw every process
+    complete = [sample for sample in samples if set(sample) == set(peaks)]
+    pss = max(complete, key=lambda sample: sum(sample.values()), default={})
     if run.returncode != 0:
         raise SystemExit("tfdist demo failed:\n" + "".join(run.output[-30:]))
     accuracy = next((line.strip() for line in run.output if line.startswith("final test accuracy")), "?")
