@@ -173,3 +173,21 @@ def test_the_cli_flag_alone_preloads_tensorflow_and_keras():
     assert parse(["launch", "--preload", "--", "python", "t.py"]).preload == "tensorflow,keras"
     assert parse(["launch", "--preload", "json,decimal", "--", "python", "t.py"]).preload == "json,decimal"
     assert parse(["launch", "--", "python", "t.py"]).preload == ""
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+def test_forked_tasks_share_the_clusters_private_network_namespace(tmp_path, no_orphans, isolate):
+    from toolkit.launcher._isolation import unavailable_reason
+
+    if isolate and unavailable_reason() is not None:
+        pytest.skip(f"no network isolation here: {unavailable_reason()}")
+    script = tmp_path / "netns.py"
+    script.write_text("import os, sys\nprint('netns', os.readlink('/proc/self/ns/net'), 'decimal' in sys.modules)\n")
+    stream = io.StringIO()
+    result = launch(["python", str(script)], workers=2, job_dir=tmp_path / "job", preload=("decimal",),
+                    isolate=isolate, stream=stream, grace_period=5)
+    seen = {line.split("netns ", 1)[1] for line in stream.getvalue().splitlines() if "netns " in line}
+    assert result.exit_code == 0 and len(seen) == 1  # both forked tasks, in one namespace...
+    namespace, preloaded = seen.pop().split()
+    assert preloaded == "True"
+    assert (namespace != os.readlink("/proc/self/ns/net")) == isolate  # ...the cluster's own, or ours
