@@ -2,9 +2,10 @@
 
 Everything here reaches beyond the documented surface of TensorFlow 2.21 or
 Keras 3.15: the checkpoint machinery a sharded table plugs into, the tape and
-name-scope state device maps read, a layer's children, and the per-instance
+name-scope state device maps read, a layer's children, the per-instance
 method replacements that pin a layer's call or an optimizer's slots to a
-device. Each symbol is named in ``SYMBOLS``; ``missing_symbols()`` (and its
+device, and the threads of a ``ClusterCoordinator`` that must be stopped
+before the interpreter exits. Each symbol is named in ``SYMBOLS``; ``missing_symbols()`` (and its
 unit test) lists the ones an upgrade removed, and a module that needs a
 missing one fails at import with the symbol's name instead of deep inside a
 training run. ``toolkit._compat`` builds on this module (``strategies``
@@ -13,6 +14,9 @@ cannot import ``toolkit``).
 from __future__ import annotations
 
 import importlib
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +25,7 @@ import tensorflow as tf
 
 __all__ = ["SYMBOLS", "Trackable", "SaveableObject", "SaveSpec", "ResourceVariableSaveable",
            "child_layers", "keras_name_scope_stack", "keras_variable_of", "missing_symbols", "replace_method",
-           "tape_could_record"]
+           "stop_coordinator_threads", "tape_could_record"]
 
 #: ``module:attribute`` of every private symbol below, or ``Class.member`` for private members.
 SYMBOLS = (
@@ -34,7 +38,12 @@ SYMBOLS = (
     "keras.layers.Layer._flatten_layers",
     "keras.layers.Layer.call",
     "keras.optimizers.Optimizer.add_variable_from_reference",
+    "tensorflow.python.distribute.coordinator.cluster_coordinator:Cluster",
+    "tensorflow.python.distribute.coordinator.cluster_coordinator:WorkerPreemptionHandler",
 )
+
+#: How TensorFlow names a ``ClusterCoordinator``'s per-worker closure threads (``Worker.__init__``).
+_WORKER_THREAD_PREFIX = "WorkerClosureProcessingLoop-"
 
 
 def _find(symbol: str) -> Any | None:
@@ -137,3 +146,62 @@ def replace_method(instance: Any, name: str, method: Callable[..., Any]) -> None
     ``model.fit``'s traced function too; the class and other instances are left alone.
     """
     setattr(instance, name, method)
+
+
+def stop_coordinator_threads(strategy: tf.distribute.Strategy, timeout: float) -> list[str]:
+    """Lets ``strategy``'s ``ClusterCoordinator`` go idle, then stops its threads; at most ``timeout`` s.
+
+    The coordinator runs its closures and its worker-failure recovery in daemon
+    threads, and ``join()`` does not wait for a recovery: after a worker was
+    restarted, the chief can finish training while the failure handler still
+    updates the cluster, or that worker's thread still re-creates its datasets
+    there, inside TensorFlow's C++ code. If the interpreter exits then, the
+    thread is unwound on its way back into Python and the process aborts
+    (``FATAL: exception not rethrown``, SIGABRT) although training succeeded.
+
+    So the chief first waits until no cluster update is pending and every
+    worker thread waits for work that will not come (in the closure queue's
+    ``get``, with nothing queued for it); a recovery still in flight ends
+    against live servers. Then the failure handler and the closure queue stop,
+    and every thread returns. Without a recovery in flight this takes
+    milliseconds; with one, as long as the worker takes to come back.
+
+    Returns:
+        The names of the threads still running after ``timeout``; [] also when
+        ``strategy`` has no coordinator.
+    """
+    cluster = getattr(getattr(strategy, "_cluster_coordinator", None), "_cluster", None)
+    if cluster is None:
+        return []
+    deadline = time.monotonic() + timeout
+    workers = [thread for thread in threading.enumerate() if thread.name.startswith(_WORKER_THREAD_PREFIX)]
+    while not _coordinator_idle(cluster, workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    handler = cluster.failure_handler
+    handler.stop()
+    handler_thread = getattr(handler, "_preemption_handler_thread", None)
+    if handler_thread is not None:
+        handler_thread.join(max(deadline - time.monotonic(), 0.0))
+    cluster.stop()
+    for thread in workers:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+    return [thread.name for thread in [handler_thread, *workers] if thread is not None and thread.is_alive()]
+
+
+def _coordinator_idle(cluster: Any, workers: list[threading.Thread]) -> bool:
+    """No cluster update pending, no closure queued, and every worker thread waiting in the queue's ``get``."""
+    queue = cluster.closure_queue
+    if cluster.failure_handler._cluster_due_for_update_or_finish.is_set() or not queue._queue.empty():
+        return False
+    if any(not tagged.empty() for tagged in list(queue._tagged_queue.values())):
+        return False
+    frames = sys._current_frames()
+    return all(_waiting_for_a_closure(frames.get(thread.ident or -1)) for thread in workers if thread.is_alive())
+
+
+def _waiting_for_a_closure(frame: Any) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "get" and frame.f_code.co_filename.endswith("cluster_coordinator.py"):
+            return True
+        frame = frame.f_back
+    return False

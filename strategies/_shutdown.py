@@ -179,9 +179,28 @@ def shutdown_cluster(target: GoodbyeTarget = None, exit_code: int = 0) -> list[s
         return []
     _said_goodbye.add(token)
     code = _exit_code(exit_code)
+    _stop_coordinators(token)
     reached = _write_on_servers(cluster, exit_file, str(code))
     logger.info("told %s to exit with code %d", ", ".join(reached) or "no server", code)
     return reached
+
+
+def _stop_coordinators(token: str) -> None:
+    """Stops the coordinator threads of this cluster's strategies while the servers still serve.
+
+    A worker recovery still in flight when the interpreter exits aborts the
+    chief (``strategies._compat.stop_coordinator_threads``); waiting for it
+    here, before the goodbye, lets it end against live servers.
+    """
+    from strategies._compat import stop_coordinator_threads
+
+    timeout = ServeOptions.from_env().goodbye_timeout
+    for strategy, cluster in list(_pss_clusters.items()):
+        if cluster_token(cluster) == token:
+            late = stop_coordinator_threads(strategy, timeout)
+            if late:
+                logger.warning("the coordinator's %s did not stop within %g s (goodbye_timeout)",
+                               ", ".join(late), timeout)
 
 
 def _goodbye_at_exit(strategy: tf.distribute.Strategy) -> None:

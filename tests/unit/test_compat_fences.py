@@ -17,7 +17,7 @@ FENCES = {"strategies/_compat.py", "toolkit/_compat/keras.py", "toolkit/_compat/
 # What only a fence may write: private modules and the private attributes the fences wrap.
 PRIVATE = re.compile(r"keras\.src|tensorflow\.python|tf_keras\.src|[.'\"](_flatten_layers|_fn|_fn_kwargs|"
                      r"_keras_call_info_injected|_parse_example_spec|_variable_shape|_sync_optimizer|_from_logits|"
-                     r"_update_input|_get_control_flow_context)\b")
+                     r"_update_input|_get_control_flow_context|_cluster_coordinator|_preemption_handler_thread)\b")
 
 
 def test_every_fenced_symbol_still_exists():

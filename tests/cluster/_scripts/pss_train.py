@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -145,6 +146,9 @@ def _train(args, cfg) -> dict:
         result = {"steps": int(steps_done.numpy()), "loss_before": loss_before, "loss_after": mse()}
         if args.fail:
             raise RuntimeError("planned failure after training")
+    # after the goodbye no coordinator thread may be left to die inside TensorFlow when the interpreter exits
+    result["coordinator_threads"] = sorted(thread.name for thread in threading.enumerate() if thread.name.startswith(
+        ("WorkerClosureProcessingLoop", "WorkerPreemptionHandler")))
     return result
 
 
