@@ -179,7 +179,8 @@ def shutdown_cluster(target: GoodbyeTarget = None, exit_code: int = 0) -> list[s
         return []
     _said_goodbye.add(token)
     code = _exit_code(exit_code)
-    _stop_coordinators(token)
+    if code == 0:  # a failing chief exits at once: nothing it could still wait for would save the job
+        _stop_coordinators(token)
     reached = _write_on_servers(cluster, exit_file, str(code))
     logger.info("told %s to exit with code %d", ", ".join(reached) or "no server", code)
     return reached
