@@ -13,6 +13,7 @@ import sys
 from toolkit.cli._flags import LAUNCH_FLAGS, error_text
 from toolkit.cli._types import non_negative_int, positive_seconds
 from toolkit.launcher._preload import DEFAULT_PRELOAD
+from toolkit.launcher._spec import LaunchSpec
 
 
 def add_isolate_flag(parser: argparse.ArgumentParser) -> None:
@@ -98,8 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="restarts allowed per ps worker, and for the whole cluster (default 0)")
     parser.add_argument("--restartable", action="store_true",
                         help="CMD resumes from its last checkpoint, so the whole cluster may be restarted")
-    parser.add_argument("--grace-period", type=positive_seconds, default=10.0, metavar="S",
-                        help="seconds the other tasks get to exit after the chief ends (default 10)")
+    parser.add_argument("--grace-period", type=positive_seconds, default=LaunchSpec.grace_period, metavar="S",
+                        help="seconds the other tasks get to exit after the chief ends (default %(default)g)")
     parser.add_argument("--dialect", choices=("tf", "cmle"), default="tf",
                         help="tf: the chief is chief-0 (default); cmle: it is master-0 (TF_CONFIG, logs, messages) "
                         'and TF_CONFIG has "environment": "cloud"')

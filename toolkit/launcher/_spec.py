@@ -124,7 +124,9 @@ class LaunchSpec:
             death, a multi-worker-mirrored death or a failed chief restarts
             the whole cluster instead of failing the job.
         grace_period: seconds the other tasks get to exit by themselves after
-            the chief ended, before they are stopped.
+            the chief ended, before they are stopped (default 30: TensorFlow's
+            shutdown of a multi-worker-mirrored worker takes up to about 5 s
+            on an idle machine, and longer under load).
         settle_period: seconds a failed non-chief task waits before the
             failure policy acts on it: servers told by a failing chief to
             exit non-zero leave just before the chief, and that is the
@@ -153,7 +155,7 @@ class LaunchSpec:
     timeout: float | None = None
     max_restarts: int = 0
     restartable: bool = False
-    grace_period: float = 10.0
+    grace_period: float = 30.0  # a MultiWorkerMirrored worker's exit alone can take 5-15 s (docs/launcher.md)
     settle_period: float = 10.0
     dialect: Dialect | str = "tf"
     cwd: str | os.PathLike[str] | None = None
