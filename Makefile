@@ -23,7 +23,7 @@ lint: $(STAMP)
 # Two pytest workers: cluster tests spend much of their time waiting on their processes, so two of
 # them overlap well even on two cores. Tests sharing a module fixture are grouped (xdist_group).
 test: lint
-	$(BIN)/python -m pytest tests -n 2 --dist loadgroup
+	$(BIN)/python -m pytest tests -n 2 --dist loadgroup --durations=25
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
