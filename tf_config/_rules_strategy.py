@@ -72,9 +72,13 @@ def _check_ps(name: str, cluster: dict, task_type: object) -> list[Problem]:
             "Generate it with `tf_config.generate(workers=1)` (or more workers).", "cluster.worker",
         ))
     if not cluster.get("chief") and not cluster.get("master"):
+        layout = ("TF1's between-graph layout (ps and workers, worker 0 the chief)"
+                  if cluster.get("ps") and cluster.get("worker") else "no `chief` task")
         problems.append(_err(
-            "parameter_server needs a `chief` task: it is the coordinator that schedules steps; "
-            "the cluster has none. Generate it with `tf_config.generate(chief=1)`.", "cluster.chief",
+            f"parameter_server (TF2's ParameterServerStrategy) needs a `chief` task: it is the coordinator "
+            f"that schedules steps; the cluster has {layout}, which only TF1 graph scripts "
+            "(`replica_device_setter`, `MonitoredTrainingSession`) can run. Add a chief: "
+            "`tf_config.generate(chief=1)` (launcher: chief=1).", "cluster.chief",
         ))
     return problems
 
@@ -121,7 +125,8 @@ def _no_master(name: str, cluster: dict) -> list[Problem]:
         return problems
     return problems + [_err(
         f"{name} does not accept a `master` job (the TF1/CMLE name); TF2 strategies expect "
-        "`chief`. Rename it (CMLE: set useChiefInTfConfig), or generate with `tf_config.generate(dialect='tf2')`.",
+        "`chief`. Rename it (CMLE: set useChiefInTfConfig; launcher: dialect='tf'), or generate with "
+        "`tf_config.generate(dialect='tf2')`.",
         "cluster.master",
     )]
 

@@ -50,7 +50,8 @@ def test_cmle_dialect_and_cwd_flags(tmp_path, capsys, no_orphans):
 
 @pytest.mark.parametrize("argv, text", [
     (["launch", "--workers", "2"], "no command to run; put it after `--`"),
-    (["launch", "--ps", "1", "--chief", "0", "--", "python", "-c", "pass"], "`--chief` is 0 with --ps 1"),
+    (["launch", "--dialect", "cmle", "--chief", "0", "--", "python", "-c", "pass"],
+     "`--chief` is 0 with `--dialect cmle`: a Cloud ML Engine job always runs a master"),
     (["launch", "--", "definitely-not-a-program-xyz"], "'definitely-not-a-program-xyz' was not found"),
 ])
 def test_usage_errors_exit_2(argv, text, capsys, tmp_path):

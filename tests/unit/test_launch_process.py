@@ -259,7 +259,7 @@ def test_sigkill_to_the_launcher_takes_every_task_with_it(fake, tmp_path, no_orp
 
 
 @pytest.mark.parametrize("kwargs, field, text", [
-    ({"ps": 1, "chief": 0}, "chief", "`chief` is 0 with ps=1"),
+    ({"dialect": "cmle", "chief": 0}, "chief", "`chief` is 0 with `dialect='cmle'`: a Cloud ML Engine job always"),
     ({"workers": 0}, "workers", "`workers` is 0 and `chief` is 0"),
     ({"workers": -1}, "workers", "`workers` is -1; expected an integer >= 0"),
     ({"evaluator": 2}, "evaluator", "`evaluator` is 2; a cluster has at most one"),
@@ -388,6 +388,27 @@ def test_cmle_dialect_names_the_master_everywhere_and_cwd_is_where_tasks_run(fak
     assert sorted(master["tf_config"]["cluster"]) == ["master", "ps", "worker"]
     assert master["tf_config"]["environment"] == "cloud" and master["cwd"] == str(run_dir)
     assert _started(result, "worker-0")["tf_config"]["cluster"] == master["tf_config"]["cluster"]
+
+
+@pytest.mark.parametrize("dialect", ["tf", "tfjob"])
+def test_tf1_between_graph_layout_worker_0_is_the_chief(fake, tmp_path, no_orphans, dialect):
+    # TF1's between-graph layout (Kubeflow's dist_mnist): ps and workers, no chief; the job ends with worker 0.
+    plan = {"worker-0": [{"wait_for": ["worker-1/start-0.json"], "sleep": 0.2, "exit": 0}],
+            "worker-1": [{"exit": 0}], "ps-0": [{"sleep": 60}]}
+    result, out = _run(fake, plan, tmp_path, chief=0, workers=2, ps=1, dialect=dialect)
+    assert [t.name for t in result.tasks] == ["ps-0", "worker-0", "worker-1"]
+    assert result.exit_code == 0 and result.reason is Reason.SUCCEEDED
+    assert "the chief (worker-0) exited with code 0" in result.message
+    worker = _started(result, "worker-1")["tf_config"]
+    assert sorted(worker["cluster"]) == ["ps", "worker"] and worker["task"] == {"type": "worker", "index": 1}
+    assert all(address.startswith("127.0.0.1:") for addresses in worker["cluster"].values() for address in addresses)
+    assert worker.get("environment") == ("cloud" if dialect == "tfjob" else None)
+
+
+def test_launch_defaults_cmle_to_a_master(tmp_path):
+    assert LaunchSpec(cmd=("python", "-c", "pass"), workers=2, dialect="cmle").chief == 1
+    assert LaunchSpec(cmd=("python", "-c", "pass"), workers=2, dialect="tfjob").chief == 0
+    assert LaunchSpec(cmd=("python", "-c", "pass"), workers=2, ps=1, dialect="tfjob").chief == 1
 
 
 def test_launch_takes_a_spec_or_its_fields_never_both(tmp_path):

@@ -54,8 +54,10 @@ TF_CPP_MIN_LOG_LEVEL, shows it.
 
 Every output line is prefixed with its task ([chief-0], [worker-1], [ps-0]);
 each task's full log is kept in JOB_DIR/logs/<task>.log. With --ps and no
---chief, a chief is added as the parameter-server coordinator. Each task also
-gets TFDIST_JOB_DIR, TFDIST_TASK_DIR, TFDIST_TASK_NAME and TFDIST_RESTART_COUNT.
+--chief, a chief is added as the parameter-server coordinator (TF2). --chief 0
+--ps N is TF1's between-graph layout (and Kubeflow's TFJob): ps and workers,
+worker 0 the chief, for TF1 graph scripts. Each task also gets TFDIST_JOB_DIR,
+TFDIST_TASK_DIR, TFDIST_TASK_NAME and TFDIST_RESTART_COUNT.
 
 Failure policy: a parameter-server worker that dies is restarted alone (up to
 --max-restarts). Any other death (a ps, any task of a job without ps, or a
@@ -70,6 +72,7 @@ same prefixes (docs/ray.md).
 
 Example:
   tfdist launch --workers 2 --ps 1 -- python train.py --epochs 2
+  tfdist launch --chief 0 --workers 2 --ps 1 --dialect tfjob -- python dist_mnist.py
   tfdist launch --backend ray --ray-address ray://head:10001 --workers 2 --ps 1 -- python train.py
 
 Exit codes:
@@ -101,9 +104,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="CMD resumes from its last checkpoint, so the whole cluster may be restarted")
     parser.add_argument("--grace-period", type=positive_seconds, default=LaunchSpec.grace_period, metavar="S",
                         help="seconds the other tasks get to exit after the chief ends (default %(default)g)")
-    parser.add_argument("--dialect", choices=("tf", "cmle"), default="tf",
+    parser.add_argument("--dialect", choices=("tf", "cmle", "tfjob"), default="tf",
                         help="tf: the chief is chief-0 (default); cmle: it is master-0 (TF_CONFIG, logs, messages) "
-                        'and TF_CONFIG has "environment": "cloud"')
+                        'and TF_CONFIG has "environment": "cloud"; tfjob: Kubeflow TFJob\'s TF_CONFIG '
+                        '("environment": "cloud", 127.0.0.1 in place of each service name)')
     parser.add_argument("--cwd", default=None, metavar="DIR", help="run every task in DIR (default: here)")
     parser.add_argument("--quiet", action="store_true", help="keep task output in the log files only")
     parser.add_argument("--preload", nargs="?", const=",".join(DEFAULT_PRELOAD), default="", metavar="MODULES",

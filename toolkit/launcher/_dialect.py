@@ -2,14 +2,21 @@
 
 TF2 strategies call the coordinating task ``chief``; Cloud ML Engine (and
 scripts written for it) call it ``master`` and expect ``"environment": "cloud"``
-and the job's ``trainingInput`` as ``"job"``. A dialect renames the chief
-everywhere the launcher shows it: in each TF_CONFIG, the task's name
-(``master-0``), its log file (``logs/master-0.log``), its task directory and
-the launcher's own messages.
+and the job's ``trainingInput`` as ``"job"``. Kubeflow's TFJob operator
+writes the TF2 task names with ``"environment": "cloud"``, its addresses being
+the replicas' service names (``<job>-worker-0.<namespace>.svc:2222``); run
+locally, each service name is this machine's loopback address, so the
+``tfjob`` dialect's TF_CONFIG is the operator's with ``127.0.0.1:<port>`` in
+place of each service name. A dialect renames the chief everywhere the
+launcher shows it: in each TF_CONFIG, the task's name (``master-0``), its log
+file (``logs/master-0.log``), its task directory and the launcher's own
+messages.
 
 Example:
     >>> DIALECTS["cmle"].chief
     'master'
+    >>> dict(DIALECTS["tfjob"].extras)
+    {'environment': 'cloud'}
     >>> cmle_dialect(job={"scaleTier": "BASIC"}, trial=3).task_extras
     {'trial': '3'}
 """
@@ -30,7 +37,7 @@ class Dialect:
     """A TF_CONFIG dialect for the launcher's tasks.
 
     Attributes:
-        name: ``tf`` or ``cmle`` (for messages).
+        name: ``tf``, ``cmle`` or ``tfjob`` (for messages).
         chief: the chief's task type (``chief`` or ``master``).
         extras: top-level TF_CONFIG keys every task gets, e.g.
             ``{"environment": "cloud", "job": {...}}``.
@@ -66,6 +73,7 @@ class Dialect:
 DIALECTS: dict[str, Dialect] = {
     "tf": Dialect("tf"),
     "cmle": Dialect("cmle", chief="master", extras={"environment": "cloud"}),
+    "tfjob": Dialect("tfjob", extras={"environment": "cloud"}),
 }
 
 

@@ -111,8 +111,13 @@ class LaunchSpec:
         cmd: the entrypoint, run unchanged in every task, e.g.
             ``["python", "train.py", "--epochs", "2"]``. ``python`` means this
             interpreter.
-        chief: chief tasks (0 or 1). Default: 1 when ``ps`` > 0 (the
-            parameter-server coordinator), else 0 (worker 0 is the chief).
+        chief: chief tasks (0 or 1). Default: 1 when ``ps`` > 0 (TF2's
+            ParameterServerStrategy needs it as its coordinator) or the
+            dialect is ``cmle`` (its master), else 0 (worker 0 is the chief).
+            ``chief=0`` with ``ps`` > 0 is TF1's between-graph layout (and
+            Kubeflow's usual TFJob): ps and workers, worker 0 the chief; TF1
+            graph scripts (``tf.train.replica_device_setter``) run on it,
+            TF2's ParameterServerStrategy cannot.
         workers: worker tasks.
         ps: parameter-server tasks; any makes it a parameter-server job.
         evaluator: evaluator tasks (0 or 1); its failures never fail the job.
@@ -131,9 +136,14 @@ class LaunchSpec:
             failure policy acts on it: servers told by a failing chief to
             exit non-zero leave just before the chief, and that is the
             chief's failure, not theirs.
+        max_preemptions: how many preemptions (a task exiting with
+            ``EXIT_PREEMPTED``, or killed by SIGTERM) the job is restarted
+            after, apart from ``max_restarts`` (docs/preemption.md).
         dialect: ``"tf"`` (the chief is ``chief-0``), ``"cmle"`` (it is
-            ``master-0``, and TF_CONFIG has ``"environment": "cloud"``) or a
-            ``Dialect``; the name holds in TF_CONFIG, log file names, task
+            ``master-0``, and TF_CONFIG has ``"environment": "cloud"``),
+            ``"tfjob"`` (Kubeflow TFJob's TF_CONFIG: TF2's names,
+            ``"environment": "cloud"``, loopback addresses where the operator
+            writes service names) or a ``Dialect``; the name holds in TF_CONFIG, log file names, task
             directories and the launcher's messages.
         cwd: the directory every task runs in (default: the launcher's).
         preload: modules (e.g. ``("tensorflow", "keras")``) one process
@@ -143,7 +153,7 @@ class LaunchSpec:
             ``python SCRIPT ARGS`` or ``python -m MODULE ARGS``. Default
             ``()``: fresh interpreters. See ``toolkit.launcher._preload``.
 
-    The failure fields (``max_restarts``, ``restartable``, ``settle_period``)
+    The failure fields (``max_restarts``, ``restartable``, ``settle_period``, ``max_preemptions``)
     become the job's ``FailurePolicy``.
     """
 
@@ -160,16 +170,17 @@ class LaunchSpec:
     dialect: Dialect | str = "tf"
     cwd: str | os.PathLike[str] | None = None
     preload: tuple[str, ...] = ()
+    max_preemptions: int = 3
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cmd", resolve_command(self.cmd))
         object.__setattr__(self, "dialect", resolve_dialect(self.dialect))
         object.__setattr__(self, "cwd", _directory(self.cwd))
         object.__setattr__(self, "preload", resolve_preload(self.preload, self.cmd, cast(str | None, self.cwd)))
-        if self.chief is None:  # PSS needs a coordinator; MWMS can do without (worker 0 is chief)
-            object.__setattr__(self, "chief", 1 if self.ps > 0 else 0)
+        if self.chief is None:  # PSS needs a coordinator, CMLE always has a master; else worker 0 is chief
+            object.__setattr__(self, "chief", 1 if self.ps > 0 or self.tf_dialect.name == "cmle" else 0)
         assert self.chief is not None
-        for name in ("chief", "workers", "ps", "evaluator", "max_restarts"):
+        for name in ("chief", "workers", "ps", "evaluator", "max_restarts", "max_preemptions"):
             _count(name, getattr(self, name))
         if self.chief > 1 or self.evaluator > 1:
             field = "chief" if self.chief > 1 else "evaluator"
@@ -178,11 +189,11 @@ class LaunchSpec:
         if self.chief + self.workers == 0:
             raise LaunchError("`workers` is 0 and `chief` is 0: nothing would train. Pass workers=1 or more.",
                 field="workers")
-        if self.ps and not self.chief:
+        if self.tf_dialect.name == "cmle" and not self.chief:
             raise LaunchError(
-                f"`chief` is 0 with ps={self.ps}: parameter-server training needs the chief as its "
-                "coordinator. Pass chief=1 (the default when ps > 0).", field="chief"
-            )
+                "`chief` is 0 with `dialect='cmle'`: a Cloud ML Engine job always runs a master (master-0), which "
+                "CMLE scripts look for. Pass chief=1 (the default for cmle), or `dialect='tfjob'` (or 'tf') for "
+                "a layout without a chief, where worker 0 is the chief.", field="chief")
         if self.ps and not self.workers:
             raise LaunchError(f"`workers` is 0 with ps={self.ps}: the ps would serve nobody. Pass workers=1.",
                 field="workers")
@@ -219,6 +230,7 @@ class LaunchFields(TypedDict, total=False):
     dialect: Dialect | str
     cwd: str | os.PathLike[str] | None
     preload: Sequence[str] | str
+    max_preemptions: int
 
 
 def make_spec(cmd: Sequence[str] | LaunchSpec, fields_given: dict[str, Any]) -> LaunchSpec:
