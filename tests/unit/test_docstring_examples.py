@@ -24,7 +24,7 @@ RUN = [
     "models", "models.classifiers", "models.recommender", "toolkit.cli._flags", "toolkit.launcher._dialect",
     "toolkit.launcher._policy", "toolkit.training.options",
     "toolkit.compat.v1", "toolkit.data", "toolkit.data.pipeline", "toolkit.data.sources",
-    "toolkit.estimator.run_config", "toolkit.hypertune", "toolkit.jobs.names", "toolkit.jobs.spec",
+    "toolkit.estimator.run_config", "toolkit.hypertune", "toolkit.jobs.backends", "toolkit.jobs.names", "toolkit.jobs.spec",
     "toolkit.jobs.tfjob", "toolkit.jobs.tiers", "toolkit.layers", "toolkit.layers.embedding",
     "toolkit.training", "toolkit.training.fit", "toolkit.training.state",
 ]

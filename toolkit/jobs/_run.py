@@ -1,4 +1,9 @@
-"""Runs a LocalPlan's tasks through ``toolkit.launcher.launch`` and reports them to the store.
+"""Runs a plan's tasks on its engine and reports them to the store.
+
+``RUNNERS`` maps an engine's name (the plan's ``engine["name"]``; ``local`` when
+it has none) to the function that runs the tasks there: ``toolkit.launcher.launch``
+on this machine, ``_ray_run`` on Ray. Every runner takes
+the same arguments and returns a ``RunResult``.
 
 The launcher runs every task in the job's directory and CMLE dialect
 (``cmle_dialect``: the primary task is ``master-0`` unless the job sets
@@ -14,31 +19,35 @@ every task's final state and exit code.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from toolkit.jobs._local_plan import LocalPlan
 from toolkit.jobs._run_parts import RunResult, dialect_of, env_of, finish, recorder, task_name
 from toolkit.jobs.store import JobStore
 
-__all__ = ["RunResult", "run_tasks", "task_name"]
+__all__ = ["RUNNERS", "RunResult", "run_tasks", "task_name"]
 
 
 def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None = None, job: str | None = None,
               max_restarts: int = 0, timeout: float | None = None, stream: TextIO | None = None,
               env: Mapping[str, str] | None = None, trial: int | None = None) -> RunResult:
-    """Runs every task of ``plan`` to the end of the job (launcher policy) in ``plan.cwd``.
+    """Runs every task of ``plan`` to the end of the job (launcher policy) on the plan's engine.
 
     With ``store`` and ``job`` the tasks are recorded as they start, restart and end;
     with ``stream`` their prefixed output is echoed there as well as logged per task.
     ``env`` adds variables to every task (a tuning trial's directory); ``trial`` is the
     tuning trial's number, which TF_CONFIG carries as ``task.trial``.
     """
-    if plan.engine is not None:
-        from toolkit.jobs._ray_run import run_ray_tasks
-        return run_ray_tasks(plan, job_dir, store=store, job=job, max_restarts=max_restarts, timeout=timeout,
-                             stream=stream, env=env, trial=trial)
+    engine = (plan.engine or {}).get("name", "local")
+    return RUNNERS[engine](plan, job_dir, store=store, job=job, max_restarts=max_restarts, timeout=timeout,
+                           stream=stream, env=env, trial=trial)
+
+
+def _run_local(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None = None, job: str | None = None,
+               max_restarts: int = 0, timeout: float | None = None, stream: TextIO | None = None,
+               env: Mapping[str, str] | None = None, trial: int | None = None) -> RunResult:
     from toolkit.launcher import LaunchSpec, launch
 
     counts = plan.counts
@@ -50,3 +59,11 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
     result = launch(spec, job_dir=job_dir, env={**env_of(plan), **(env or {})}, stream=stream or sys.stdout,
                     echo=stream is not None, on_task=on_task)
     return finish(result, store=store, job=job)
+
+
+def _run_ray(plan: LocalPlan, job_dir: Path | None, **kwargs: Any) -> RunResult:
+    from toolkit.jobs._ray_run import run_ray_tasks
+    return run_ray_tasks(plan, job_dir, **kwargs)
+
+
+RUNNERS: dict[str, Callable[..., RunResult]] = {"local": _run_local, "ray": _run_ray}

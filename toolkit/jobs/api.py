@@ -1,7 +1,8 @@
 """What the CLI calls: submit, describe, list, stream logs, cancel.
 
-Backends are built by name from ``BACKENDS`` (a dict of builders, so adding a
-backend is one entry). Commands about an existing job find its backend in the
+Backends are built by name from the registry in ``toolkit.jobs.backends``
+(every engine a peer behind one ``Backend`` protocol, so adding one is one
+``register_backend`` call). Commands about an existing job find its backend in the
 store, so ``describe JOB`` works without repeating ``--backend``.
 
 Example:
@@ -17,9 +18,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from toolkit.jobs.errors import BackendError, JobSpecError, Problem, did_you_mean
+from toolkit.jobs.backends import BACKENDS, Backend, get_backend
+from toolkit.jobs.errors import BackendError, JobSpecError, Problem
 from toolkit.jobs.records import JobRecord
 from toolkit.jobs.spec import JobSpec
 from toolkit.jobs.store import JobStore
@@ -27,59 +29,6 @@ from toolkit.jobs.store import JobStore
 __all__ = ["Backend", "BACKENDS", "get_backend", "submit", "describe", "list_jobs", "cancel", "stream_logs"]
 
 _log = logging.getLogger(__name__)
-
-
-class Backend(Protocol):
-    name: str
-
-    def submit(self, spec: JobSpec) -> JobRecord: ...
-    def describe(self, name: str) -> JobRecord: ...
-    def list(self) -> list[JobRecord]: ...
-    def cancel(self, name: str, *, timeout: float = 30.0) -> JobRecord: ...
-    def stream_logs(self, name: str, *, task: str | None = None, sink: Callable[[str], None],
-                    follow: bool = True, poll_interval: float = 0.5) -> JobRecord: ...
-
-
-_RAY_OPTIONS = ("address", "placement", "shared_job_dir")
-
-
-def _local(store: JobStore, **options: Any) -> Backend:
-    from toolkit.jobs.local import LocalBackend
-    if options:
-        name = sorted(options)[0]
-        owner = "ray" if name in _RAY_OPTIONS else "kubernetes"
-        raise JobSpecError([Problem("error", name, f"applies to the {owner} backend "
-                                    f"only; remove it or pass `backend='{owner}'`.")])
-    return LocalBackend(store)
-
-
-def _kubernetes(store: JobStore, **options: Any) -> Backend:
-    from toolkit.jobs.kubernetes import KubernetesBackend
-    from toolkit.jobs.tfjob import KubernetesOptions
-    stray = sorted(set(options) & set(_RAY_OPTIONS))
-    if stray:
-        raise JobSpecError([Problem("error", stray[0], "applies to the ray backend only; "
-                                    "remove it or pass `backend='ray'`.")])
-    return KubernetesBackend(store, options=KubernetesOptions(**options))
-
-
-def _ray(store: JobStore, **options: Any) -> Backend:
-    from toolkit.jobs.ray_backend import RayBackend
-    unknown = sorted(set(options) - set(_RAY_OPTIONS))
-    if unknown:
-        raise JobSpecError([Problem("error", unknown[0], "does not apply to the ray backend; remove it.")])
-    return RayBackend(store, **options)
-
-
-BACKENDS: dict[str, Callable[..., Backend]] = {"local": _local, "kubernetes": _kubernetes, "ray": _ray}
-
-
-def get_backend(name: str, *, home: str | Path | None = None, **options: Any) -> Backend:
-    """Builds the backend called ``name``; ``options`` go to its constructor."""
-    if name not in BACKENDS:
-        raise JobSpecError([Problem("error", "backend", f"received {name!r}; expected one of "
-                                    f"{', '.join(BACKENDS)}.{did_you_mean(name, BACKENDS)}")])
-    return BACKENDS[name](JobStore(home), **options)
 
 
 def _backend_of(name: str, home: str | Path | None, backend: str | None, options: dict[str, Any]) -> Backend:

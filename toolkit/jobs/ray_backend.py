@@ -1,7 +1,7 @@
 """The Ray backend: a job's tasks run as Ray actors on a Ray cluster of any size.
 
-Everything about a job's life is the local backend's (``LocalBackend``): the
-record in the same SQLite store, a detached supervisor on this machine that
+Everything about a job's life is ``SupervisedBackend``'s, as for its peers the
+local and Slurm backends: the record in the same SQLite store, a detached supervisor on this machine that
 keeps it current, ``describe``/``list``/``stream-logs``/``cancel``. Only the
 tasks move: the supervisor is the Ray driver and starts them through
 ``toolkit.launcher.ray.launch_ray``, one actor per task. Their output comes
@@ -28,10 +28,9 @@ A scale tier implies its machine types (BASIC: one ``standard``, 4 vCPUs and
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from toolkit.jobs.local import LocalBackend
+from toolkit.jobs._supervised import SupervisedBackend
 from toolkit.jobs.spec import JobSpec
 from toolkit.jobs.store import JobStore
 from toolkit.jobs.tiers import machine_for
@@ -63,7 +62,7 @@ def _task_resources(spec: JobSpec) -> dict[str, dict[str, float]]:
     return by_type
 
 
-class RayBackend(LocalBackend):
+class RayBackend(SupervisedBackend):
     """Runs jobs on a Ray cluster; records live in ``store`` as for local jobs.
 
     Args:
@@ -81,7 +80,8 @@ class RayBackend(LocalBackend):
         super().__init__(store, **kwargs)
         self.address, self.placement, self.shared_job_dir = address, placement, shared_job_dir
 
-    def _engine(self, spec: JobSpec) -> Mapping[str, Any]:
+    def engine(self, spec: JobSpec) -> dict[str, Any]:
+        """The plan runs on Ray: its options (address, placement, resources) go with it."""
         from toolkit.jobs.errors import JobSpecError, Problem
         from toolkit.launcher import LaunchError
         from toolkit.launcher.ray import RayOptions
@@ -91,9 +91,3 @@ class RayBackend(LocalBackend):
         except LaunchError as exc:
             raise JobSpecError([Problem("error", f"--{exc.field.replace('_', '-')}", str(exc))]) from exc
         return {"name": "ray", "options": options.to_dict()}
-
-    def extend_details(self, spec: JobSpec, details: dict[str, Any]) -> dict[str, Any]:
-        """The plan runs on Ray: its options (address, placement, resources) go with it."""
-        plan = dict(details["plan"])
-        plan["engine"] = dict(self._engine(spec))
-        return {**details, "plan": plan}
