@@ -27,7 +27,7 @@ def test_an_option_of_another_backend_names_its_owner(tmp_path):
         get_backend("local", home=tmp_path, placement="SPREAD")
     with pytest.raises(JobSpecError, match=r"does not apply to the ray backend \(only to the kubernetes backend\)"):
         get_backend("ray", home=tmp_path, namespace="ns")
-    with pytest.raises(JobSpecError, match=r"backend: received 'rya'; expected one of local, kubernetes, ray.*Did you mean 'ray'"):
+    with pytest.raises(JobSpecError, match=r"backend: received 'rya'; expected one of local, .*Did you mean 'ray'"):
         get_backend("rya", home=tmp_path)
 
 
