@@ -15,18 +15,24 @@ from typing import Any
 
 from toolkit.jobs._fields import FieldReader
 
-__all__ = ["HyperparameterSpec", "ParameterSpec", "grid_size", "read_hyperparameters"]
+__all__ = ["EarlyStoppingSpec", "HyperparameterSpec", "ParameterSpec", "grid_size", "read_hyperparameters"]
 
 GOALS = ("MAXIMIZE", "MINIMIZE")
 ALGORITHMS = ("ALGORITHM_UNSPECIFIED", "GRID_SEARCH", "RANDOM_SEARCH", "BAYESIAN_OPTIMIZATION")
 METRIC_VALUES = ("FINAL", "BEST")
+# Vertex's measurementSelectionType -> the same choice in hyperparameterMetricValue's words
+MEASUREMENT_SELECTIONS = {"LAST_MEASUREMENT": "FINAL", "BEST_MEASUREMENT": "BEST"}
+PRUNERS = ("MEDIAN", "PERCENTILE", "SUCCESSIVE_HALVING", "HYPERBAND")
+DEFAULT_MIN_MEASUREMENTS = 3
 MAX_GRID_POINTS = 10_000
 PARAM_TYPES = ("DOUBLE", "INTEGER", "CATEGORICAL", "DISCRETE")
 SCALE_TYPES = ("NONE", "UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
 DEFAULT_METRIC_TAG = "training/hptuning/metric"
 _STUDY_KEYS = ("goal", "hyperparameterMetricTag", "maxTrials", "maxParallelTrials",
                "maxFailedTrials", "algorithm", "params", "enableTrialEarlyStopping",
-               "resumePreviousJobId", "hyperparameterMetricValue")
+               "resumePreviousJobId", "hyperparameterMetricValue", "measurementSelectionType",
+               "earlyStopping")
+_STOPPING_KEYS = ("pruner", "minMeasurements", "startupTrials", "percentile")
 _PARAM_KEYS = ("parameterName", "type", "minValue", "maxValue", "categoricalValues",
                "discreteValues", "scaleType")
 # CMLE passes the name through unchanged as --NAME=value, so hyphens are common
@@ -69,6 +75,34 @@ class ParameterSpec:
 
 
 @dataclass(frozen=True)
+class EarlyStoppingSpec:
+    """How ``enableTrialEarlyStopping`` decides (tfdist's ``earlyStopping`` block; every key optional).
+
+    Attributes:
+        pruner: the Optuna pruner, by name (``PRUNERS``); MEDIAN stops a trial whose best
+            measurement so far is worse than the median of the finished trials' at the same step.
+        min_measurements: a trial is never stopped before it has this many measurements.
+        startup_trials: no trial is stopped before this many trials have finished
+            (None: ``maxParallelTrials``, so the first batch always runs to its end).
+        percentile: PERCENTILE keeps trials in this top percentile at each step (25: the best
+            quarter runs on); MEDIAN is PERCENTILE at 50.
+    """
+
+    pruner: str = "MEDIAN"
+    min_measurements: int = DEFAULT_MIN_MEASUREMENTS
+    startup_trials: int | None = None
+    percentile: float = 25.0
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"pruner": self.pruner, "minMeasurements": self.min_measurements}
+        if self.startup_trials is not None:
+            doc["startupTrials"] = self.startup_trials
+        if self.pruner == "PERCENTILE":
+            doc["percentile"] = self.percentile
+        return doc
+
+
+@dataclass(frozen=True)
 class HyperparameterSpec:
     """A tuning study: what to optimise, how many trials, and the search space."""
 
@@ -82,6 +116,12 @@ class HyperparameterSpec:
     enable_trial_early_stopping: bool = False
     resume_previous_job_id: str | None = None
     metric_value: str = "FINAL"
+    early_stopping: EarlyStoppingSpec = EarlyStoppingSpec()
+
+    @property
+    def measurement_selection(self) -> str:
+        """``LAST_MEASUREMENT`` or ``BEST_MEASUREMENT``: Vertex's name for ``metric_value``."""
+        return {v: k for k, v in MEASUREMENT_SELECTIONS.items()}[self.metric_value]
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -92,6 +132,8 @@ class HyperparameterSpec:
         }
         if self.enable_trial_early_stopping:
             doc["enableTrialEarlyStopping"] = True
+        if self.early_stopping != EarlyStoppingSpec():
+            doc["earlyStopping"] = self.early_stopping.to_dict()
         if self.resume_previous_job_id:
             doc["resumePreviousJobId"] = self.resume_previous_job_id
         if self.metric_value != "FINAL":
@@ -121,14 +163,54 @@ def read_hyperparameters(reader: FieldReader, value: object, path: str) -> Hyper
         algorithm=reader.choice(doc, "algorithm", path, ALGORITHMS, default="ALGORITHM_UNSPECIFIED"),
         enable_trial_early_stopping=reader.boolean(doc, "enableTrialEarlyStopping", path, default=False),
         resume_previous_job_id=reader.string(doc, "resumePreviousJobId", path),
-        metric_value=reader.choice(doc, "hyperparameterMetricValue", path, METRIC_VALUES, default="FINAL"),
+        metric_value=_read_selection(reader, doc, path),
+        early_stopping=_read_early_stopping(reader, doc, path),
     )
     params = _read_params(reader, doc.get("params"), f"{path}.params")
     if study["algorithm"] == "GRID_SEARCH":
         _check_grid(reader, params, path)
+        if study["enable_trial_early_stopping"]:
+            reader.warn(f"{path}.enableTrialEarlyStopping",
+                        "with GRID_SEARCH: a grid point whose trial is stopped early is not run again, so its "
+                        "objective is its best measurement before the stop. Use another algorithm to search "
+                        "the space fully at the same budget.")
     if goal is None or not params:
         return None
     return HyperparameterSpec(goal=goal, params=params, **study)
+
+
+def _read_selection(reader: FieldReader, doc: Mapping[str, Any], path: str) -> str:
+    """FINAL or BEST, from ``hyperparameterMetricValue`` or Vertex's ``measurementSelectionType``."""
+    value = reader.choice(doc, "hyperparameterMetricValue", path, METRIC_VALUES, default=None)
+    selection = reader.choice(doc, "measurementSelectionType", path, MEASUREMENT_SELECTIONS, default=None)
+    if value and selection and MEASUREMENT_SELECTIONS[selection] != value:
+        reader.fail(f"{path}.measurementSelectionType",
+                    f"is {selection} but hyperparameterMetricValue is {value}; they choose the same thing. "
+                    "Keep one of them.")
+    return (MEASUREMENT_SELECTIONS[selection] if selection else value) or "FINAL"
+
+
+def _read_early_stopping(reader: FieldReader, doc: Mapping[str, Any], path: str) -> EarlyStoppingSpec:
+    value = doc.get("earlyStopping")
+    if value is None:
+        return EarlyStoppingSpec()
+    where = f"{path}.earlyStopping"
+    block = reader.mapping(value, where)
+    reader.check_keys(block, where, _STOPPING_KEYS)
+    if not doc.get("enableTrialEarlyStopping"):
+        reader.warn(where, "has no effect without `enableTrialEarlyStopping: true`; add it to stop "
+                           "unpromising trials, or remove the block.")
+    percentile = reader.number(block, "percentile", where)
+    if percentile is not None and not 0 < percentile < 100:
+        reader.error(f"{where}.percentile", block["percentile"], "a number between 0 and 100 (exclusive)",
+                     "25 keeps the best quarter of the trials at each step running.")
+        percentile = None
+    return EarlyStoppingSpec(
+        pruner=reader.choice(block, "pruner", where, PRUNERS, default="MEDIAN") or "MEDIAN",
+        min_measurements=reader.integer(block, "minMeasurements", where, default=DEFAULT_MIN_MEASUREMENTS,
+                                        minimum=1) or DEFAULT_MIN_MEASUREMENTS,
+        startup_trials=reader.integer(block, "startupTrials", where, default=None, minimum=0),
+        percentile=25.0 if percentile is None else float(percentile))
 
 
 def _check_grid(reader: FieldReader, params: tuple[ParameterSpec, ...], path: str) -> None:

@@ -33,7 +33,8 @@ from tensorboard.util import tensor_util
 
 from toolkit.jobs.errors import JobError
 
-__all__ = ["TuningError", "Point", "read_scalars", "resolve_tag", "read_objective"]
+__all__ = ["EventTail", "TuningError", "Point", "missing_tag", "read_scalars", "resolve_tag", "read_objective",
+           "select"]
 
 _PREFERRED_RUNS = ("", "validation", "eval")
 
@@ -51,9 +52,11 @@ class Point:
     value: float
 
 
-def _records(path: Path) -> Iterator[bytes]:
-    """TFRecord payloads; stops quietly at a torn last record (its writer may still be running)."""
+def _records(path: Path, offset: int = 0) -> Iterator[tuple[bytes, int]]:
+    """TFRecord payloads from ``offset``, each with the offset just past it; stops quietly at a torn
+    last record (its writer may still be running), so a later call from the last offset reads it whole."""
     with path.open("rb") as fh:
+        fh.seek(offset)
         while True:
             header = fh.read(12)
             if len(header) < 12:
@@ -64,7 +67,7 @@ def _records(path: Path) -> Iterator[bytes]:
             data = fh.read(length)
             if len(data) < length or len(fh.read(4)) < 4:
                 return
-            yield data
+            yield data, fh.tell()
 
 
 def _scalar(value: event_pb2.summary_pb2.Summary.Value) -> float | None:
@@ -77,20 +80,45 @@ def _scalar(value: event_pb2.summary_pb2.Summary.Value) -> float | None:
     return None
 
 
+class EventTail:
+    """The scalars under a directory, read a little at a time while a trial writes them.
+
+    Each ``poll`` reads only what was appended since the last one (an offset per
+    event file), so watching a running trial costs its new records, not its history.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.root = Path(directory)
+        self.series: dict[tuple[str, str], list[Point]] = {}
+        self._offsets: dict[Path, int] = {}
+
+    def poll(self) -> bool:
+        """Reads every new scalar; True if there was any."""
+        grew = False
+        if not self.root.is_dir():
+            return False
+        for path in sorted(self.root.rglob("events.out.tfevents.*")):
+            run = path.parent.relative_to(self.root).as_posix()
+            run = "" if run == "." else run
+            offset = self._offsets.get(path, 0)
+            for data, end in _records(path, offset):
+                event = event_pb2.Event.FromString(data)
+                for value in event.summary.value:
+                    number = _scalar(value)
+                    if number is not None:
+                        self.series.setdefault((run, value.tag), []).append(
+                            Point(event.step, event.wall_time, number))
+                        grew = True
+                offset = end
+            self._offsets[path] = offset
+        return grew
+
+
 def read_scalars(directory: str | Path) -> dict[tuple[str, str], list[Point]]:
     """Every scalar under ``directory`` keyed by ``(run, tag)``; run ``""`` is the directory itself."""
-    root = Path(directory)
-    series: dict[tuple[str, str], list[Point]] = {}
-    for path in sorted(root.rglob("events.out.tfevents.*")):
-        run = path.parent.relative_to(root).as_posix()
-        run = "" if run == "." else run
-        for data in _records(path):
-            event = event_pb2.Event.FromString(data)
-            for value in event.summary.value:
-                number = _scalar(value)
-                if number is not None:
-                    series.setdefault((run, value.tag), []).append(Point(event.step, event.wall_time, number))
-    return series
+    tail = EventTail(directory)
+    tail.poll()
+    return tail.series
 
 
 def _run_rank(run: str) -> tuple[int, str]:
@@ -110,6 +138,23 @@ def resolve_tag(keys: list[tuple[str, str]], tag: str) -> tuple[str, str] | None
     return None
 
 
+def missing_tag(directory: str | Path, keys: list[tuple[str, str]], tag: str) -> TuningError:
+    """The error for a tag that names none of ``keys`` (it lists them, so a typo is obvious)."""
+    found = sorted(f"{run}/{name}" if run else name for run, name in keys)
+    listing = ", ".join(found[:20]) + (" ..." if len(found) > 20 else "") if found else "no scalars at all"
+    return TuningError(f"hyperparameterMetricTag {tag!r} names no scalar in the TensorBoard events under "
+                       f"{directory} (found: {listing}). Fix the tag, or call "
+                       f"toolkit.report_metric({tag!r}, value, step) in the trainer.")
+
+
+def select(points: list[Point], *, goal: str, mode: str) -> Point:
+    """The objective among a trial's measurements: ``BEST`` (NaNs skipped) or ``FINAL`` (largest step)."""
+    if mode == "BEST":
+        pick = max if goal == "MAXIMIZE" else min
+        return pick([p for p in points if not math.isnan(p.value)] or points, key=lambda p: p.value)
+    return max(points, key=lambda p: (p.step, p.wall_time))  # a NaN here is the truth: the run diverged
+
+
 def read_objective(directory: str | Path, tag: str, *, goal: str, mode: str = "FINAL") -> tuple[float, int]:
     """The trial's objective and the step it was written at.
 
@@ -120,15 +165,6 @@ def read_objective(directory: str | Path, tag: str, *, goal: str, mode: str = "F
     series = read_scalars(directory)
     key = resolve_tag(list(series), tag)
     if key is None:
-        found = sorted(f"{run}/{name}" if run else name for run, name in series)
-        listing = ", ".join(found[:20]) + (" ..." if len(found) > 20 else "") if found else "no scalars at all"
-        raise TuningError(f"hyperparameterMetricTag {tag!r} names no scalar in the TensorBoard events under "
-                          f"{directory} (found: {listing}). Fix the tag, or call "
-                          f"toolkit.report_metric({tag!r}, value, step) in the trainer.")
-    points = series[key]
-    if mode == "BEST":
-        pick = max if goal == "MAXIMIZE" else min
-        best = pick([p for p in points if not math.isnan(p.value)] or points, key=lambda p: p.value)
-        return best.value, best.step
-    final = max(points, key=lambda p: (p.step, p.wall_time))  # a NaN here is the truth: the run diverged
-    return final.value, final.step
+        raise missing_tag(directory, list(series), tag)
+    point = select(series[key], goal=goal, mode=mode)
+    return point.value, point.step

@@ -7,6 +7,13 @@ so ``describe``, a supervisor reading it later and a job resuming it
 Optuna; each trial runs in a worker thread that starts its job's processes
 through the launcher and waits for them.
 
+While trials run, this thread also reads each one's measurements (``_watch``),
+reports them to Optuna and, with ``enableTrialEarlyStopping``, asks the pruner
+(``_pruning``) whether to stop it. A trial stopped early is stopped as a cancel
+stops it (every process of its cluster, its files kept), then told to Optuna as
+PRUNED with its measurements: it counts as finished, not failed, and its best
+measurement is its objective.
+
 Stopping: more failed trials than ``maxFailedTrials`` ends the job FAILED, a
 cancel ends it CANCELLED. Either way every running trial is marked CANCELLING
 and its recorded process groups are signalled (SIGTERM, then SIGKILL after
@@ -22,7 +29,7 @@ import threading
 import time
 import zlib
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +42,19 @@ from toolkit.jobs.hyperparams import HyperparameterSpec
 from toolkit.jobs.spec import JobSpec
 from toolkit.jobs.states import JobState
 from toolkit.jobs.store import JobStore
-from toolkit.jobs.tuning._objective import TuningError, read_objective
+from toolkit.jobs.tuning._objective import Point, TuningError, missing_tag, select
+from toolkit.jobs.tuning._pruning import make_pruner, may_stop
 from toolkit.jobs.tuning._space import distributions, make_sampler, trial_args, trial_budget, trial_values
 from toolkit.jobs.tuning._summary import StudyLog, summarize
-from toolkit.jobs.tuning._trials import TrialOutcome, TrialRun, make_trial, register_trial, run_trial
+from toolkit.jobs.tuning._trials import (
+                                         TrialOutcome,
+                                         TrialRun,
+                                         make_trial,
+                                         register_trial,
+                                         run_trial,
+                                         stop_trial_early,
+)
+from toolkit.jobs.tuning._watch import TrialWatch, measurement_docs
 
 __all__ = ["StudyOutcome", "StudyRunner", "open_study", "study_seed"]
 
@@ -76,9 +92,20 @@ def open_study(store: JobStore, name: str, hp: HyperparameterSpec, *, seed: int 
             storage = optuna.storages.RDBStorage(store.url, engine_kwargs={"connect_args": {"timeout": 60}})
             return optuna.create_study(storage=storage, study_name=name, load_if_exists=True,
                                        direction="maximize" if hp.goal == "MAXIMIZE" else "minimize",
-                                       sampler=make_sampler(hp, seed=seed))
+                                       sampler=make_sampler(hp, seed=seed), pruner=make_pruner(hp))
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@dataclass
+class _Watched:
+    """A running trial's measurements as the study has seen and reported them."""
+
+    watch: TrialWatch
+    points: list[Point] = field(default_factory=list)
+    reported: set[int] = field(default_factory=set)
+    stopped_at: int | None = None       # the step at which it was stopped early
+    stop_since: float | None = None     # monotonic time of the stop, for SIGKILL after _KILL_AFTER
 
 
 class StudyRunner:
@@ -95,8 +122,10 @@ class StudyRunner:
         self.job_dir = record.details["tuning"]["jobDir"]
         self.log = StudyLog(store.job_dir(name) / "logs" / "study.log")
         self.running: dict[Future, tuple[optuna.trial.Trial, TrialRun]] = {}
+        self.watches: dict[Future, _Watched] = {}
         self.failed = 0
         self._stop_since: float | None = None
+        self._published = 0.0
 
     def run(self) -> StudyOutcome:
         study = open_study(self.store, self.name, self.hp, seed=study_seed(self.name))
@@ -117,6 +146,8 @@ class StudyRunner:
                         break
                     if stopping:
                         self._stop_running()
+                    else:
+                        self._watch(study)
                     done, _ = wait(list(self.running), timeout=_POLL, return_when=FIRST_COMPLETED)
                     for future in done:
                         self._tell(study, future)
@@ -135,11 +166,13 @@ class StudyRunner:
         if not previous or any(t.user_attrs.get("resumedFrom") for t in study.trials):
             return
         old = optuna.load_study(study_name=previous, storage=self.store.url)
-        kept = [t for t in old.trials if t.state is optuna.trial.TrialState.COMPLETE]
+        finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # stopped early counts
+        kept = [t for t in old.trials if t.state in finished]
         for t in kept:
             study.add_trial(optuna.trial.create_trial(
-                params=t.params, distributions=t.distributions, value=t.value,
-                user_attrs={**t.user_attrs, "resumedFrom": previous}))
+                state=t.state, params=t.params, distributions=t.distributions,
+                value=t.value if t.state is optuna.trial.TrialState.COMPLETE else None,
+                intermediate_values=t.intermediate_values, user_attrs={**t.user_attrs, "resumedFrom": previous}))
         self.log.write(f"resumed {len(kept)} finished trials of {previous}")
 
     def _start(self, study: optuna.Study, pool: ThreadPoolExecutor, number: int) -> None:
@@ -150,40 +183,110 @@ class StudyRunner:
         for key, value in (("trialId", number), ("job", run.name), ("values", dict(values)), ("state", "RUNNING")):
             trial.set_user_attr(key, value)
         register_trial(self.store, run)
-        self.running[pool.submit(run_trial, self.store, run, timeout=self.base.timeout)] = (trial, run)
+        future = pool.submit(run_trial, self.store, run, timeout=self.base.timeout)
+        self.running[future] = (trial, run)
+        self.watches[future] = _Watched(TrialWatch(run.output_dir, self.hp.hyperparameter_metric_tag))
         self.log.write(f"trial {number} started as job {run.name}: {' '.join(trial_args(values))}")
         self._publish(study)
 
+    def _watch(self, study: optuna.Study) -> None:
+        """Reads each running trial's new measurements, reports them, and stops a trial that falls behind."""
+        changed = False
+        for future, (trial, run) in list(self.running.items()):
+            watched = self.watches[future]
+            if future.done():
+                continue
+            if watched.stop_since is not None:
+                self._signal(run, watched.stop_since)
+                continue
+            if self._report(trial, run, watched):
+                changed = True
+                if may_stop(self.hp, len(watched.points)) and trial.should_prune():
+                    self._stop_early(trial, run, watched)
+            warning = watched.watch.missing_tag()
+            if warning:
+                self.log.write(f"trial {run.number}: {warning}")
+                trial.set_user_attr("warning", warning)
+                self.store.update_details(run.name, warning=warning)
+                changed = True
+        if changed and time.monotonic() - self._published > 1.0:
+            self._publish(study)
+
+    def _report(self, trial: optuna.trial.Trial, run: TrialRun, watched: _Watched) -> bool:
+        """Reports the trial's new measurements to Optuna and its record; True if there were any."""
+        points = watched.watch.poll()
+        new = [p for p in points if p.step not in watched.reported]
+        if not new:
+            return False
+        for point in new:
+            trial.report(point.value, point.step)
+            watched.reported.add(point.step)
+        watched.points = points
+        self.store.update_details(run.name, measurements=measurement_docs(points))
+        return True
+
+    def _stop_early(self, trial: optuna.trial.Trial, run: TrialRun, watched: _Watched) -> None:
+        last = watched.points[-1]
+        pruner = self.hp.early_stopping.pruner
+        reason = (f"stopped early at step {last.step} by the {pruner} pruner: {self.hp.hyperparameter_metric_tag} "
+                  f"fell behind the finished trials after {len(watched.points)} measurements")
+        watched.stopped_at = last.step
+        watched.stop_since = time.monotonic()
+        self.log.write(f"trial {run.number} {reason}")
+        stop_trial_early(self.store, run, reason)
+
     def _tell(self, study: optuna.Study, future: Future) -> None:
         trial, run = self.running.pop(future)
+        watched = self.watches.pop(future)
         try:
             outcome = future.result()
         except Exception as exc:  # a bug of ours in one trial's thread must not lose the other trials
             _log.exception("trial %d failed in the supervisor", run.number)
             outcome = TrialOutcome(JobState.FAILED, None, f"the supervisor failed to run it: {exc}")
-        value = step = None
-        error = outcome.error
-        state = outcome.state
-        if state is JobState.SUCCEEDED:
+        self._report(trial, run, watched)  # what it wrote after the last look
+        stopped = watched.stopped_at is not None and outcome.state is JobState.CANCELLED
+        point, error, state = None, outcome.error, outcome.state
+        if outcome.state is JobState.SUCCEEDED or stopped:
             try:
-                value, step = read_objective(run.output_dir, self.hp.hyperparameter_metric_tag,
-                                             goal=self.hp.goal, mode=self.hp.metric_value)
-                if math.isnan(value):
-                    raise TuningError(f"the {self.hp.metric_value.lower()} value of "
-                                      f"{self.hp.hyperparameter_metric_tag!r} is NaN (step {step}).")
+                point = self._objective(run, watched, stopped=stopped)
+                state, error = JobState.SUCCEEDED, None
             except TuningError as exc:
-                state, error, value = JobState.FAILED, str(exc), None
+                state, error = JobState.FAILED, str(exc)
         trial.set_user_attr("state", state.value)
         trial.set_user_attr("error", error)
-        trial.set_user_attr("step", step)
-        if value is not None:
-            study.tell(trial, value)
-            self.log.write(f"trial {run.number} SUCCEEDED: {self.hp.hyperparameter_metric_tag} = {value:.6g} "
-                           f"at step {step}")
+        trial.set_user_attr("step", None if point is None else point.step)
+        trial.set_user_attr("isTrialStoppedEarly", stopped)
+        self.store.update_details(run.name, isTrialStoppedEarly=stopped)
+        if point is not None:
+            trial.set_user_attr("objective", point.value)
+            self._told(study, trial, point.value, stopped=stopped)
+            how = f"stopped early, best {self.hp.hyperparameter_metric_tag}" if stopped else \
+                f"SUCCEEDED: {self.hp.hyperparameter_metric_tag}"
+            self.log.write(f"trial {run.number} {how} = {point.value:.6g} at step {point.step}")
         else:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.log.write(f"trial {run.number} {state}: {error}")
         self.failed += state is JobState.FAILED
+
+    def _objective(self, run: TrialRun, watched: _Watched, *, stopped: bool) -> Point:
+        """The trial's objective: its selected measurement, or its best one when it was stopped early."""
+        tag = self.hp.hyperparameter_metric_tag
+        points, series = watched.points, watched.watch.tail.series
+        if not points:
+            raise missing_tag(run.output_dir, list(series), tag)
+        mode = "BEST" if stopped else self.hp.metric_value
+        point = select(points, goal=self.hp.goal, mode=mode)
+        if math.isnan(point.value):
+            what = "every measurement" if stopped or mode == "BEST" else f"the {self.hp.measurement_selection}"
+            raise TuningError(f"{what} of {tag!r} is NaN (step {point.step}); a trial needs a number to "
+                              "count. Check the trainer for a diverging loss (a smaller learning rate range).")
+        return point
+
+    def _told(self, study: optuna.Study, trial: optuna.trial.Trial, value: float, *, stopped: bool) -> None:
+        if stopped:  # Optuna's own word for it; its value is the last measurement, ours (the best) is an attr
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, value)
 
     def _too_many_failures(self, study: optuna.Study) -> str:
         errors = [f"trial {t.user_attrs['trialId']}: {t.user_attrs.get('error')}" for t in study.trials
@@ -197,15 +300,19 @@ class StudyRunner:
         """Cancels every running trial and signals its processes (again on each call, for late starters)."""
         if self._stop_since is None:
             self._stop_since = time.monotonic()
-        sig = signal.SIGKILL if time.monotonic() - self._stop_since > _KILL_AFTER else signal.SIGTERM
         for _, run in self.running.values():
             try:
                 if not self.store.get(run.name).state.is_final:
                     self.store.transition(run.name, JobState.CANCELLING, message="the tuning job is stopping")
             except JobStateError:
                 pass  # it reached an end state or CANCELLING on its own: nothing to move
-            for _, pid, ticks in self.store.task_processes(run.name):
-                signal_group(pid, ticks, sig)
+            self._signal(run, self._stop_since)
+
+    def _signal(self, run: TrialRun, since: float) -> None:
+        """SIGTERM to each of the trial's process groups, SIGKILL once ``_KILL_AFTER`` seconds have passed."""
+        sig = signal.SIGKILL if time.monotonic() - since > _KILL_AFTER else signal.SIGTERM
+        for _, pid, ticks in self.store.task_processes(run.name):
+            signal_group(pid, ticks, sig)
 
     def _drain(self) -> None:
         """Never returns with a trial's processes alive (an exception, or the normal end)."""

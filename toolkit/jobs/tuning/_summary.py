@@ -56,17 +56,21 @@ def _now() -> float:
 
 def _trial_doc(store: JobStore, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     attrs = trial.user_attrs
+    finished = {"COMPLETE": "SUCCEEDED", "PRUNED": "SUCCEEDED"}.get(trial.state.name, trial.state.name)
     doc: dict[str, Any] = {
         "trialId": str(attrs.get("trialId", trial.number + 1)), "job": attrs.get("job"),
-        "state": attrs.get("state", "SUCCEEDED" if trial.state.name == "COMPLETE" else trial.state.name),
+        "state": attrs.get("state", finished),
         "hyperparameters": attrs.get("values", dict(trial.params)),
+        "isTrialStoppedEarly": bool(attrs.get("isTrialStoppedEarly", trial.state.name == "PRUNED")),
+        "allMetrics": [{"trainingStep": step, "objectiveValue": None if math.isnan(value) else value}
+                       for step, value in sorted(trial.intermediate_values.items())],
     }
-    if trial.value is not None:
-        doc["finalMetric"] = {"trainingStep": attrs.get("step"), "objectiveValue": trial.value}
-    if attrs.get("error"):
-        doc["error"] = attrs["error"]
-    if attrs.get("resumedFrom"):
-        doc["resumedFrom"] = attrs["resumedFrom"]
+    value = attrs.get("objective", trial.value)
+    if value is not None:
+        doc["finalMetric"] = {"trainingStep": attrs.get("step"), "objectiveValue": value}
+    for key in ("error", "warning", "resumedFrom"):
+        if attrs.get(key):
+            doc[key] = attrs[key]
     return {**doc, **_times(store, attrs.get("job") if not attrs.get("resumedFrom") else None)}
 
 
@@ -90,9 +94,11 @@ def summarize(store: JobStore, study: optuna.Study, hp: HyperparameterSpec) -> d
     best = next((t for t in trials if "finalMetric" in t), None)
     return {
         "isHyperparameterTuningJob": True, "hyperparameterMetricTag": hp.hyperparameter_metric_tag,
-        "goal": hp.goal, "metricValue": hp.metric_value,
+        "goal": hp.goal, "metricValue": hp.metric_value, "measurementSelectionType": hp.measurement_selection,
+        "enableTrialEarlyStopping": hp.enable_trial_early_stopping,
         "completedTrialCount": sum(t["state"] == "SUCCEEDED" for t in own),
         "failedTrialCount": sum(t["state"] == "FAILED" for t in own),
+        "stoppedEarlyTrialCount": sum(t["isTrialStoppedEarly"] for t in own),
         "runningTrialCount": sum(t["state"] == "RUNNING" for t in own),
         "bestTrial": best, "trials": trials,
     }

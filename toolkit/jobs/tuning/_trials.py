@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import time
 from collections.abc import Mapping
@@ -20,12 +21,12 @@ from typing import Any
 
 from toolkit.hypertune import ENV_TRIAL_DIR
 from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._procs import start_ticks
+from toolkit.jobs._procs import signal_group, start_ticks
 from toolkit.jobs.errors import JobStateError
 from toolkit.jobs.states import JobState
 from toolkit.jobs.store import JobStore
 
-__all__ = ["TrialRun", "TrialOutcome", "trial_job_name", "run_trial"]
+__all__ = ["TrialRun", "TrialOutcome", "trial_job_name", "run_trial", "stop_trial_early"]
 
 _log = logging.getLogger(__name__)
 MAX_RESTARTS = 3  # per task of a trial, as for any local job
@@ -110,13 +111,26 @@ def run_trial(store: JobStore, trial: TrialRun, *, timeout: float | None = None)
     result = run_tasks(trial.plan, job_dir, store=store, job=name, max_restarts=MAX_RESTARTS,
                        timeout=timeout, env=env, stream=None, trial=trial.number)
     _log.info("trial %s ended with exit code %d after %.1f s", name, result.exit_code, time.monotonic() - started)
-    if store.get(name).state is JobState.CANCELLING:
-        outcome = TrialOutcome(JobState.CANCELLED, result.exit_code, "cancelled")
+    record = store.get(name)
+    if record.state is JobState.CANCELLING:
+        outcome = TrialOutcome(JobState.CANCELLED, result.exit_code, record.details.get("stoppedEarly") or "cancelled")
     elif result.exit_code == 0:
         outcome = TrialOutcome(JobState.SUCCEEDED, 0, None)
     else:
         outcome = TrialOutcome(JobState.FAILED, result.exit_code, result.error)
     return _finish(store, name, outcome)
+
+
+def stop_trial_early(store: JobStore, trial: TrialRun, reason: str) -> bool:
+    """Stops a running trial as a cancel does (CANCELLING: its tasks are signalled, a Ray run stops its
+    actors), with ``reason`` as the message it ends with; False if it ended first."""
+    store.update_details(trial.name, stoppedEarly=reason)
+    try:
+        store.transition(trial.name, JobState.CANCELLING, message=reason)
+    except JobStateError:
+        return False  # it ended (or was cancelled) on its own: nothing to stop
+    stop_groups_once(store, trial.name)
+    return True
 
 
 def _describe_values(values: Mapping[str, Any]) -> str:
@@ -136,3 +150,9 @@ def _finish(store: JobStore, name: str, outcome: TrialOutcome) -> TrialOutcome:
         store.transition(name, JobState.CANCELLED, message="cancelled")
         return TrialOutcome(JobState.CANCELLED, outcome.exit_code, "cancelled")
     return outcome
+
+
+def stop_groups_once(store: JobStore, name: str) -> None:
+    """SIGTERM to every process group the trial's tasks recorded (the study repeats it until they are gone)."""
+    for _, pid, ticks in store.task_processes(name):
+        signal_group(pid, ticks, signal.SIGTERM)
