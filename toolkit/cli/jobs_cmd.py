@@ -125,7 +125,8 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
                         help="ray: placement group strategy auto|STRICT_SPREAD|SPREAD|PACK|STRICT_PACK (default auto)")
     parser.add_argument("--shared-job-dir", action="store_true", default=None,
                         help="ray: the local --job-dir is mounted at the same path on every Ray node")
-    parser.add_argument("--dry-run", action="store_true", help="kubernetes: print the TFJob YAML, submit nothing")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="kubernetes: print the TFJob YAML (a Katib Experiment for a tuning job), submit nothing")
     parser.add_argument("--stream-logs", action="store_true", help="follow the logs until the job ends")
     add_isolate_flag(parser)
     parser.set_defaults(handler=_guard(_submit))
@@ -202,7 +203,11 @@ def _submit(args: argparse.Namespace) -> int:
 
         backend = api.get_backend("kubernetes", **_options(args))
         assert isinstance(backend, KubernetesBackend)
-        text, warnings = backend.render(spec)
+        if spec.training_input.hyperparameters is not None:  # a tuning job: Katib runs the study
+            from toolkit.jobs.katib import experiment_yaml
+            text, warnings = experiment_yaml(spec, options=backend.options)
+        else:
+            text, warnings = backend.render(spec)
         for warning in warnings:
             print(f"WARNING: {warning}", file=sys.stderr)
         print(text, end="")
