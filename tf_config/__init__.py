@@ -11,7 +11,9 @@ Example:
 """
 from ._errors import Problem, TFConfigError
 from ._explain import explain
+from ._from_env import EnvTFConfig, Layout, from_env
 from ._generate import DIALECTS, generate
+from ._hostlist import expand_hostlist
 from ._model import Task, TFConfig, recommend_strategy
 from ._render import FORMATS, render
 from ._rules_strategy import STRATEGIES
@@ -20,15 +22,19 @@ from .errors import FieldError, ProblemsError
 
 __all__ = [
     "DIALECTS",
+    "EnvTFConfig",
     "FORMATS",
     "FieldError",
+    "Layout",
     "Problem",
     "ProblemsError",
     "STRATEGIES",
     "TFConfig",
     "TFConfigError",
     "Task",
+    "expand_hostlist",
     "explain",
+    "from_env",
     "generate",
     "recommend_strategy",
     "render",

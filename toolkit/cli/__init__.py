@@ -25,6 +25,7 @@ __all__ = ["main", "build_parser"]
 _VERB_MODULES = (
     "toolkit.cli.tf_config_cmd",
     "toolkit.cli.launch_cmd",
+    "toolkit.cli.run_cmd",
     "toolkit.cli.jobs_cmd",
     "toolkit.cli.local_cmd",
     "toolkit.cli.demo_cmd",

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tf_config import STRATEGIES
+from tf_config.limits import MAX_FILE_BYTES
 from toolkit.cli._flags import GENERATE_FLAGS, problem_text, speak_flags
 from toolkit.cli._types import non_negative_int
 
@@ -56,6 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = verb.add_subparsers(dest="tf_config_verb", metavar="SUBCOMMAND")
     sub.required = True
     _register_generate(sub)
+    from toolkit.cli.run_cmd import register_from_env
+    register_from_env(sub)
     for name, help_text, handler in (("validate", _VALIDATE_HELP, _validate),
                                      ("explain", _EXPLAIN_HELP, _explain)):
         parser = sub.add_parser(name, help=help_text.splitlines()[0], description=help_text,
@@ -144,15 +147,32 @@ def _read_input(args: argparse.Namespace) -> tuple[object | None, str]:
             print("tfdist tf-config: no TF_CONFIG to read. Pass a FILE, '-' to read stdin, or set "
                   "TF_CONFIG (e.g. from `tfdist tf-config generate`).", file=sys.stderr)
         return text, "$TF_CONFIG"
-    if args.file == "-":
-        return read_rendered(sys.stdin.read()), "stdin"
+    from tf_config.errors import printable
+    from tf_config.limits import read_text
+
     path = Path(args.file)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"tfdist tf-config: cannot read FILE {args.file!r} ({exc}). Check the path.", file=sys.stderr)
+        text = _read_stdin() if args.file == "-" else read_text(path)
+    except (OSError, ValueError) as exc:
+        print(printable(f"tfdist tf-config: cannot read FILE {args.file!r} ({exc}). Check the path and that "
+                        "it is UTF-8 text."), file=sys.stderr)
         return None, args.file
+    if args.file == "-":
+        return read_rendered(text), "stdin"
     return read_rendered(text, yaml_file=path.suffix in (".yaml", ".yml")), args.file
+
+
+def _read_stdin() -> str:
+    """stdin's text, refused past the file-size limit (a pipe can be endless)."""
+    from tf_config.limits import InputTooLargeError, decode
+
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is not None:
+        return decode(buffer.read(MAX_FILE_BYTES + 1))
+    text = sys.stdin.read(MAX_FILE_BYTES + 1)
+    if len(text) > MAX_FILE_BYTES:
+        raise InputTooLargeError(f"it is larger than the {MAX_FILE_BYTES:,} bytes tfdist reads")
+    return text
 
 
 def _load(args: argparse.Namespace) -> tuple[object | None, str, list]:
