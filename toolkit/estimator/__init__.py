@@ -71,8 +71,23 @@ _EXPORTS: dict[str, str] = {
     "LinearRegressor": "toolkit.estimator.canned",
     "DNNLinearCombinedClassifier": "toolkit.estimator.canned",
     "DNNLinearCombinedRegressor": "toolkit.estimator.canned",
+    "Exporter": "toolkit.estimator.exporters",
+    "add_metrics": "toolkit.estimator.extenders",
+    "EstimatorTypeError": "toolkit.estimator.estimator",
+    "SpecTypeError": "toolkit.estimator.spec",
+    "Head": "toolkit.estimator.head",
+    "BinaryClassHead": "toolkit.estimator.head",
+    "MultiClassHead": "toolkit.estimator.head",
+    "RegressionHead": "toolkit.estimator.head",
+    "PoissonRegressionHead": "toolkit.estimator.head",
+    "LogisticRegressionHead": "toolkit.estimator.head",
+    "DNNEstimator": "toolkit.estimator.canned",
+    "LinearEstimator": "toolkit.estimator.canned",
+    "DNNLinearCombinedEstimator": "toolkit.estimator.canned",
 }
 
-__all__ = sorted([*_EXPORTS, "export"])
+_MODULES = ("export", "experimental", "inputs", "tpu")
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, modules=("export",))
+__all__ = sorted([*_EXPORTS, *_MODULES])
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, modules=_MODULES)

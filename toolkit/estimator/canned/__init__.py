@@ -28,6 +28,9 @@ _EXPORTS: dict[str, str] = {
     "LinearRegressor": "toolkit.estimator.canned.linear",
     "DNNLinearCombinedClassifier": "toolkit.estimator.canned.dnn_linear_combined",
     "DNNLinearCombinedRegressor": "toolkit.estimator.canned.dnn_linear_combined",
+    "DNNEstimator": "toolkit.estimator.canned.head_based",
+    "LinearEstimator": "toolkit.estimator.canned.head_based",
+    "DNNLinearCombinedEstimator": "toolkit.estimator.canned.head_based",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -27,9 +27,16 @@ def linear_learning_rate(num_columns: int) -> float:
     return min(_COMBINED_LINEAR_LEARNING_RATE, 1.0 / num_columns ** 0.5)
 
 
-def _needed_columns(head: Head, mode: str, *groups: Sequence[Any]) -> list[Any]:
+def _spec(head: Any, make: Callable[..., Any], **fields: Any) -> Any:
+    """The spec from a canned head (``build``) or from a public ``toolkit.estimator.Head``."""
+    if isinstance(head, Head):
+        return make(**head.build(**fields))
+    return head.create_estimator_spec(**fields)
+
+
+def _needed_columns(head: Any, mode: str, *groups: Sequence[Any]) -> list[Any]:
     columns = [c for group in groups for c in group]
-    weight = head.weight_column
+    weight = getattr(head, "weight_column", None)
     if weight is not None and not isinstance(weight, str) and mode != "infer":
         columns.append(weight)
     return columns
@@ -45,7 +52,7 @@ def _scope_vars(scope: str) -> list[Any]:
     return v1.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES, scope=scope)
 
 
-def dnn_model_fn(features: Any, labels: Any, mode: str, *, head: Head, hidden_units: Sequence[int],
+def dnn_model_fn(features: Any, labels: Any, mode: str, *, head: Any, hidden_units: Sequence[int],
                  feature_columns: Sequence[Any], optimizer: Any, activation_fn: Callable[..., Any],
                  dropout: float | None, batch_norm: bool, make: Callable[..., Any] = make_spec,
                  name_learning_rate: float | None = None, input_layer_partitioner: Any = None) -> Any:
@@ -59,11 +66,11 @@ def dnn_model_fn(features: Any, labels: Any, mode: str, *, head: Head, hidden_un
         opt = get_optimizer("optimizer", optimizer, learning_rate=name_learning_rate)
         return _minimize(opt, loss, _scope_vars("dnn"), global_step=v1.train.get_or_create_global_step())
 
-    return make(**head.build(features=features, mode=mode, logits=logits, labels=labels,
-                             train_op_fn=train_op_fn if mode == TRAIN else None))
+    return _spec(head, make, features=features, mode=mode, logits=logits, labels=labels,
+                 train_op_fn=train_op_fn if mode == TRAIN else None)
 
 
-def linear_model_fn(features: Any, labels: Any, mode: str, *, head: Head, feature_columns: Sequence[Any],
+def linear_model_fn(features: Any, labels: Any, mode: str, *, head: Any, feature_columns: Sequence[Any],
                     optimizer: Any, sparse_combiner: str, make: Callable[..., Any] = make_spec,
                     partitioner: Any = None) -> Any:
     features = check_features(features, _needed_columns(head, mode, feature_columns))
@@ -74,11 +81,11 @@ def linear_model_fn(features: Any, labels: Any, mode: str, *, head: Head, featur
         opt = get_optimizer("optimizer", optimizer, learning_rate=_LINEAR_LEARNING_RATE)
         return _minimize(opt, loss, _scope_vars("linear"), global_step=v1.train.get_or_create_global_step())
 
-    return make(**head.build(features=features, mode=mode, logits=logits, labels=labels,
-                             train_op_fn=train_op_fn if mode == TRAIN else None))
+    return _spec(head, make, features=features, mode=mode, logits=logits, labels=labels,
+                 train_op_fn=train_op_fn if mode == TRAIN else None)
 
 
-def combined_model_fn(features: Any, labels: Any, mode: str, *, head: Head, linear_feature_columns: Sequence[Any],
+def combined_model_fn(features: Any, labels: Any, mode: str, *, head: Any, linear_feature_columns: Sequence[Any],
                       linear_optimizer: Any, dnn_feature_columns: Sequence[Any], dnn_optimizer: Any,
                       dnn_hidden_units: Sequence[int] | None, dnn_activation_fn: Callable[..., Any],
                       dnn_dropout: float | None, batch_norm: bool, linear_sparse_combiner: str,
@@ -113,8 +120,8 @@ def combined_model_fn(features: Any, labels: Any, mode: str, *, head: Head, line
         with tf.control_dependencies([tf.group(*ops)]):
             return v1.assign_add(global_step, 1).op
 
-    return make(**head.build(features=features, mode=mode, logits=logits, labels=labels,
-                             train_op_fn=train_op_fn if mode == TRAIN else None))
+    return _spec(head, make, features=features, mode=mode, logits=logits, labels=labels,
+                 train_op_fn=train_op_fn if mode == TRAIN else None)
 
 
 def _refuse_sync_replicas(field: str, optimizer: Any) -> None:
