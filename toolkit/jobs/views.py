@@ -63,13 +63,16 @@ def _number(value: Any) -> str | None:
 def _note(trial: Mapping[str, Any]) -> str | None:
     if trial.get("resumedFrom"):
         return f"from {trial['resumedFrom']}"
-    error = (trial.get("error") or "").strip().splitlines()
+    if trial.get("isTrialStoppedEarly"):
+        return f"stopped early at step {(trial.get('allMetrics') or [{}])[-1].get('trainingStep')}"
+    error = (trial.get("error") or trial.get("warning") or "").strip().splitlines()
     return (error[0][:97] + "..." if len(error[0]) > 100 else error[0]) if error else None
 
 
 def format_trials(output: Mapping[str, Any]) -> str:
     """A tuning job's trials, best first (the order the study stored them in), and its best parameters."""
-    lines = [f"trials: {output.get('completedTrialCount', 0)} succeeded, {output.get('failedTrialCount', 0)} "
+    stopped = f" ({output['stoppedEarlyTrialCount']} stopped early)" if output.get("stoppedEarlyTrialCount") else ""
+    lines = [f"trials: {output.get('completedTrialCount', 0)} succeeded{stopped}, {output.get('failedTrialCount', 0)} "
              f"failed, {output.get('runningTrialCount', 0)} running ({output.get('goal')} "
              f"{output.get('hyperparameterMetricTag')!r}, {str(output.get('metricValue', 'FINAL')).lower()} value)"]
     rows = [(t["trialId"], t["state"], _number((t.get("finalMetric") or {}).get("objectiveValue")),
@@ -80,6 +83,11 @@ def format_trials(output: Mapping[str, Any]) -> str:
     if rows:
         table = format_table(("TRIAL", "STATE", "OBJECTIVE", "DURATION", "PARAMETERS", "NOTE"), rows)
         lines += [f"  {line}" for line in table.splitlines()]
+    curves = [f"  trial {t['trialId']}: " + ("... " if len(t["allMetrics"]) > 10 else "")
+              + " ".join(f"{m['trainingStep']}:{_number(m['objectiveValue'])}" for m in t["allMetrics"][-10:])
+              for t in sorted(output.get("trials", []), key=lambda t: int(t["trialId"])) if t.get("allMetrics")]
+    if curves:
+        lines += ["measurements (step:value):"] + curves
     best = output.get("bestTrial")
     if best:
         params = ", ".join(f"{k}={v}" for k, v in best.get("hyperparameters", {}).items())
