@@ -182,10 +182,7 @@ def test_bad_input_gets_errors_that_say_what_to_change(strategy, enabled):
     with strategy.scope(), pytest.raises(TrainingError, match=r"built outside strategy.scope\(\).*Create \(and build"):
         _compile(outside)
     with strategy.scope():
-        lazy = _compile(keras.Sequential([keras.layers.Dense(3)]))
         model = _compile(_model())
-    with pytest.raises(TrainingError, match=r"has no weights yet.*keras.Input"):
-        lazy.fit(_dataset(), epochs=1, verbose=0)
     with pytest.raises(TrainingError, match=r"has 8 batches but fit needs 30.*must be repeated. Add .repeat\(\)"):
         model.fit(_dataset(), epochs=3, steps_per_epoch=10, verbose=0)
     with pytest.raises(TrainingError, match=r"steps_per_epoch` is None but the dataset is repeated"):
@@ -199,13 +196,39 @@ def test_bad_input_gets_errors_that_say_what_to_change(strategy, enabled):
         early.fit(_dataset(), epochs=1, verbose=0)
 
 
+def test_a_model_without_input_is_built_on_the_first_batch_and_history_is_set(strategy, enabled):
+    keras.utils.set_random_seed(5)
+    with strategy.scope():
+        lazy = _compile(keras.Sequential([keras.layers.Dense(16, activation="relu"),
+                                          keras.layers.Dense(3, activation="softmax")]), metrics=["accuracy"])
+    assert not lazy.weights
+    history = lazy.fit(_dataset().repeat(), epochs=2, steps_per_epoch=8, verbose=0)
+    assert [tuple(w.shape) for w in lazy.weights] == [(8, 16), (16,), (16, 3), (3,)]
+    assert all(strategy.extended.variable_created_in_scope(w.value) for w in lazy.weights)
+    assert lazy.history is history and len(history.history["loss"]) == 2
+    assert history.history["loss"][1] < history.history["loss"][0]
+
+
 def test_parameter_server_input_rules():
     with pytest.raises(TrainingError, match=r"`steps_per_epoch` is None, but under ParameterServerStrategy"):
         training_input(lambda ctx: _dataset().repeat(), kind="parameter_server", workers=2)
+    with pytest.raises(TrainingError, match=r"`steps_per_epoch` is None, but under ParameterServerStrategy"):
+        training_input(_dataset().repeat(), kind="parameter_server", workers=2)
     with pytest.raises(TrainingError, match=r"has 8 batches and ends.*Add .repeat\(\) at the end"):
         training_input(lambda ctx: _dataset(), kind="parameter_server", workers=2, steps_per_epoch=5)
-    with pytest.raises(TrainingError, match=r"each worker must build its own input pipeline. Pass a function"):
+    with pytest.raises(TrainingError, match=r"dataset of 8 batches that ends.*Add .repeat\(\) to it"):
         training_input(_dataset(), kind="parameter_server", workers=2, steps_per_epoch=5)
+
+
+def test_a_dataset_under_parameter_servers_is_rebuilt_per_worker_from_its_graph():
+    # What ClusterCoordinator.create_per_worker_dataset does with a dataset: its graph travels, not its tensors.
+    numbered = tf.data.Dataset.range(10).map(lambda i: (tf.fill([2], i), i)).repeat()
+    source = training_input(numbered, kind="parameter_server", workers=2, steps_per_epoch=4)
+    assert source.steps_per_epoch == 4 and not isinstance(source.source, tf.data.Dataset)
+    second = source.source(tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1))
+    assert [int(label) for _, label in second.take(6)] == [1, 3, 5, 7, 9, 1]
+    alone = source.source(tf.distribute.InputContext())
+    assert [int(label) for _, label in alone.take(3)] == [0, 1, 2]
 
 
 def _added(summed, labels, predictions, weights, pieces=3):

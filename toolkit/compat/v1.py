@@ -13,9 +13,18 @@
 * ``tf.keras``: Keras 2 (``tf_keras``), which builds in TF1 graphs.
 
 Nothing is imported from ``tf_keras`` until ``tf.layers`` or ``tf.keras`` is
-used, and eager execution is left as it is: a script that wants TF1's graph
-mode for its own code calls ``tf.disable_eager_execution()`` itself, as TF1
-scripts ported to TF 2 did.
+used.
+
+**Graph mode, as TF1 had it.** Imported at the top of a program's main
+script (the module Python runs, as TF1 scripts import ``tensorflow``), this
+module switches the process to graph mode (``disable_eager_execution``), so
+``tf.placeholder``, ``tf.Variable`` in the default graph and
+``tf.device(tf.train.replica_device_setter(...))`` work as in TF1. Imported
+anywhere else (inside a function, from a library module or a test), it leaves
+eager execution as it is: the graph-mode Estimator builds its own
+``tf.Graph`` and needs no switch, and Keras 3 code in the same process keeps
+eager. Keras 3's ``fit`` and optimizers need eager, so a graph-mode program
+trains with ``tf.train`` optimizers and ``tf.layers``/``tf.keras`` (Keras 2).
 
 Example:
     >>> import toolkit.compat.v1 as tf        # was: import tensorflow as tf
@@ -25,6 +34,8 @@ Example:
 from __future__ import annotations
 
 import importlib
+import sys
+from types import FrameType
 from typing import Any
 
 import tensorflow as _tf
@@ -34,9 +45,28 @@ _OURS = {
     "estimator": lambda: importlib.import_module("toolkit.compat._v1_estimator"),
     "layers": lambda: importlib.import_module("toolkit._compat.tf_keras").legacy_layers(),
     "keras": lambda: importlib.import_module("toolkit._compat.tf_keras").v1_keras(),
+    "train": lambda: importlib.import_module("toolkit.compat._v1_server").namespace("train"),
+    "distribute": lambda: importlib.import_module("toolkit.compat._v1_server").namespace("distribute"),
 }
 
 __all__ = sorted(set(dir(_V1)) | set(_OURS))
+
+
+def _importer(frame: FrameType | None) -> FrameType | None:
+    """The frame whose import statement loaded this module (importlib's own frames skipped)."""
+    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
+                                 or frame.f_globals.get("__name__") == __name__):
+        frame = frame.f_back
+    return frame
+
+
+def imported_by_main_script(frame: FrameType | None) -> bool:
+    """Whether ``frame`` is the top level of the program's main module, where TF1 scripts import TensorFlow."""
+    return frame is not None and frame.f_globals.get("__name__") == "__main__" and frame.f_code.co_name == "<module>"
+
+
+if imported_by_main_script(_importer(sys._getframe())):
+    _V1.disable_eager_execution()
 
 
 def __getattr__(name: str) -> Any:

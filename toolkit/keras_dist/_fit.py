@@ -82,6 +82,29 @@ def forget(model: keras.Model) -> None:
     _states.pop(model, None)
 
 
+def _build_on_first_batch(model: keras.Model, record: CompileRecord, element_spec: Nest) -> None:
+    """Builds a model without ``keras.Input`` from the shape of a batch, as Keras does on its first batch.
+
+    The variables are created here, inside the strategy's scope (so on the ps,
+    or mirrored), never inside a training step where the strategy cannot place
+    them. One example of zeros is enough to build every layer.
+    """
+    if model.built and model.weights:
+        return
+    features = element_spec[0] if isinstance(element_spec, tuple) else element_spec
+    if features is None:
+        raise TrainingError(
+            f"Model {model.name!r} has no weights yet and fit could not see the shape of its input. Give it a "
+            "keras.Input(shape=...) first layer, or call model.build(input_shape) inside strategy.scope().",
+            field="model")
+    example = tf.nest.map_structure(lambda spec: tf.zeros([1 if d is None else d for d in [1, *spec.shape[1:]]],
+                                                          spec.dtype), features)
+    with record.strategy.scope():
+        model(example, training=False)
+    logger.info("model %r built on the first batch's shape: %s", model.name,
+                tf.nest.map_structure(lambda spec: spec.shape, features))
+
+
 def _state(model: keras.Model, record: CompileRecord) -> TrainState:
     state = _states.get(model)
     if state is None:
@@ -166,6 +189,7 @@ def _history(model: keras.Model, loop: LoopRecord, *, verbose: int, epochs: int,
     history.set_params({"verbose": verbose, "epochs": epochs, "steps": steps})
     history.epoch = list(loop.epochs)
     history.history = {name: list(values) for name, values in loop.history.items()}
+    model.history = history  # as Keras' fit leaves it
     return history
 
 
@@ -191,6 +215,7 @@ def distributed_fit(model: keras.Model, record: CompileRecord, x: KerasData = No
     config = FitConfig(epochs=epochs, steps_per_epoch=data.steps_per_epoch,
                        steps_per_execution=record.steps_per_execution, validation_steps=validation_steps,
                        checkpoint_every_steps=backup.every(data.steps_per_epoch) if backup else None)
+    _build_on_first_batch(model, record, data.element_spec)
     state = _state(model, record)
     restored = _restore(state, backup) if backup is not None else None
     start = restored if restored is not None else initial_epoch * config.steps_per_epoch

@@ -3,7 +3,11 @@
 Training input becomes either a ``tf.data.Dataset`` of global batches (under
 MultiWorkerMirrored: TensorFlow shards it per worker, honouring its
 ``auto_shard_policy``, exactly as Keras would) or a ``dataset_fn(input_context)``
-(the parameter-server tutorial's pattern, and NumPy arrays). Every element
+(the parameter-server tutorial's pattern, and NumPy arrays). Under parameter
+servers a ``tf.data.Dataset`` becomes a ``dataset_fn`` too: the dataset's graph
+is serialized once on the chief and rebuilt on every worker (what
+``ClusterCoordinator.create_per_worker_dataset`` does with a dataset), where
+worker *i* of *n* takes every *n*-th batch of it, starting at the *i*-th. Every element
 with a sample weight (third element, ``sample_weight=`` or ``class_weight=``)
 becomes ``(features, (labels, weights))``: the weight travels with the labels
 to the loss and the weighted metrics. Input without weights is not touched, so
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
@@ -37,6 +41,7 @@ class TrainInput:
 
     source: tf.data.Dataset | Callable[[tf.distribute.InputContext], tf.data.Dataset]
     steps_per_epoch: int
+    element_spec: Nest = None  # the (features, labels, ...) spec of a batch, to build a model on it
 
 
 def _class_weights(class_weight: Mapping[Any, float] | None) -> tf.Tensor | None:
@@ -93,27 +98,49 @@ def _needed(steps_per_epoch: int, epochs: int, initial_epoch: int) -> int:
     return steps_per_epoch * max(epochs - initial_epoch, 1)
 
 
+def per_worker(dataset: tf.data.Dataset) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+    """A dataset_fn that rebuilds ``dataset`` wherever it runs, sharded by the input context.
+
+    The graph is serialized here, as a string tensor a worker can receive;
+    a dataset's own variant tensor cannot leave this process.
+    """
+    serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset),
+                                             external_state_policy=0, strip_device_assignment=True)
+    spec = dataset.element_spec
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        rebuilt = tf.data.experimental.from_variant(tf.raw_ops.DatasetFromGraph(graph_def=serialized), spec)
+        if context.num_input_pipelines == 1:
+            return rebuilt
+        return rebuilt.shard(context.num_input_pipelines, context.input_pipeline_id)
+
+    return dataset_fn
+
+
 def _from_dataset(dataset: tf.data.Dataset, *, steps_per_epoch: int | None, needed: Callable[[int], int],
                   kind: str) -> TrainInput:
-    if kind == "parameter_server":
-        raise TrainingError(
-            "`x` is a tf.data.Dataset, but under ParameterServerStrategy each worker must build its own input "
-            "pipeline. Pass a function instead: model.fit(lambda input_context: make_dataset(input_context), "
-            "steps_per_epoch=..., ...), where the function returns the (repeated) dataset.", field="x")
     cardinality = int(dataset.cardinality())
+    if kind == "parameter_server":
+        if cardinality >= 0:
+            raise TrainingError(
+                f"`x` is a dataset of {cardinality} batches that ends, but under ParameterServerStrategy each "
+                f"worker keeps drawing batches from its own copy until fit has taken {needed(steps_per_epoch or 0)} "
+                "steps over all workers: the dataset must be repeated. Add .repeat() to it (as TensorFlow's "
+                "parameter-server tutorial does: .shuffle(...).repeat()).", field="x")
+        return TrainInput(per_worker(dataset), cast(int, steps_per_epoch), dataset.element_spec)
     if steps_per_epoch is None:
         if cardinality in (_INFINITE, _UNKNOWN):
             what = "repeated (infinite)" if cardinality == _INFINITE else "of unknown length"
             raise TrainingError(
                 f"`steps_per_epoch` is None but the dataset is {what}, so an epoch has no end. "
                 "Pass steps_per_epoch=<batches per epoch>.", field="steps_per_epoch")
-        return TrainInput(dataset.repeat(), cardinality)  # an epoch is one pass, as in Keras
+        return TrainInput(dataset.repeat(), cardinality, dataset.element_spec)  # an epoch is one pass, as in Keras
     if cardinality >= 0 and cardinality < needed(steps_per_epoch):
         raise TrainingError(
             f"`x` has {cardinality} batches but fit needs {needed(steps_per_epoch)} (steps_per_epoch="
             f"{steps_per_epoch} for each epoch): the dataset must be repeated. Add .repeat() to it, or drop "
             "steps_per_epoch to make an epoch one pass over it.", field="x")
-    return TrainInput(dataset, steps_per_epoch)
+    return TrainInput(dataset, steps_per_epoch, dataset.element_spec)
 
 
 def _from_function(dataset_fn: Callable[..., tf.data.Dataset], *, steps_per_epoch: int | None, workers: int,
@@ -134,8 +161,8 @@ def _from_function(dataset_fn: Callable[..., tf.data.Dataset], *, steps_per_epoc
             f"fit has taken {needed(steps_per_epoch)} steps over all workers: the dataset must be repeated. "
             "Add .repeat() at the end of the dataset function.", field="x")
     if len(probe.element_spec) == 2 and not weighted:
-        return TrainInput(dataset_fn, steps_per_epoch)
-    return TrainInput(lambda context: _map(dataset_fn(context), pack), steps_per_epoch)
+        return TrainInput(dataset_fn, steps_per_epoch, probe.element_spec)
+    return TrainInput(lambda context: _map(dataset_fn(context), pack), steps_per_epoch, probe.element_spec)
 
 
 def training_input(x: KerasData, y: KerasData = None, *, sample_weight: KerasData = None,
@@ -176,7 +203,8 @@ def training_input(x: KerasData, y: KerasData = None, *, sample_weight: KerasDat
         dataset = dataset.repeat()
         return dataset if len(arrays) == 2 and weights is None else _map(dataset, pack)
 
-    return TrainInput(dataset_fn, steps_per_epoch or max(examples // size, 1))
+    spec = tf.nest.map_structure(lambda a: tf.TensorSpec([None, *np.shape(a)[1:]], np.asarray(a).dtype), arrays)
+    return TrainInput(dataset_fn, steps_per_epoch or max(examples // size, 1), spec)
 
 
 def evaluation_input(data: KerasData, *, batch_size: int | None = None, steps: int | None = None,
