@@ -43,8 +43,8 @@ LOCAL_TRAIN_FLAGS = {
 
 #: `tfdist launch`: launch's arguments
 LAUNCH_FLAGS = {name: "--" + name.replace("_", "-") for name in (
-    "chief", "workers", "ps", "evaluator", "timeout", "grace_period", "max_restarts", "job_dir", "isolate",
-    "placement", "preload", "dialect")} | {"address": "--ray-address", "shared_dirs": "--shared-dir"}
+    "chief", "workers", "ps", "evaluator", "timeout", "grace_period", "max_restarts", "max_preemptions", "job_dir",
+    "isolate", "placement", "preload", "dialect")} | {"address": "--ray-address", "shared_dirs": "--shared-dir"}
 
 COMMANDS.update({
     "tf_config.generate": ("tfdist tf-config generate", GENERATE_FLAGS),

@@ -64,6 +64,9 @@ Failure policy: a parameter-server worker that dies is restarted alone (up to
 failed chief) restarts the whole cluster when --restartable says CMD resumes
 from its checkpoint (up to --max-restarts), else the job fails, naming the task,
 its exit code and the tail of its log.
+A preempted task (exit code 143, or killed by SIGTERM) is restarted the same
+way on its own budget, --max-preemptions, and never spends --max-restarts
+(docs/preemption.md).
 
 With --backend ray every task is a Ray actor on the cluster at --ray-address
 (default $RAY_ADDRESS, else a Ray on this machine), placed by --placement;
@@ -80,6 +83,7 @@ Exit codes:
   1    another task failed and could not be restarted
   2    usage error (bad flags, no CMD, CMD not found)
   124  the job ran past --timeout
+  143  a task was preempted and the job could not restart (also: SIGTERM to tfdist launch)
   130  interrupted (Ctrl-C; 143 for SIGTERM); every task is stopped
 """
 
@@ -100,6 +104,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="stop the job after S seconds")
     parser.add_argument("--max-restarts", type=non_negative_int, default=0, metavar="N",
                         help="restarts allowed per ps worker, and for the whole cluster (default 0)")
+    parser.add_argument("--max-preemptions", type=non_negative_int, default=LaunchSpec.max_preemptions, metavar="N",
+                        help="restarts allowed after preemptions (a task exiting 143 or killed by SIGTERM), apart "
+                        "from --max-restarts (default %(default)d)")
     parser.add_argument("--restartable", action="store_true",
                         help="CMD resumes from its last checkpoint, so the whole cluster may be restarted")
     parser.add_argument("--grace-period", type=positive_seconds, default=LaunchSpec.grace_period, metavar="S",
@@ -151,6 +158,7 @@ def _launch(args: argparse.Namespace) -> int:
         return 2
     kwargs = dict(chief=args.chief, workers=args.workers, ps=args.ps, evaluator=int(args.evaluator),
                   job_dir=args.job_dir, timeout=args.timeout, max_restarts=args.max_restarts,
+                  max_preemptions=args.max_preemptions,
                   restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
                   dialect=args.dialect, cwd=args.cwd, preload=args.preload,
                   verbose=args.show_tf_noise or args.verbose > 0, env=_serve_env(args))

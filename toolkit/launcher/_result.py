@@ -10,13 +10,23 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_TASK_FAILED", "EXIT_TIMEOUT", "EventKind", "LaunchResult", "Reason",
-           "TaskEvent", "TaskResult", "TaskState"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_PREEMPTED", "EXIT_TASK_FAILED", "EXIT_TIMEOUT", "EventKind", "LaunchResult",
+           "Reason", "TaskEvent", "TaskResult", "TaskState", "is_preemption"]
 
 # Exit codes of a launch (besides the chief's own code).
 EXIT_TASK_FAILED = 1      # a task other than the chief failed and could not be restarted
 EXIT_TIMEOUT = 124        # the job ran past its timeout (as timeout(1) reports it)
 EXIT_INTERRUPTED = 130    # SIGINT (Ctrl-C); SIGTERM gives 143 (128 + signal number)
+#: A task (or a launch) that was preempted: it got SIGTERM (or the configured signal), and its job wrote a
+#: checkpoint at the step it had reached before exiting. 128 + SIGTERM, as a shell, Kubernetes and Slurm already
+#: read it; Kubernetes' ``ExitCode`` restart policy retries codes 128-255.
+EXIT_PREEMPTED = 143
+
+
+def is_preemption(exit_code: int | None) -> bool:
+    """Whether a task's Popen return code means "preempted": ``EXIT_PREEMPTED``, or killed by SIGTERM itself
+    (a task that had not installed its handler yet, e.g. while importing TensorFlow)."""
+    return exit_code in (EXIT_PREEMPTED, -15)
 
 
 class _Words(str, enum.Enum):
@@ -36,6 +46,7 @@ class Reason(_Words):
     FAILED = "failed"
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
+    PREEMPTED = "preempted"  # a task was preempted and the job could not restart (no budget, not restartable)
 
 
 class EventKind(_Words):
@@ -88,6 +99,7 @@ class TaskResult:
         restarts: how many times the launcher restarted it (alone or with the cluster).
         stopped: the launcher had to signal it at the end (it did not exit by itself).
         log_path: its log file; every run of the task is appended to it.
+        preemptions: how many of its runs ended preempted (``is_preemption``).
     """
 
     name: str
@@ -97,6 +109,7 @@ class TaskResult:
     restarts: int
     stopped: bool
     log_path: Path
+    preemptions: int = 0
 
     @property
     def state(self) -> TaskState:
@@ -113,13 +126,18 @@ class LaunchResult:
     Attributes:
         exit_code: the job's exit code: the chief's (128 + N if a signal N
             killed it), 1 when another task failed for good, 124 on timeout,
-            130/143 when interrupted by SIGINT/SIGTERM.
-        reason: a ``Reason``: ``succeeded``, ``failed``, ``timeout`` or ``interrupted``.
+            130/143 when interrupted by SIGINT/SIGTERM, ``EXIT_PREEMPTED`` (143) when
+            a task was preempted and the job could not restart.
+        reason: a ``Reason``: ``succeeded``, ``failed``, ``timeout``, ``interrupted`` or ``preempted``.
         message: one line (plus a log tail on failure) saying what happened.
         tasks: every task, in start order.
         duration: seconds from launch to the last process gone.
         job_dir: the job's directory (``logs/``, ``tasks/``, ``cluster.json``).
         cluster_restarts: how many times the whole cluster was restarted.
+        preemptions: how many preemptions the launcher acted on (restarts on the
+            ``max_preemptions`` budget, or the job's end as preempted).
+        failures: how many failures it acted on (restarts on the
+            ``max_restarts`` budget, or the job's end as failed).
     """
 
     exit_code: int
@@ -129,6 +147,8 @@ class LaunchResult:
     duration: float
     job_dir: Path
     cluster_restarts: int
+    preemptions: int = 0
+    failures: int = 0
 
     @property
     def ok(self) -> bool:

@@ -14,6 +14,11 @@ Policy (documented in docs/launcher.md):
 - A non-chief task that fails is given ``settle_period`` seconds before the
   policy acts, because servers told by a failing chief to exit non-zero leave just
   before the chief does; that is the chief's failure, not theirs.
+- A preempted task (``EXIT_PREEMPTED``, or killed by SIGTERM) is restarted the
+  same way but on its own budget, ``max_preemptions`` (docs/preemption.md).
+- Before the launcher itself SIGTERMs a task (to restart the cluster, or at
+  the job's end) it writes ``STOP_MARKER`` into the task's directory, so the
+  task's preemption handler knows the signal is no preemption and exits at once.
 """
 from __future__ import annotations
 
@@ -32,7 +37,15 @@ from typing import IO, TYPE_CHECKING
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskExit
 from toolkit.launcher._preload import ForkedTask, Preloader, PreloadError
-from toolkit.launcher._result import EXIT_TASK_FAILED, EXIT_TIMEOUT, LaunchResult, Reason, TaskEvent, TaskResult
+from toolkit.launcher._result import (
+    EXIT_PREEMPTED,
+    EXIT_TASK_FAILED,
+    EXIT_TIMEOUT,
+    LaunchResult,
+    Reason,
+    TaskEvent,
+    TaskResult,
+)
 from toolkit.launcher._spec import (
     ENV_JOB_DIR,
     ENV_JOB_NONCE,
@@ -51,6 +64,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _POLL = 0.2
+#: written into a task's directory just before the launcher SIGTERMs it (``toolkit.training.preemption`` reads it)
+STOP_MARKER = "stop-requested"
 
 
 def generate_configs(spec: LaunchSpec, job_dir: Path, *, hosts: Sequence[str] | None = None) -> dict[str, TFConfig]:
@@ -92,8 +107,12 @@ class Job:
             (job_dir / "tasks" / task.name).mkdir(parents=True, exist_ok=True)
             task.log_path.write_bytes(b"")
         self.chief = next(self.tasks[n] for n, c in self.configs.items() if c.is_chief and not c.is_evaluator)
-        self.task_restarts = dict.fromkeys(self.tasks, 0)
+        self.task_restarts = dict.fromkeys(self.tasks, 0)  # after failures (the max_restarts budget)
+        self.task_preemptions = dict.fromkeys(self.tasks, 0)
         self.cluster_restarts = 0
+        self.failure_cluster_restarts = 0
+        self.preemptions = 0  # acted on, over the whole job (the max_preemptions budget)
+        self.failures = 0
         self.deaths: list[tuple[str, int | None, list[str]]] = []  # (task, code, log tail) of this cluster run
         self.signal: int | None = None
 
@@ -152,23 +171,58 @@ class Job:
     def cmd(self) -> Sequence[str]:
         return self.spec.cmd if self.wrap is None else self.wrap(self.spec.cmd)
 
+    def _marker(self, task: TaskProcess) -> Path:
+        return self.job_dir / "tasks" / task.name / STOP_MARKER
+
+    def _start(self, task: TaskProcess, fork: Callable[[Mapping[str, str]], ForkedTask] | None) -> None:
+        self._marker(task).unlink(missing_ok=True)
+        task.start(self.cmd, self._env(task), cwd=self.spec.cwd, fork=fork)
+
+    def stop(self, tasks: Sequence[TaskProcess]) -> None:
+        """SIGTERMs (then SIGKILLs) ``tasks``, each told first that this is the launcher, not a preemption."""
+        for task in tasks:
+            if task.running:
+                with contextlib.suppress(OSError):
+                    self._marker(task).write_text("the launcher stops this task\n")
+        stop_all(list(tasks))
+
     def start_all(self) -> None:
         fork = self._fork()
         for task in self.tasks.values():
-            task.start(self.cmd, self._env(task), cwd=self.spec.cwd, fork=fork)
+            self._start(task, fork)
 
-    def _restart_task(self, task: TaskProcess) -> None:
-        self.task_restarts[task.name] += 1
-        logger.warning("%s exited with %s; restarting it (%d of %d)", task.name, describe_exit(task.exit_code),
-                       self.task_restarts[task.name], self.spec.max_restarts)
-        task.start(self.cmd, self._env(task), cwd=self.spec.cwd, fork=self._fork())
+    def _budget(self, preempted: bool) -> str:
+        if preempted:
+            return f"preemption {self.preemptions} of {self.policy.max_preemptions}"
+        return f"{self.failures} of {self.spec.max_restarts}"
 
-    def _restart_cluster(self, cause: TaskProcess) -> None:
+    def _restart_task(self, task: TaskProcess, *, preempted: bool = False) -> None:
+        if preempted:
+            self.preemptions += 1
+            self.task_preemptions[task.name] += 1
+            logger.warning("%s was preempted (%s); restarting it (%s)", task.name, describe_exit(task.exit_code),
+                           self._budget(True))
+        else:
+            self.failures += 1
+            self.task_restarts[task.name] += 1
+            logger.warning("%s exited with %s; restarting it (%d of %d)", task.name, describe_exit(task.exit_code),
+                           self.task_restarts[task.name], self.spec.max_restarts)
+        self._start(task, self._fork())
+
+    def _restart_cluster(self, cause: TaskProcess, *, preempted: bool = False) -> None:
         self.cluster_restarts += 1
-        logger.warning("%s exited with %s; restarting the whole cluster (%d of %d) so it resumes from its "
-                       "last checkpoint", cause.name, describe_exit(cause.exit_code), self.cluster_restarts,
-                       self.spec.max_restarts)
-        stop_all(list(self.tasks.values()))
+        if preempted:
+            self.preemptions += 1
+            self.task_preemptions[cause.name] += 1
+            logger.warning("%s was preempted (%s); restarting the whole cluster (%s) so it resumes from its "
+                           "checkpoint", cause.name, describe_exit(cause.exit_code), self._budget(True))
+        else:
+            self.failures += 1
+            self.failure_cluster_restarts += 1
+            logger.warning("%s exited with %s; restarting the whole cluster (%d of %d) so it resumes from its "
+                           "last checkpoint", cause.name, describe_exit(cause.exit_code),
+                           self.failure_cluster_restarts, self.spec.max_restarts)
+        self.stop(list(self.tasks.values()))
         for task in self.tasks.values():
             task.join_output(5.0)
         self.configs = self._generate()
@@ -193,7 +247,7 @@ class Job:
             return None
         ended = TaskExit(task_type=task.task_type, is_chief=task is self.chief, exit_code=task.exit_code,
                          seconds_since_exit=now - task.ended_at, task_restarts=self.task_restarts[task.name],
-                         cluster_restarts=self.cluster_restarts)
+                         cluster_restarts=self.failure_cluster_restarts, preemptions=self.preemptions)
         decision = self.policy.decide(ended)
         if task.exit_code != 0 and decision is not Decision.IGNORE:
             self._note_death(task)
@@ -206,13 +260,20 @@ class Job:
             log = logger.info if task.exit_code == 0 else logger.warning
             log("%s exited with %s", task.name, describe_exit(task.exit_code))
         elif decision is Decision.RESTART_TASK:
-            self._restart_task(task)
+            self._restart_task(task, preempted=ended.preempted)
         elif decision is Decision.RESTART_CLUSTER:
-            self._restart_cluster(task)
+            self._restart_cluster(task, preempted=ended.preempted)
+        elif decision is Decision.PREEMPTED:
+            self.preemptions += 1
+            self.task_preemptions[task.name] += 1
+            headline = f"{task.name} exited with {describe_exit(task.exit_code)} and {self.policy.explain(ended)}"
+            return Outcome(EXIT_PREEMPTED, Reason.PREEMPTED, self._failure_text(headline))
         elif task is self.chief:
+            self.failures += 1
             headline = f"the chief ({task.name}) exited with {describe_exit(task.exit_code)}"
             return Outcome(shell_exit_code(task.exit_code), Reason.FAILED, self._failure_text(headline))
         else:
+            self.failures += 1
             headline = f"{task.name} exited with {describe_exit(task.exit_code)} and {self.policy.explain(ended)}"
             return Outcome(EXIT_TASK_FAILED, Reason.FAILED, self._failure_text(headline))
         return None
@@ -241,14 +302,15 @@ class Job:
         while (any(t.running for t in self.tasks.values()) and time.monotonic() < deadline
                and self.signal is None):
             time.sleep(_POLL)
-        stop_all(list(self.tasks.values()))
+        self.stop(list(self.tasks.values()))
         for task in self.tasks.values():
             task.join_output(5.0)
 
     def results(self) -> tuple[TaskResult, ...]:
         return tuple(
             TaskResult(name=t.name, task_type=t.task_type, index=t.index, exit_code=t.exit_code,
-                       restarts=t.starts - 1, stopped=t.stopped, log_path=t.log_path)
+                       restarts=t.starts - 1, stopped=t.stopped, log_path=t.log_path,
+                       preemptions=self.task_preemptions[t.name])
             for t in self.tasks.values()
         )
 
@@ -294,4 +356,4 @@ def supervise(job: Job) -> LaunchResult:
     log("job %s: %s", outcome.reason, outcome.message)
     return LaunchResult(exit_code=outcome.exit_code, reason=outcome.reason, message=outcome.message,
                         tasks=job.results(), duration=time.monotonic() - started, job_dir=job.job_dir,
-                        cluster_restarts=job.cluster_restarts)
+                        cluster_restarts=job.cluster_restarts, preemptions=job.preemptions, failures=job.failures)

@@ -42,6 +42,7 @@ from toolkit.training.options import (
     group,
     moved_keywords_error,
 )
+from toolkit.training.preemption import install
 from toolkit.training.runners import Runner, make_runner, strategy_kind
 from toolkit.training.state import OptimizerSpec, TrainState, build_state
 from toolkit.training.step import Forward, LossSpec, ResolvedMetric, TrainStep, make_forward, resolve_metrics
@@ -112,6 +113,18 @@ def _task_config(tf_config: TFConfig | None, strategy: str | tf.distribute.Strat
     if not isinstance(strategy, str):
         return cfg
     return run_role(cfg, strategy=strategy, worker_work=worker_work, **serve)
+
+
+def _arm_preemption(tf_config: TFConfig | None, model_dir: str | os.PathLike[str] | None) -> None:
+    """Installs this task's preemption handler, by role (``toolkit.training.preemption``), before it serves."""
+    from strategies._roles import is_server_role
+    from tf_config import TFConfig
+
+    cfg = TFConfig.from_env() if tf_config is None else tf_config
+    role = "server" if is_server_role(cfg) else "evaluator" if cfg.is_evaluator else "train"
+    task = "local" if cfg.is_local else f"{cfg.task_type}-{cfg.task_index}"
+    directory = os.fspath(model_dir) if isinstance(model_dir, (str, os.PathLike)) and os.fspath(model_dir) else None
+    install(role=role, model_dir=directory, task=task)
 
 
 def _build_strategy(strategy: str | tf.distribute.Strategy, cfg: TFConfig,
@@ -427,6 +440,7 @@ def fit(
         config = dataclasses.replace(config, steps_per_execution=1)
         work = worker_loop(model_fn, dataset_fn, forward=forward, metrics=resolved,
                            global_batch_size=global_batch_size, tf_config=tf_config)
+    _arm_preemption(tf_config, model_dir)
     cfg = _task_config(tf_config, strategy, options, worker_work=work)
     run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, optimizer=optimizer,
                forward=forward, metrics=resolved, config=config,

@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import keras
 import tensorflow as tf
 
 from toolkit.training.loop import LoopEvent
+from toolkit.training.preemption import record_save_seconds, watcher
 
 __all__ = ["CheckpointHook", "SummaryHook", "ProgressHook", "CallbackHook", "LogHook"]
 
@@ -39,9 +41,26 @@ class CheckpointHook:
     def _save(self, step: int) -> None:
         if step == self.last_saved:
             return
+        start = time.monotonic()
         path = self.manager.save(checkpoint_number=step)
         self.last_saved = step
-        logger.info("checkpoint saved at step %d: %s", step, path)
+        seconds = time.monotonic() - start
+        logger.info("checkpoint saved at step %d in %.2f s: %s", step, seconds, path)
+        if not self.temporary:
+            preemption = watcher()
+            record_save_seconds(self.directory, seconds, preemption.options.grace_period)
+
+    def save_now(self, step: int) -> bool:
+        """Saves at ``step`` now, off the schedule (a preemption); False if that step was saved or restored already."""
+        if step == self.last_saved:
+            return False
+        self._save(step)
+        return True
+
+    def discard_scratch(self) -> None:
+        """Removes a ``temporary`` directory now (a preempted task does not reach ``train_end``)."""
+        if self.temporary:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def __call__(self, event: LoopEvent) -> None:
         if event.kind == "train_begin":

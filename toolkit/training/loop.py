@@ -16,6 +16,11 @@ servers a closure runs at least once: if a worker is lost after a closure's
 updates landed, the closure runs again and its steps count twice, so the
 final step can exceed ``total_steps`` by the steps of such closures. If steps
 went missing, the loop schedules more until the target is reached.
+
+After every chunk (and once before the first) the loop asks
+``toolkit.training.preemption_loop.LoopPreemption`` whether a task of the job
+was preempted: if so it checkpoints at that step and raises
+``TrainingPreempted`` (exit code ``EXIT_PREEMPTED``) instead of going on.
 """
 from __future__ import annotations
 
@@ -120,8 +125,12 @@ def run_loop(runner: Runner, *, config: FitConfig, layout: StatLayout, start_ste
             at epoch ends, where multi-worker runners agree on it (a Keras
             callback setting ``model.stop_training``).
     """
+    from toolkit.training.preemption_loop import LoopPreemption
+
     record, step = LoopRecord(final_step=start_step), start_step
     _emit(hooks, LoopEvent("train_begin", step, step // config.steps_per_epoch))
+    preemption = LoopPreemption(runner, hooks)
+    preemption.check(step)
     for epoch in range(step // config.steps_per_epoch, config.epochs):
         epoch_end = (epoch + 1) * config.steps_per_epoch
         totals, clock = np.zeros([layout.width]), _Clock(step)
@@ -141,6 +150,7 @@ def run_loop(runner: Runner, *, config: FitConfig, layout: StatLayout, start_ste
             clock.examples += float(chunk[0])
             _emit(hooks, LoopEvent("steps_end", step, epoch, step - epoch * config.steps_per_epoch,
                                    layout.to_logs(totals), clock.rates(step)))
+            preemption.check(step)
             stop = runner.single_controller and stop_requested()
         logs, rates = layout.to_logs(totals), clock.rates(step)
         if validate is not None:

@@ -137,8 +137,8 @@ class RayJob(Job):
                        "actor_restarts": t.actor_restarts, "strategy": self.strategy}
                 for name, t in self.tasks.items()}
 
-    def _restart_task(self, task) -> None:  # type: ignore[override]
-        super()._restart_task(task)
+    def _restart_task(self, task, *, preempted: bool = False) -> None:  # type: ignore[override]
+        super()._restart_task(task, preempted=preempted)
         if self.on_placement is not None:
             self.on_placement(self.placement())
 

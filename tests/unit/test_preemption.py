@@ -1,0 +1,164 @@
+"""Preemption in one process: the signal checkpoints at the step reached, and a new run resumes exactly there."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import keras
+import pytest
+import tensorflow as tf
+
+import models
+from toolkit import data, fit
+from toolkit.training import CheckpointConfig, TrainingError
+from toolkit.training.preemption import (
+    EXIT_PREEMPTED,
+    PreemptionOptions,
+    TrainingPreempted,
+    check_grace,
+    install,
+    record_save_seconds,
+    take_notices,
+    watcher,
+    write_notice,
+)
+
+STEPS_PER_EPOCH = 20
+
+
+@pytest.fixture
+def clean_watcher():
+    """Restores SIGTERM's handler and the watcher afterwards (and keeps its watchdog from firing)."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield watcher()
+    watcher().done.set()
+    watcher().reset()
+    watcher().role, watcher().installed = "train", False
+    signal.signal(signal.SIGTERM, previous)
+
+
+class _SignalAt(keras.callbacks.Callback):
+    """Sends this process SIGTERM ``times`` times once the step reaches ``step`` (one step per chunk)."""
+
+    def __init__(self, step: int, times: int = 1) -> None:
+        super().__init__()
+        self.step, self.times, self.epoch, self.sent_at = step, times, 0, None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.epoch * STEPS_PER_EPOCH + batch + 1
+        if self.sent_at is None and step >= self.step:
+            self.sent_at = step
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _fit(model_dir, callbacks=()):
+    train = data.load("digits")
+    return fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(32, seed=1),
+               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), epochs=2,
+               steps_per_epoch=STEPS_PER_EPOCH, steps_per_execution=1, checkpoint=CheckpointConfig(every=1000),
+               model_dir=str(model_dir), export=False, verbose=0, callbacks=list(callbacks))
+
+
+def test_a_signal_checkpoints_at_its_step_and_the_next_run_ends_exactly(tmp_path, clean_watcher, caplog):
+    caplog.set_level(logging.INFO)
+    signaller = _SignalAt(13, times=2)  # twice in a row: the second one only says so
+    with pytest.raises(TrainingPreempted) as info:
+        _fit(tmp_path, [signaller])
+    assert info.value.code == EXIT_PREEMPTED == 143 and info.value.step == signaller.sent_at == 13
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-13")  # off the checkpoint schedule
+    assert "SIGTERM again" in caplog.text and "already preempting" in caplog.text
+    assert "preempted (SIGTERM" in caplog.text and "checkpoint at step 13 written" in caplog.text
+    clean_watcher.reset()
+    history = _fit(tmp_path)
+    assert "restored" in caplog.text and "at global step 13" in caplog.text
+    assert history.global_step == 2 * STEPS_PER_EPOCH
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"ckpt-{2 * STEPS_PER_EPOCH}")
+
+
+def test_a_signal_before_the_first_step_stops_there(tmp_path, clean_watcher):
+    install(PreemptionOptions(), role="train")
+    os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(TrainingPreempted) as info:
+        _fit(tmp_path)
+    assert info.value.step == 0 and tf.train.latest_checkpoint(str(tmp_path)) is None  # nothing done, nothing lost
+
+
+def test_the_evaluator_leaves_at_once(clean_watcher):
+    install(PreemptionOptions(), role="evaluator", task="evaluator-0")
+    with pytest.raises(TrainingPreempted) as info:
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.sigtimedwait([], 0.1)  # let the handler run
+    assert info.value.code == EXIT_PREEMPTED and info.value.step is None
+
+
+def test_options_validate_and_read_the_environment():
+    assert PreemptionOptions().grace_period < 30  # below Kubernetes' default kill deadline
+    env = {"TFDIST_PREEMPTION_GRACE": "12.5", "TFDIST_PREEMPTION_SIGNAL": "usr1", "TFDIST_PREEMPTION_AGREE_EVERY": "4"}
+    options = PreemptionOptions.from_env(env)
+    assert (options.grace_period, options.signal, options.agree_every) == (12.5, signal.SIGUSR1, 4)
+    assert PreemptionOptions.from_env(env, grace_period=3.0).grace_period == 3.0
+    with pytest.raises(TrainingError, match=r"TFDIST_PREEMPTION_GRACE is 'soon'; expected a float") as info:
+        PreemptionOptions.from_env({"TFDIST_PREEMPTION_GRACE": "soon"})
+    assert info.value.field == "grace_period"
+    with pytest.raises(TrainingError, match=r"`signal` is 'SIGKILL'.*cannot be caught"):
+        PreemptionOptions(signal="SIGKILL")
+    with pytest.raises(TrainingError, match=r"`signal` is 'SIGNOPE', which is no signal name"):
+        PreemptionOptions(signal="SIGNOPE")
+    with pytest.raises(TrainingError, match=r"`grace_period` is 0; expected seconds"):
+        PreemptionOptions(grace_period=0)
+    with pytest.raises(TrainingError, match=r"`agree_every` is 0; expected a whole number"):
+        PreemptionOptions(agree_every=0)
+
+
+def test_notices_reach_the_chief_once_and_stale_ones_are_dropped(tmp_path):
+    write_notice(str(tmp_path), "worker-1", 15, wall=100.0)
+    write_notice(str(tmp_path), "ps-0", 15, wall=200.0)
+    record_save_seconds(str(tmp_path), 0.5, grace=25.0)  # lives beside the notices; never taken for one
+    assert [n["task"] for n in take_notices(str(tmp_path), since=150.0)] == ["ps-0"]
+    assert take_notices(str(tmp_path), since=0.0) == []
+
+
+def test_a_checkpoint_slower_than_the_grace_is_reported_when_written_and_at_start_up(tmp_path, caplog):
+    record_save_seconds(str(tmp_path), 1.0, grace=25.0)
+    check_grace(str(tmp_path), 25.0)
+    assert "grace" not in caplog.text
+    record_save_seconds(str(tmp_path), 40.0, grace=25.0)
+    assert "a checkpoint took 40.0 s to write, longer than the preemption grace period (25 s)" in caplog.text
+    caplog.clear()
+    record_save_seconds(str(tmp_path), 2.0, grace=25.0)  # the longest one is kept
+    check_grace(str(tmp_path), 25.0)
+    assert "the grace period for a preemption is 25 s, but a checkpoint of this job took 40.0 s" in caplog.text
+
+
+_CHILD = textwrap.dedent("""
+    import logging, os, signal, sys, time
+    logging.basicConfig(level=logging.INFO)
+    from toolkit.training.preemption import PreemptionOptions, install
+    install(PreemptionOptions(grace_period=1.0), role="train", task="worker-0")
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # a loop that never reaches its next check
+""")
+
+
+def test_the_grace_ends_a_task_and_the_launcher_s_own_sigterm_is_no_preemption(tmp_path):
+    from toolkit.launcher._supervisor import STOP_MARKER
+
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / STOP_MARKER).write_text("stop")
+    procs = {name: subprocess.Popen([sys.executable, "-c", _CHILD], env={**os.environ, "TFDIST_TASK_DIR": str(path)},
+                                    stderr=subprocess.PIPE, text=True)
+             for name, path in (("preempted", tmp_path), ("stopped", stopped))}  # in parallel: one import's time
+    out = {name: proc.communicate(timeout=120)[1] for name, proc in procs.items()}
+    assert procs["stopped"].returncode == -signal.SIGTERM and "preempted" not in out["stopped"]
+    assert procs["preempted"].returncode == EXIT_PREEMPTED, out["preempted"]
+    assert "worker-0 was preempted" in out["preempted"]
+    assert "the grace period of 1 s ran out before the checkpoint was written; exiting with 143" in out["preempted"]

@@ -1,0 +1,78 @@
+"""Preemptions in the launcher's policy: their own budget, their own decision, counted apart. No processes."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from toolkit.launcher import Decision, FailurePolicy, LaunchError, LaunchSpec, TaskExit
+from toolkit.launcher._result import EXIT_PREEMPTED, LaunchResult, Reason, is_preemption
+
+D = Decision
+PS = FailurePolicy(max_restarts=0, settle_period=5.0, parameter_server=True, max_preemptions=2)
+PS_RESUMES = dataclasses.replace(PS, restartable=True)
+MWMS = FailurePolicy(max_restarts=0, settle_period=5.0, max_preemptions=2)
+MWMS_RESUMES = dataclasses.replace(MWMS, restartable=True)
+
+
+def _exit(task_type, code, *, after=10.0, task_restarts=0, cluster_restarts=0, preemptions=0):
+    return TaskExit(task_type=task_type, is_chief=task_type in ("chief", "master"), exit_code=code,
+                    seconds_since_exit=after, task_restarts=task_restarts, cluster_restarts=cluster_restarts,
+                    preemptions=preemptions)
+
+
+def test_what_counts_as_a_preemption():
+    assert EXIT_PREEMPTED == 143
+    assert is_preemption(143) and is_preemption(-15)
+    assert not any(is_preemption(code) for code in (0, 1, -9, 137, -6, None))
+    assert _exit("worker", 143).preempted and not _exit("worker", -9).preempted
+
+
+@pytest.mark.parametrize("policy, ended, decision", [
+    # a preempted chief restarts the cluster on the preemption budget, even with max_restarts=0
+    (PS_RESUMES, _exit("chief", 143, after=0.0), D.RESTART_CLUSTER),
+    (MWMS_RESUMES, _exit("chief", -15, after=0.0), D.RESTART_CLUSTER),
+    (PS_RESUMES, _exit("chief", 143, preemptions=2), D.PREEMPTED),
+    (PS, _exit("chief", 143), D.PREEMPTED),  # not restartable: the engine above restarts it
+    # a preempted parameter-server worker (or the evaluator) comes back alone, after the settle period
+    (PS, _exit("worker", 143, after=4.9), D.WAIT),
+    (PS, _exit("worker", 143), D.RESTART_TASK),
+    (PS, _exit("worker", 143, task_restarts=5), D.RESTART_TASK),  # failures do not spend preemptions
+    (PS, _exit("worker", -15, preemptions=2), D.PREEMPTED),
+    (MWMS, _exit("evaluator", 143), D.RESTART_TASK),
+    (MWMS, _exit("evaluator", 143, preemptions=2), D.PREEMPTED),
+    # a ps, or a multi-worker-mirrored worker, needs the whole cluster back
+    (PS_RESUMES, _exit("ps", 143), D.RESTART_CLUSTER),
+    (PS_RESUMES, _exit("ps", 143, cluster_restarts=9), D.RESTART_CLUSTER),
+    (PS, _exit("ps", 143), D.PREEMPTED),
+    (MWMS_RESUMES, _exit("worker", 143, after=1.0), D.WAIT),
+    (MWMS_RESUMES, _exit("worker", 143), D.RESTART_CLUSTER),
+    (MWMS_RESUMES, _exit("worker", 143, preemptions=2), D.PREEMPTED),
+    # a SIGKILL is no preemption: it stays on the failure budget
+    (PS_RESUMES, _exit("chief", -9), D.FAIL_JOB),
+    (PS, _exit("worker", -9), D.FAIL_JOB),
+])
+def test_preemption_decisions(policy, ended, decision):
+    assert policy.decide(ended) is decision
+
+
+def test_preemptions_are_explained_and_the_budget_validates():
+    assert PS_RESUMES.explain(_exit("chief", 143, preemptions=2)) == (
+        "was preempted; the job ends as preempted (the job was already restarted after 2 preemption(s) "
+        "(max_preemptions=2))")
+    assert MWMS.explain(_exit("worker", 143)) == (
+        "was preempted; the job ends as preempted (the entrypoint is not restartable)")
+    with pytest.raises(LaunchError, match=r"`max_preemptions` is -1; expected an integer >= 0") as info:
+        FailurePolicy(max_preemptions=-1)
+    assert info.value.field == "max_preemptions"
+    spec = LaunchSpec(cmd=("python", "-c", "pass"), workers=2, ps=1, restartable=True, max_preemptions=7)
+    assert FailurePolicy.of(spec).max_preemptions == 7
+    with pytest.raises(LaunchError, match="max_preemptions"):
+        LaunchSpec(cmd=("python", "-c", "pass"), max_preemptions=-2)
+
+
+def test_a_launch_result_counts_preemptions_apart_from_failures(tmp_path):
+    result = LaunchResult(exit_code=EXIT_PREEMPTED, reason=Reason.PREEMPTED, message="m", tasks=(), duration=1.0,
+                          job_dir=tmp_path, cluster_restarts=2, preemptions=3, failures=1)
+    assert (result.preemptions, result.failures, str(result.reason)) == (3, 1, "preempted")
+    assert not result.ok

@@ -1,0 +1,124 @@
+"""The training loop's side of preemption: agree on a step, checkpoint there, leave with ``EXIT_PREEMPTED``.
+
+``run_loop`` asks ``LoopPreemption.check`` after every chunk of steps (and
+once before the first). Who decides depends on the runner:
+
+* one controller (the parameter-server chief, a one-process run): its own
+  signal, or a ps's notice, stops the job at the step the variable holds after
+  the steps in flight; a worker's notice only makes it checkpoint there and go
+  on (the coordinator moves that worker's work to the others);
+* every worker runs the loop (MultiWorkerMirrored): every ``agree_every``
+  steps the workers all-reduce whether any of them was signalled, so they all
+  stop at the same step, save together (a save may involve collectives), and
+  leave.
+
+The checkpoint goes through the loop's own ``CheckpointHook``\\ s, so it is the
+same checkpoint a restart restores; Keras callbacks are not told the training
+ended (``BackupAndRestore`` must keep its backup), and the parameter-server
+chief tells its servers to exit with ``EXIT_PREEMPTED`` too.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from toolkit.training.hooks import CheckpointHook
+from toolkit.training.loop import Hook
+from toolkit.training.preemption import (
+    EXIT_PREEMPTED,
+    TrainingPreempted,
+    Watcher,
+    check_grace,
+    install,
+    take_notices,
+    watcher,
+)
+from toolkit.training.runners import Runner
+
+__all__ = ["LoopPreemption"]
+
+logger = logging.getLogger(__name__)
+
+
+class LoopPreemption:
+    """Checks for a preemption between chunks and carries it out."""
+
+    def __init__(self, runner: Runner, hooks: Sequence[Hook], *, watch: Watcher | None = None) -> None:
+        self.runner = runner
+        self.watch = watch if watch is not None else watcher()
+        # Installed here too: a loop called without fit (Keras model.fit) has no handler yet, and
+        # MultiWorkerMirroredStrategy's coordination service replaces the one fit installed with its own.
+        install(self.watch.options if self.watch.installed else None, role="train")
+        self.checkpoints = [h for h in hooks if isinstance(h, CheckpointHook)]
+        self.model_dir = next((h.directory for h in self.checkpoints if not h.temporary), None)
+        self.started_wall = time.time()
+        self.agree_every = self.watch.options.agree_every
+        self.next_agreement = 0
+        self.last_step: int | None = None  # the step of the previous check
+        self.signal_step: int | None = None  # the last step known before this task saw its signal
+        if self.model_dir is not None:
+            check_grace(self.model_dir, self.watch.options.grace_period)
+
+    def check(self, step: int) -> None:
+        """Called with the global step after each chunk; raises ``TrainingPreempted`` when the job must stop."""
+        before, self.last_step = self.last_step, step
+        if self.watch.requested and self.signal_step is None:
+            self.signal_step = step if before is None else before
+        if self.runner.single_controller:
+            stop = self.watch.requested
+            notices = self._notices()
+            stop = stop or any(str(n.get("task", "")).startswith("ps-") for n in notices)
+            if not stop and notices:
+                names = ", ".join(str(n.get("task")) for n in notices)
+                seconds = self._save(step)
+                logger.warning("%s preempted: %s; training goes on without it until it is restarted", names,
+                               _saved(step, seconds))
+                return
+        else:
+            if step < self.next_agreement:
+                return
+            self.next_agreement = (step // self.agree_every + 1) * self.agree_every
+            stop = self.runner.agree(self.watch.requested)
+        if stop:
+            self._stop(step)
+
+    def _notices(self) -> list[dict[str, object]]:
+        if self.model_dir is None or not getattr(self.runner, "coordinator", None):
+            return []
+        return take_notices(self.model_dir, since=self.started_wall - 1.0)
+
+    def _save(self, step: int) -> float | None:
+        """Seconds the checkpoint at ``step`` took; None when it was written (or restored from) already."""
+        start = time.monotonic()
+        wrote = [hook.save_now(step) for hook in self.checkpoints]
+        return time.monotonic() - start if any(wrote) else None
+
+    def _stop(self, step: int) -> None:
+        seconds = self._save(step)
+        for hook in self.checkpoints:
+            hook.discard_scratch()
+        who = (f"{self.watch.signal_name()} {self.watch.seconds_since():.1f} s ago" if self.watch.requested
+               else "another task's preemption")
+        since = "" if self.signal_step is None else f", after step {self.signal_step}"
+        where = _saved(step, seconds) if self.checkpoints else \
+            f"no checkpoint configured: the job resumes from its last one (step {step} not saved)"
+        logger.warning("preempted (%s%s): %s; exiting with %d", who, since, where, EXIT_PREEMPTED)
+        self.watch.done.set()
+        _goodbye(self.runner)
+        raise TrainingPreempted(step if self.checkpoints else None)
+
+
+def _saved(step: int, seconds: float | None) -> str:
+    if seconds is None:
+        return f"step {step} is checkpointed already (or the job started there)"
+    return f"checkpoint at step {step} written in {seconds:.2f} s"
+
+
+def _goodbye(runner: Runner) -> None:
+    """A parameter-server chief tells its servers to exit with ``EXIT_PREEMPTED`` (elsewhere: nothing)."""
+    if getattr(runner, "coordinator", None) is None:
+        return
+    from strategies import shutdown_cluster
+
+    shutdown_cluster(runner.strategy, EXIT_PREEMPTED)
