@@ -86,10 +86,7 @@ def generate(
     strict = errors_of(validate({"cluster": cluster, "task": Task(t0, i0).to_dict(), **layout.extras}, strict=True))
     if strict:
         raise TFConfigError(strict)
-    return [
-        TFConfig.from_dict({"cluster": cluster, "task": Task(t, i).to_dict(), **layout.extras})
-        for t, i in slots
-    ]
+    return TFConfig._for_tasks(cluster, [Task(t, i) for t, i in slots], layout.extras)
 
 
 def _tf2(request: _Request) -> _Layout:

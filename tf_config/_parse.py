@@ -11,6 +11,7 @@ from typing import Any
 
 from ._errors import Problem
 from ._suggest import show
+from .limits import MAX_FILE_BYTES
 
 DOC = "TF_CONFIG"
 
@@ -47,6 +48,10 @@ def _parse_text(text: str, strict: bool) -> tuple[dict | None, list[Problem]]:
             "TF_CONFIG is empty; expected a JSON object. Unset TF_CONFIG for a one-process run, "
             "or generate one with `tf_config.generate()`.",
         )]
+    if len(text) > MAX_FILE_BYTES:
+        return None, [Problem("error", DOC, f"TF_CONFIG has {len(text):,} characters; tfdist reads at most "
+                                            f"{MAX_FILE_BYTES:,}. A real TF_CONFIG is a few KiB: check what "
+                                            "was passed.")]
     duplicates: list[str] = []
 
     def _pairs(pairs: list[tuple[str, Any]]) -> dict:
@@ -63,6 +68,9 @@ def _parse_text(text: str, strict: bool) -> tuple[dict | None, list[Problem]]:
         return None, [_json_problem(text, exc)]
     except RecursionError:
         return None, [Problem("error", DOC, "TF_CONFIG nests too deeply to be a TF_CONFIG. Flatten it.")]
+    except ValueError as exc:  # int() refuses numbers of more than 4,300 digits
+        return None, [Problem("error", DOC, f"TF_CONFIG has a number JSON cannot read ({exc}). "
+                                            "Task indexes and ports are small integers: fix the number.")]
     problems = [
         Problem(
             "error" if strict else "warning", DOC,

@@ -97,14 +97,14 @@ def read_rendered(text: str, *, yaml_file: bool = False) -> str | dict:
     reports it as the JSON it is not.
     """
     if yaml_file:
-        import yaml
+        from ._yaml import YAMLInputError, safe_load
 
         try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
+            return safe_load(text)
+        except YAMLInputError as exc:
             raise TFConfigError([Problem(
-                "error", "TF_CONFIG", f"the file is not valid YAML ({exc}). Fix the YAML or give JSON.",
-            )]) from exc
+                "error", "TF_CONFIG", f"the file is not valid YAML ({exc}) Fix the YAML or give JSON.",
+            )]) from None
     if text.lstrip().startswith(("{", "[")):
         return text
     match = _ASSIGNMENT.search(text)

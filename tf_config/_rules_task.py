@@ -5,6 +5,7 @@ What TensorFlow reads and then works with (a string index it casts with
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,9 @@ from ._rules_cluster import TASK_TYPES, risky
 from ._suggest import did_you_mean, show
 
 TASK_KEYS = ("type", "index", "trial", "cloud")
+# What int() reads as a whole number: ASCII or other decimal digits (not "²"), at most 18 of them
+# (a larger index cannot name a task, and int() of 5,000 digits raises).
+_INDEX_TEXT = re.compile(r"\s*-?\d{1,18}\s*")
 
 
 def index_value(index: Any) -> int | None:
@@ -23,7 +27,7 @@ def index_value(index: Any) -> int | None:
         return index
     if isinstance(index, float) and index.is_integer():
         return int(index)
-    if isinstance(index, str) and index.strip().lstrip("-").isdigit():
+    if isinstance(index, str) and _INDEX_TEXT.fullmatch(index):
         return int(index)
     return None
 

@@ -16,15 +16,33 @@ Example:
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from ._suggest import did_you_mean, show
 
-__all__ = ["FieldError", "Problem", "ProblemsError", "Severity", "did_you_mean", "errors_of", "show"]
+__all__ = ["FieldError", "Problem", "ProblemsError", "Severity", "did_you_mean", "errors_of", "printable", "show"]
 
 Severity = Literal["error", "warning"]
+
+# What a message must not carry to a terminal: lone surrogates (a UTF-8 stream refuses them),
+# NUL and the other control characters (escape sequences rewrite the screen), but not newlines.
+_UNPRINTABLE = re.compile(r"[\ud800-\udfff\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every surrogate and control character (but newline and tab) escaped.
+
+    Messages quote what the user sent, and a field name may be a key the user
+    chose, so anything printed is made safe to print once, here.
+
+    Example:
+        >>> print(printable("a" + chr(0) + "b" + chr(0xDC80)))
+        a\\x00b\\udc80
+    """
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 class FieldError(ValueError):
@@ -36,8 +54,8 @@ class FieldError(ValueError):
     """
 
     def __init__(self, message: str, *, field: str) -> None:
-        super().__init__(message)
-        self.field = field
+        super().__init__(printable(message))
+        self.field = printable(field)
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,8 @@ class Problem:
             raise ValueError(
                 f"Problem `severity` is {self.severity!r}; expected 'error' or 'warning'."
             )
+        object.__setattr__(self, "field", printable(self.field))
+        object.__setattr__(self, "message", printable(self.message))
 
     @property
     def is_error(self) -> bool:

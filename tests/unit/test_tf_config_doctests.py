@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 MODULES = ["tf_config", "tf_config._model", "tf_config._generate", "tf_config._render",
-           "tf_config._explain", "tf_config._suggest", "tf_config._validate", "tf_config.ports"]
+           "tf_config._explain", "tf_config._suggest", "tf_config._validate", "tf_config._yaml", "tf_config.ports"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -6,13 +6,14 @@ fallback instead of raising. The spec builder raises once, at the end.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toolkit.jobs.errors import Problem, did_you_mean, show
 
-_INT_TEXT = re.compile(r"[+-]?\d+")
+_INT_TEXT = re.compile(r"[+-]?\d{1,18}")  # int() reads these; longer would not fit an int64 anyway
 
 
 class FieldReader:
@@ -89,13 +90,13 @@ class FieldReader:
         if key not in doc or doc[key] is None:
             return None
         value = doc[key]
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             try:
-                return float(value)
-            except ValueError:
-                pass
+                number = float(value)
+            except (ValueError, OverflowError):
+                number = math.nan
+            if math.isfinite(number):
+                return number
         self.error(f"{path}.{key}", value, "a number", f"Set `{key}` to a number such as 0.01.")
         return None
 

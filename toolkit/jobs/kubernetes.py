@@ -71,7 +71,7 @@ class KubernetesBackend:
         if errors:
             raise BackendError("the rendered TFJob does not validate against the CRD schema:\n  "
                                + "\n  ".join(errors))
-        errors = [f"{pod}: {p}" for pod, text in pod_tf_configs(manifest).items()
+        errors = [f"{pod}: {p}" for pod, text in pod_tf_configs(manifest, ends_only=True).items()
                   for p in validate(text) if p.is_error]
         if errors:
             raise BackendError("the operator would give these pods a TF_CONFIG TensorFlow cannot use:\n  "

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from toolkit.jobs._cmle import read_cmle
 from toolkit.jobs._fields import FieldReader
+from toolkit.jobs._hygiene import check_values
 from toolkit.jobs._training_input import MODULE_PATTERN, ReplicaConfig, TrainingInput
 from toolkit.jobs._vertex import is_vertex, read_vertex
 from toolkit.jobs.errors import JobSpecError, Problem
+from toolkit.jobs.limits import check_limits
 from toolkit.jobs.names import validate_job_name
 
 __all__ = ["JobSpec", "TrainingInput", "ReplicaConfig", "MODULE_PATTERN"]
@@ -63,11 +63,15 @@ class JobSpec:
     def from_dict(cls, doc: Mapping[str, Any], *, job_id: str | None = None,
                   overrides: Mapping[str, Any] | None = None) -> JobSpec:
         """Validates a parsed job config; raises ``JobSpecError`` listing every error."""
+        unusable = check_values(doc) + check_values(overrides or {}, "trainingInput")
+        if unusable:
+            raise JobSpecError(unusable)
         reader = FieldReader()
         doc = reader.mapping(doc, "job config")
         vertex = is_vertex(doc)
         read = read_vertex if vertex else read_cmle
         kwargs, labels, file_job_id = read(reader, doc, dict(overrides or {}))
+        check_limits(reader, kwargs, vertex=vertex)
         labels = _read_labels(reader, labels)
         name = _resolve_job_id(reader, job_id, file_job_id)
         if not reader.ok:
@@ -81,17 +85,23 @@ class JobSpec:
     def from_file(cls, path: str | Path, *, job_id: str | None = None,
                   overrides: Mapping[str, Any] | None = None) -> JobSpec:
         """Reads a YAML or JSON job config (YAML is a superset of JSON)."""
+        from tf_config._yaml import YAMLInputError, safe_load
+        from tf_config.limits import read_text
+
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path)
         except OSError as exc:
             raise JobSpecError([Problem("error", "path", f"cannot read {str(path)!r}: "
-                                        f"{exc.strerror}. Check the path.")]) from exc
+                                        f"{exc.strerror}. Check the path.")]) from None
+        except ValueError as exc:  # too large, or not UTF-8
+            raise JobSpecError([Problem("error", "path", f"cannot read {str(path)!r}: {exc}. A job config "
+                                        "is UTF-8 YAML or JSON of a few KiB.")]) from None
         try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise JobSpecError([Problem("error", "path", f"{str(path)!r} is not valid YAML or "
-                                        f"JSON: {exc}. Fix the syntax at the line shown.")]) from exc
+            doc = safe_load(text)
+        except YAMLInputError as exc:
+            raise JobSpecError([Problem("error", "path", f"{str(path)!r} is not valid YAML or JSON: "
+                                        f"{exc} Fix it at the line shown.")]) from None
         return cls.from_dict({} if doc is None else doc, job_id=job_id, overrides=overrides)
 
     @property

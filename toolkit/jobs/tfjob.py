@@ -175,8 +175,13 @@ def _warnings(spec: JobSpec) -> list[str]:
     return out
 
 
-def pod_tf_configs(manifest: dict[str, Any]) -> dict[str, str]:
+def pod_tf_configs(manifest: dict[str, Any], *, ends_only: bool = False) -> dict[str, str]:
     """The TF_CONFIG the TFJob operator puts in each pod, keyed by pod name.
+
+    With ``ends_only`` only the first and last pod of each replica type: every
+    pod's TF_CONFIG repeats the whole cluster, so all of them together grow with
+    the square of the task count, and the pods between the ends pass or fail
+    validation exactly as the ends do.
 
     As the operator (kubeflow.org/v1) builds it: every replica type, the
     evaluator included, is listed under its lower-cased name with one
@@ -201,7 +206,7 @@ def pod_tf_configs(manifest: dict[str, Any]) -> dict[str, str]:
                for kind_, kind in sorted(((k, k.lower()) for k in specs), key=lambda pair: pair[1])}
     return {f"{name}-{kind}-{i}": json.dumps({"cluster": cluster, "task": {"type": kind, "index": i},
                                               "environment": "cloud"})
-            for kind, count in counts.items() for i in range(count)}
+            for kind, count in counts.items() for i in ((0, count - 1) if ends_only and count > 2 else range(count))}
 
 
 def _port(replica: dict[str, Any]) -> int:
