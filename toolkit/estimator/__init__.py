@@ -84,6 +84,9 @@ _EXPORTS: dict[str, str] = {
     "DNNEstimator": "toolkit.estimator.canned",
     "LinearEstimator": "toolkit.estimator.canned",
     "DNNLinearCombinedEstimator": "toolkit.estimator.canned",
+    "BaselineClassifier": "toolkit.estimator.canned",
+    "BaselineRegressor": "toolkit.estimator.canned",
+    "BaselineEstimator": "toolkit.estimator.canned",
 }
 
 _MODULES = ("export", "experimental", "inputs", "tpu")

@@ -31,6 +31,9 @@ _EXPORTS: dict[str, str] = {
     "DNNEstimator": "toolkit.estimator.canned.head_based",
     "LinearEstimator": "toolkit.estimator.canned.head_based",
     "DNNLinearCombinedEstimator": "toolkit.estimator.canned.head_based",
+    "BaselineClassifier": "toolkit.estimator.canned.baseline",
+    "BaselineRegressor": "toolkit.estimator.canned.baseline",
+    "BaselineEstimator": "toolkit.estimator.canned.baseline",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
 
-__all__ = ["from_keras", "is_keras_optimizer"]
+__all__ = ["KerasUpdates", "from_keras", "graph_keras_optimizer", "is_keras_optimizer"]
 
 logger = logging.getLogger(__name__)
 _v1 = tf.compat.v1.train
@@ -93,3 +93,55 @@ def from_keras(field: str, optimizer: Any) -> Callable[[], Any]:
                           "TF1 optimizer cannot do. Drop them, or pass a tf.compat.v1.train optimizer.", field=field)
     logger.info("%s: Keras %s(learning_rate=%g) trains as its tf.compat.v1.train twin", field, name, rate)
     return lambda: builder(config)
+
+
+class KerasUpdates:
+    """A Keras 2 optimizer trained through ``get_updates``, as TF 2's canned estimators trained any optimizer.
+
+    With a global step the optimizer's ``iterations`` become the global step
+    (TF's ``optimizer.iterations = get_or_create_global_step()``), so one
+    update advances it.
+    """
+
+    def __init__(self, optimizer: Any) -> None:
+        self.optimizer = optimizer
+
+    def minimize(self, loss: Any, global_step: Any = None, var_list: Any = None) -> Any:
+        if global_step is not None:
+            self.optimizer.iterations = global_step
+        variables = list(var_list) if var_list else tf.compat.v1.trainable_variables()
+        return self.optimizer.get_updates(loss, variables)[0]
+
+
+def _legacy_twin(optimizer: Any) -> Callable[[], Any] | None:
+    """A builder of the ``tf_keras.optimizers.legacy`` optimizer of the same class and settings, or None."""
+    import inspect
+
+    import tf_keras
+    cls = getattr(tf_keras.optimizers.legacy, type(optimizer).__name__, None)
+    if cls is None:
+        return None
+    accepted = set(inspect.signature(cls.__init__).parameters) | {"clipnorm", "clipvalue", "global_clipnorm"}
+    config = dict(optimizer.get_config())
+    dropped = {k: v for k, v in config.items() if k not in accepted}
+    if any(k in _OFF and v not in _OFF[k] for k, v in dropped.items()):
+        return None
+    kept = {k: v for k, v in config.items() if k in accepted and v is not None}
+    rate = kept.get("learning_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, numbers.Real)):
+        return None
+    return lambda: cls(**kept)
+
+
+def graph_keras_optimizer(optimizer: Any) -> Callable[[], KerasUpdates] | None:
+    """How a Keras optimizer of any class trains in a graph: its own ``get_updates`` (Keras 2), else its Keras 2 twin.
+
+    None when it has neither: a Keras 3 class that Keras 2 lacks, or settings
+    (weight decay, EMA, a schedule object) Keras 2's class cannot take.
+    """
+    if callable(getattr(optimizer, "get_updates", None)):
+        return lambda: KerasUpdates(optimizer)
+    twin = _legacy_twin(optimizer)
+    if twin is None:
+        return None
+    return lambda: KerasUpdates(twin())

@@ -11,7 +11,11 @@ RMSProp's epsilon 1e-7, Adagrad's and Ftrl's initial accumulator 0.1).
 An instance of ``tf.compat.v1.train.Optimizer`` (e.g. ``AdamOptimizer(0.01)``,
 ``SyncReplicasOptimizer(...)``) is used as given; a callable is called inside
 the graph, as TF did, so a learning-rate schedule may read the global step.
-A Keras optimizer (what TF 2 code passes) is translated to its v1 twin, see
+A Keras optimizer (what TF 2 code passes) of the five classes TF named is
+translated to its v1 twin; any other Keras 2 optimizer (``tf_keras``,
+including your own subclass) trains through its ``get_updates``, with the
+global step as its ``iterations``, as TF 2 did; a Keras 3 optimizer of
+another class trains as its ``tf_keras.optimizers.legacy`` twin. See
 ``_keras_optimizers``.
 """
 from __future__ import annotations
@@ -22,7 +26,12 @@ from typing import Any
 import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
-from toolkit.estimator.canned._keras_optimizers import from_keras, is_keras_optimizer
+from toolkit.estimator.canned._keras_optimizers import (
+    KerasUpdates,
+    from_keras,
+    graph_keras_optimizer,
+    is_keras_optimizer,
+)
 
 __all__ = ["DEFAULT_LEARNING_RATES", "OPTIMIZER_NAMES", "check_optimizer", "get_optimizer", "is_v1_optimizer"]
 
@@ -70,7 +79,13 @@ def check_optimizer(field: str, value: Any) -> Any:
                               "function returning one.", field=field)
         return value
     if is_keras_optimizer(value):
-        return from_keras(field, value)
+        try:
+            return from_keras(field, value)
+        except CannedError:
+            builder = graph_keras_optimizer(value)
+            if builder is None:
+                raise
+            return builder
     if is_v1_optimizer(value) or callable(value):
         return value
     raise CannedError(f"`{field}` is {type(value).__name__} {value!r}; expected an optimizer name "
@@ -93,6 +108,10 @@ def get_optimizer(field: str, value: Any, *, learning_rate: float | None) -> Any
         return OPTIMIZER_NAMES[value](rate)
     if not is_v1_optimizer(value) and callable(value) and not is_keras_optimizer(value):
         value = value()
+    if isinstance(value, KerasUpdates):
+        return value
+    if is_keras_optimizer(value) and callable(getattr(value, "get_updates", None)):
+        return KerasUpdates(value)
     if is_keras_optimizer(value):
         raise CannedError(f"`{field}` returned the Keras optimizer {type(value).__name__} inside the graph, "
                           "where its settings cannot be read. Pass the Keras optimizer itself (not a function "

@@ -292,8 +292,9 @@ def _optimizer_updates(optimizer: Any, loss: tf.Tensor, variables: list[Any]) ->
     """``optimizer.get_updates`` as TF 2's heads called it; other Keras optimizers train as their v1 twin."""
     if hasattr(optimizer, "get_updates"):
         return optimizer.get_updates(loss, variables)[0]
-    from toolkit.estimator.canned._keras_optimizers import from_keras
-    return from_keras("optimizer", optimizer)().minimize(loss, var_list=variables)
+    from toolkit.estimator.canned.optimizers import check_optimizer, get_optimizer
+    resolved = get_optimizer("optimizer", check_optimizer("optimizer", optimizer), learning_rate=None)
+    return resolved.minimize(loss, var_list=variables)
 
 
 def write_summaries(loss: tf.Tensor, regularization_losses: Sequence[Any] | None,
