@@ -15,6 +15,8 @@ from toolkit.estimator import (
     EstimatorError,
     LogisticRegressionHead,
     MultiClassHead,
+    MultiHead,
+    MultiLabelHead,
     PoissonRegressionHead,
     RegressionHead,
 )
@@ -134,3 +136,44 @@ def test_bad_arguments_raise_tfs_phrases_in_the_house_style():
         BinaryClassHead().loss(np.array([[2.0]]), np.ones((1, 1), np.float32))
     with pytest.raises(ValueError, match="You must provide a labels Tensor"):
         BinaryClassHead().loss(None, np.ones((1, 1), np.float32))
+
+
+def _sigmoid_ce(label, logit):
+    return math.log(1 + math.exp(-logit)) if label else math.log(1 + math.exp(logit))
+
+
+def test_multi_label_head_loss_metrics_and_sparse_labels():
+    head = MultiLabelHead(3, classes_for_class_based_metrics=[1])
+    logits = np.array([[-1.0, 1.0, 2.0], [1.0, -1.0, 0.0]], np.float32)
+    labels = np.array([[0, 1, 1], [1, 0, 0]])
+    # per example: the mean of the three sigmoid cross-entropies; then the mean over the batch
+    rows = [sum(_sigmoid_ce(y, z) for y, z in zip(ys, zs, strict=True)) / 3
+            for ys, zs in zip(labels, logits, strict=True)]
+    expected = sum(rows) / 2
+    assert float(head.loss(labels, logits)) == pytest.approx(expected, rel=1e-5)
+    sparse = tf.SparseTensor([[0, 0], [0, 1], [1, 0]], np.array([1, 2, 0], np.int64), [2, 2])
+    assert float(head.loss(sparse, logits)) == pytest.approx(expected, rel=1e-5)
+    got = _results(head.update_metrics(head.metrics(), {}, logits, labels))
+    # class 1's probabilities: sigmoid(1), sigmoid(-1): mean 0.5; every positive outscores every negative
+    assert got["probability_mean/class1"] == pytest.approx(0.5)
+    assert got["auc"] == pytest.approx(1.0) and got["average_loss"] == pytest.approx(expected, rel=1e-5)
+    with pytest.raises(ValueError, match="n_classes must be > 1 for multi-label"):
+        MultiLabelHead(1)
+
+
+def test_multi_head_sums_named_losses_and_merges_exports():
+    head = MultiHead([MultiClassHead(3, name="a"), BinaryClassHead(name="b")], head_weights=[1.0, 2.0])
+    logits = np.array([[1.0, 2.0, 3.0, 0.5]], np.float32)
+    labels = {"a": np.array([[2]]), "b": np.array([[1]])}
+    a = -math.log(math.exp(3) / (math.exp(1) + math.exp(2) + math.exp(3)))
+    b = _sigmoid_ce(1, 0.5)
+    assert float(head.loss(labels, logits)) == pytest.approx(a + 2 * b, rel=1e-5)
+    assert head.logits_dimension == 4 and head.name == "a_b"
+    with tf.Graph().as_default():
+        spec = head.create_estimator_spec(features={}, mode="infer", logits=tf.constant(logits))
+        assert ("b", "logistic") in spec.predictions
+        assert {"serving_default", "predict", "a/classification", "b/regression"} <= set(spec.export_outputs)
+    with pytest.raises(ValueError, match="All given heads must have name specified"):
+        MultiHead([BinaryClassHead()])
+    with pytest.raises(ValueError, match=r"labels has missing values for head\(s\): \['b'\]"):
+        head.loss({"a": np.array([[2]])}, logits)

@@ -81,6 +81,8 @@ _EXPORTS: dict[str, str] = {
     "RegressionHead": "toolkit.estimator.head",
     "PoissonRegressionHead": "toolkit.estimator.head",
     "LogisticRegressionHead": "toolkit.estimator.head",
+    "MultiLabelHead": "toolkit.estimator.head",
+    "MultiHead": "toolkit.estimator.head",
     "DNNEstimator": "toolkit.estimator.canned",
     "LinearEstimator": "toolkit.estimator.canned",
     "DNNLinearCombinedEstimator": "toolkit.estimator.canned",

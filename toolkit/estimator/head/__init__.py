@@ -19,6 +19,8 @@ _EXPORTS: dict[str, str] = {
     "RegressionHead": "toolkit.estimator.head.regression",
     "PoissonRegressionHead": "toolkit.estimator.head.regression",
     "LogisticRegressionHead": "toolkit.estimator.head.regression",
+    "MultiLabelHead": "toolkit.estimator.head.multi_label",
+    "MultiHead": "toolkit.estimator.head.multi_head",
 }
 
 __all__ = sorted(_EXPORTS)
