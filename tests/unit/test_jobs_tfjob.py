@@ -43,7 +43,8 @@ def test_replicas_restart_policies_container_and_port():
     manifest, _ = render_tfjob(_spec("custom"))
     replicas = manifest["spec"]["tfReplicaSpecs"]
     assert {k: (v["replicas"], v["restartPolicy"]) for k, v in replicas.items()} == {
-        "Master": (1, "Never"), "Worker": (2, "OnFailure"), "PS": (1, "OnFailure")}
+        "Master": (1, "ExitCode"), "Worker": (2, "OnFailure"), "PS": (1, "OnFailure")}  # a preempted master: 143
+    assert {v["template"]["spec"]["terminationGracePeriodSeconds"] for v in replicas.values()} == {30}
     (container,) = replicas["Worker"]["template"]["spec"]["containers"]
     assert container["name"] == "tensorflow"
     assert container["ports"] == [{"name": "tfjob-port", "containerPort": 2222}]

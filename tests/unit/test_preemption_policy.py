@@ -76,3 +76,19 @@ def test_a_launch_result_counts_preemptions_apart_from_failures(tmp_path):
                           job_dir=tmp_path, cluster_restarts=2, preemptions=3, failures=1)
     assert (result.preemptions, result.failures, str(result.reason)) == (3, 1, "preempted")
     assert not result.ok
+
+
+def test_kubernetes_pods_get_the_grace_and_a_preempted_chief_is_restarted_by_exit_code():
+    from toolkit.jobs import JobSpec, JobSpecError, KubernetesOptions, render_tfjob
+
+    spec = JobSpec.from_dict({"trainingInput": {"scaleTier": "CUSTOM", "masterType": "standard",
+                                                "workerType": "standard", "workerCount": 1,
+                                                "pythonModule": "trainer.task"}}, job_id="pre")
+    manifest, _ = render_tfjob(spec, options=KubernetesOptions(termination_grace_seconds=60))
+    for replica in manifest["spec"]["tfReplicaSpecs"].values():
+        pod = replica["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] == 60
+        assert {"name": "TFDIST_PREEMPTION_GRACE", "value": "55"} in pod["containers"][0]["env"]
+    assert manifest["spec"]["tfReplicaSpecs"]["Master"]["restartPolicy"] == "ExitCode"  # 143 is retried
+    with pytest.raises(JobSpecError, match="termination_grace_seconds"):
+        KubernetesOptions(termination_grace_seconds=3)

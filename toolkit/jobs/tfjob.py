@@ -56,20 +56,26 @@ class KubernetesOptions:
         image: container image for every replica; default: the replica's
             ``imageUri``, else ``tensorflow/tensorflow:<runtimeVersion>.0``, else
             the TensorFlow version installed here. The trainer package must be in it.
-        chief_restart_policy: the chief (master) holds the training loop; ``Never``
-            means a crash fails the job instead of silently starting over.
+        chief_restart_policy: the chief (master) holds the training loop. ``ExitCode``
+            (the default) restarts it after a preemption (exit code 143; the
+            operator retries 128-255) but fails the job on a program error
+            (1-127) instead of silently starting over; ``Never`` never restarts it.
+        termination_grace_seconds: the pods' ``terminationGracePeriodSeconds``,
+            from SIGTERM to SIGKILL; every task gets ``TFDIST_PREEMPTION_GRACE``
+            5 s less to checkpoint and exit (docs/preemption.md).
         clean_pod_policy: ``None`` keeps finished pods so ``stream-logs`` still works.
         ttl_seconds_after_finished: then the operator deletes the job and its pods.
     """
 
     namespace: str = "default"
     image: str | None = None
-    chief_restart_policy: str = "Never"
+    chief_restart_policy: str = "ExitCode"
     worker_restart_policy: str = "OnFailure"
     clean_pod_policy: str = "None"
     backoff_limit: int = 3
     ttl_seconds_after_finished: int | None = 86400
     image_pull_policy: str = "IfNotPresent"
+    termination_grace_seconds: int = 30
 
     def __post_init__(self) -> None:
         problems = []
@@ -83,6 +89,10 @@ class KubernetesOptions:
         if self.clean_pod_policy not in CLEAN_POD_POLICIES:
             problems.append(Problem("error", "clean_pod_policy", f"received {show(self.clean_pod_policy)}; "
                                     f"expected one of {', '.join(CLEAN_POD_POLICIES)}."))
+        grace = self.termination_grace_seconds
+        if isinstance(grace, bool) or not isinstance(grace, int) or grace < 10:
+            problems.append(Problem("error", "termination_grace_seconds", f"received {show(grace)}; expected "
+                                    "whole seconds >= 10 (a preempted task needs time to checkpoint). Use e.g. 30."))
         for name in ("backoff_limit", "ttl_seconds_after_finished"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -113,7 +123,8 @@ def render_tfjob(spec: JobSpec, *, name: str | None = None,
         policy = options.chief_restart_policy if kind in ("chief", "master") else options.worker_restart_policy
         replica_specs[REPLICA_TYPES[kind]] = {
             "replicas": replica.count, "restartPolicy": policy,
-            "template": {"spec": {"containers": [_container(spec, replica, options)]}},
+            "template": {"spec": {"terminationGracePeriodSeconds": options.termination_grace_seconds,
+                                  "containers": [_container(spec, replica, options)]}},
         }
     run_policy: dict[str, Any] = {"cleanPodPolicy": options.clean_pod_policy, "backoffLimit": options.backoff_limit}
     if options.ttl_seconds_after_finished is not None:
@@ -138,7 +149,8 @@ def _container(spec: JobSpec, replica: ReplicaConfig, options: KubernetesOptions
         "image": options.image or replica.image_uri or ti.master.image_uri or default_image(ti.runtime_version),
         "imagePullPolicy": options.image_pull_policy,
         "ports": [{"name": "tfjob-port", "containerPort": TFJOB_PORT}],
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"},
+                {"name": "TFDIST_PREEMPTION_GRACE", "value": str(options.termination_grace_seconds - 5)}],
     }
     if ti.python_module:
         container["command"] = ["python", "-m", ti.python_module]

@@ -6,6 +6,9 @@ TensorFlow. On its first run the chief's callback sends SIGTERM to each
 means itself; before signalling, it waits until every task preempted earlier
 has been restarted), and appends ``TASK STEP`` to ``<job dir>/signals.txt``.
 The chief writes ``<model dir>/../result.json`` when training completes.
+With ``--keras`` the job is Keras' own ``model.fit`` (through
+``toolkit.enable_distributed_keras()``) with ``BackupAndRestore(<model dir>)``
+instead of ``toolkit.fit``.
 
 Usage (inside ``tfdist launch ... --``):
     python preempt_fit.py --model-dir DIR [--epochs 3] [--steps-per-epoch 50] [--preempt worker-0@30 ...]
@@ -67,16 +70,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=50)
     parser.add_argument("--preempt", action="append", default=[], help="TASK@STEP")
+    parser.add_argument("--keras", action="store_true")
     args = parser.parse_args(argv)
     task_dir = Path(os.environ.get("TFDIST_TASK_DIR", "."))
     (task_dir / f"pid-{os.environ.get('TFDIST_RESTART_COUNT', '0')}").write_text(str(os.getpid()))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    targets = [(t.split("@")[0], int(t.split("@")[1])) for t in args.preempt]
+    if args.keras:
+        return _keras_fit(args, targets)
     import keras
 
     import models
     from toolkit import CheckpointConfig, LogConfig, data, fit
 
-    targets = [(t.split("@")[0], int(t.split("@")[1])) for t in args.preempt]
     train = data.load("digits")
     history = fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(64, seed=1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
@@ -86,6 +92,31 @@ def main(argv: list[str]) -> int:
                   callbacks=[_preempter(targets, args.steps_per_epoch)], strategy_options={"connect_timeout": 120})
     if history.role == "chief":
         (Path(args.model_dir).parent / "result.json").write_text(json.dumps({"global_step": history.global_step}))
+    return 0
+
+
+def _keras_fit(args: argparse.Namespace, targets: list[tuple[str, int]]) -> int:
+    from strategies import make_strategy, run_role
+
+    cfg = run_role()  # parameter-server ps and workers serve here
+    import keras
+
+    import models
+    import toolkit
+    from toolkit import data
+
+    toolkit.enable_distributed_keras()
+    train = data.load("digits")
+    with make_strategy(tf_config=cfg).scope():
+        model = models.digits_mlp(seed=0)
+        model.compile(optimizer=keras.optimizers.Adam(3e-3), steps_per_execution=1,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    backup = keras.callbacks.BackupAndRestore(args.model_dir, delete_checkpoint=False)
+    history = model.fit(train.dataset_fn(64, seed=1), epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
+                        verbose=0, callbacks=[backup, _preempter(targets, args.steps_per_epoch)])
+    if cfg.is_chief:
+        steps = len(history.epoch) and args.epochs * args.steps_per_epoch
+        (Path(args.model_dir).parent / "result.json").write_text(json.dumps({"global_step": steps}))
     return 0
 
 
