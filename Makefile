@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo lint test unit cluster bench chaos clean
+.PHONY: demo lint test unit cluster bench chaos clean slurm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,16 @@ lint: $(STAMP)
 
 # Two pytest workers: cluster tests spend much of their time waiting on their processes, so two of
 # them overlap well even on two cores. Tests sharing a module fixture are grouped (xdist_group).
-test: lint
+test: lint slurm
 	$(BIN)/python -m pytest tests -n 2 --dist loadgroup --durations=25
+
+# Debian's Slurm (slurmctld, slurmd, the clients) for the Slurm cluster tests, which start a real
+# cluster in a fixture. Installed only as root and only when missing; elsewhere those tests skip and say why.
+slurm:
+	@if command -v slurmctld >/dev/null && command -v sbatch >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null; \
+	else echo "slurm: not root or no apt-get; the Slurm cluster tests will be skipped"; fi
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

@@ -99,10 +99,12 @@ class Layout:
         """The role of each rank: chief, workers, ps, evaluator."""
         fixed = int(self.chief) + self.ps + int(self.evaluator)
         workers = size - fixed
-        if workers < 1:
+        least = 1 if self.ps or not self.chief else 0  # a chief alone is a one-task cluster; ps need a worker
+        if workers < least:
             parts = ["a chief"] * self.chief + [f"{self.ps} ps"] * bool(self.ps) + ["an evaluator"] * self.evaluator
-            raise _error(size_field, f"is {size} but the layout ({', '.join([*parts, 'at least 1 worker'])}) "
-                         f"needs {fixed + 1} tasks. Start more tasks or change the layout.")
+            parts += ["at least 1 worker"] * least
+            raise _error(size_field, f"is {size} but the layout ({', '.join(parts)}) needs {fixed + least} "
+                         "tasks. Start more tasks or change the layout.")
         return ([("chief", 0)] * self.chief + [("worker", i) for i in range(workers)]
                 + [("ps", i) for i in range(self.ps)] + [("evaluator", 0)] * self.evaluator)
 

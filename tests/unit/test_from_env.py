@@ -187,3 +187,10 @@ def test_tfdist_run_execs_the_command_with_tf_config_and_never_imports_tensorflo
                                                           "TFDIST_HOSTS": "a"})
     assert shown.returncode == 0 and "OMPI_COMM_WORLD_RANK=0" in shown.stdout
     assert json.loads(shown.stdout.splitlines()[-1])["cluster"] == {"worker": ["a:2222"]}
+
+
+def test_a_chief_alone_is_a_one_task_cluster():
+    cfg = from_env(_slurm(0, 1, "vm", "1"), layout="chief=1").tf_config
+    assert dict(cfg.cluster) == {"chief": ("vm:16344",)} and cfg.task.type == "chief"
+    with pytest.raises(TFConfigError, match=r"is 0; expected at least one task|needs 1 tasks"):
+        Layout().roles(0)

@@ -31,7 +31,7 @@ JOBS_FLAGS = {
     "trainingInput.pythonModule": "--module-name", "trainingInput.packagePath": "--package-path",
     "trainingInput.jobDir": "--job-dir", "trainingInput.scaleTier": "--scale-tier",
     "trainingInput.region": "--region", "trainingInput.runtimeVersion": "--runtime-version",
-    "trainingInput.packageUris": "--packages",
+    "trainingInput.packageUris": "--packages", "partition": "--partition", "time_limit": "--time-limit",
 }
 
 #: `tfdist local train`: local_train's arguments
@@ -44,7 +44,8 @@ LOCAL_TRAIN_FLAGS = {
 #: `tfdist launch`: launch's arguments
 LAUNCH_FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "chief", "workers", "ps", "evaluator", "timeout", "grace_period", "max_restarts", "max_preemptions", "job_dir",
-    "isolate", "placement", "preload", "dialect")} | {"address": "--ray-address", "shared_dirs": "--shared-dir"}
+    "isolate", "placement", "preload", "dialect", "partition", "time_limit", "nodes")} | {
+    "address": "--ray-address", "shared_dirs": "--shared-dir"}
 
 COMMANDS.update({
     "tf_config.generate": ("tfdist tf-config generate", GENERATE_FLAGS),

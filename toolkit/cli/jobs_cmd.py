@@ -1,7 +1,7 @@
 """`tfdist jobs ...`: CMLE-style job submission (gcloud ai-platform jobs' shape).
 
     tfdist jobs submit training JOB --config job.yaml [--module-name pkg.mod] [--package-path DIR]
-        [--job-dir DIR] [--scale-tier TIER] [--backend local|kubernetes|ray] [--ray-address ADDR]
+        [--job-dir DIR] [--scale-tier TIER] [--backend local|kubernetes|ray|slurm] [--ray-address ADDR]
         [--stream-logs] -- USER_ARGS
     tfdist jobs list | describe JOB | stream-logs JOB [--task worker-1] | cancel JOB
 
@@ -42,7 +42,7 @@ or continue streaming the logs with the command
 and stop it with
 
   $ tfdist jobs cancel {job}"""
-_BACKENDS = ("local", "kubernetes", "ray")
+_BACKENDS = ("local", "kubernetes", "ray", "slurm")
 
 
 class UserArgsParser(argparse.ArgumentParser):
@@ -123,8 +123,12 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", help="kubernetes: container image holding the trainer package")
     parser.add_argument("--placement", default=None, metavar="STRATEGY",
                         help="ray: placement group strategy auto|STRICT_SPREAD|SPREAD|PACK|STRICT_PACK (default auto)")
+    parser.add_argument("--partition", default=None, help="slurm: the partition (default: the cluster's default)")
+    parser.add_argument("--time-limit", default=None, metavar="TIME",
+                        help="slurm: sbatch --time, e.g. 30 or 1:00:00 (default: maxRunningTime, else the partition's)")
     parser.add_argument("--shared-job-dir", action="store_true", default=None,
-                        help="ray: the local --job-dir is mounted at the same path on every Ray node")
+                        help="ray, slurm: the local --job-dir (and TFDIST_HOME) is mounted at the same path on "
+                             "every node")
     parser.add_argument("--dry-run", action="store_true",
                         help="kubernetes: print the TFJob YAML (a Katib Experiment for a tuning job), submit nothing")
     parser.add_argument("--stream-logs", action="store_true", help="follow the logs until the job ends")
@@ -172,6 +176,10 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         options["placement"] = args.placement
     if getattr(args, "shared_job_dir", None):
         options["shared_job_dir"] = True
+    if getattr(args, "partition", None):
+        options["partition"] = args.partition
+    if getattr(args, "time_limit", None):
+        options["time_limit"] = args.time_limit
     return options
 
 

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from toolkit.cli._flags import LAUNCH_FLAGS, error_text
+from toolkit.cli._slurm_flags import add_slurm_flags, launch_on_slurm
 from toolkit.cli._types import non_negative_int, positive_seconds
 from toolkit.launcher._preload import DEFAULT_PRELOAD
 from toolkit.launcher._spec import LaunchSpec
@@ -71,12 +72,14 @@ way on its own budget, --max-preemptions, and never spends --max-restarts
 With --backend ray every task is a Ray actor on the cluster at --ray-address
 (default $RAY_ADDRESS, else a Ray on this machine), placed by --placement;
 TF_CONFIG uses each node's address, and the output comes back here with the
-same prefixes (docs/ray.md).
+same prefixes (docs/ray.md). With --backend slurm the job is one sbatch whose
+srun tasks take their roles from Slurm's variables (docs/slurm.md).
 
 Example:
   tfdist launch --workers 2 --ps 1 -- python train.py --epochs 2
   tfdist launch --chief 0 --workers 2 --ps 1 --dialect tfjob -- python dist_mnist.py
   tfdist launch --backend ray --ray-address ray://head:10001 --workers 2 --ps 1 -- python train.py
+  tfdist launch --backend slurm --partition gpu --workers 2 --ps 1 --job-dir /shared/run1 -- python train.py
 
 Exit codes:
   N    the chief's exit code (0 success; 128+S if signal S killed it)
@@ -122,14 +125,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "from that import, instead of starting a fresh interpreter per task: a faster start-up. "
                         "CMD must be `python SCRIPT ...` or `python -m MODULE ...` (docs/launcher.md)")
     add_console_flags(parser)
-    parser.add_argument("--backend", choices=("local", "ray"), default="local",
-                        help="local processes (default) or Ray actors")
+    parser.add_argument("--backend", choices=("local", "ray", "slurm"), default="local",
+                        help="local processes (default), Ray actors, or one Slurm job (sbatch + srun)")
     parser.add_argument("--ray-address", default=None, metavar="ADDR",
                         help="ray: the Ray cluster (default: $RAY_ADDRESS, else this machine)")
     parser.add_argument("--placement", default="auto", metavar="STRATEGY",
                         help="ray: auto (default), STRICT_SPREAD, SPREAD, PACK or STRICT_PACK")
     parser.add_argument("--shared-dir", action="store_true",
-                        help="ray: --job-dir is mounted at the same path on every node")
+                        help="ray, slurm: --job-dir is mounted at the same path on every node")
+    add_slurm_flags(parser)
     parser.add_argument("--chief-start-timeout", type=positive_seconds, default=None, metavar="S",
                         help="ps/worker servers exit if the chief never came up within S seconds (default 900)")
     parser.add_argument("--chief-lost-after", type=positive_seconds, default=None, metavar="S",
@@ -162,12 +166,14 @@ def _launch(args: argparse.Namespace) -> int:
                   restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
                   dialect=args.dialect, cwd=args.cwd, preload=args.preload,
                   verbose=args.show_tf_noise or args.verbose > 0, env=_serve_env(args))
-    if args.backend == "ray" and args.isolate:
+    if args.backend != "local" and args.isolate:
         print("error: --isolate applies to the local backend only; a Ray cluster's tasks run on its nodes' "
               "networks (docs/ray.md)", file=sys.stderr)
         return 2
     try:
-        if args.backend == "ray":
+        if args.backend == "slurm":
+            result = launch_on_slurm(cmd, args, kwargs)
+        elif args.backend == "ray":
             from toolkit.launcher.ray import launch_ray
             result = launch_ray(cmd, address=args.ray_address, placement=args.placement,
                                 shared_dirs=args.shared_dir, **kwargs)

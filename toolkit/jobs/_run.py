@@ -2,7 +2,7 @@
 
 ``RUNNERS`` maps an engine's name (the plan's ``engine["name"]``; ``local`` when
 it has none) to the function that runs the tasks there: ``toolkit.launcher.launch``
-on this machine, ``_ray_run`` on Ray. Every runner takes
+on this machine, ``_ray_run`` on Ray, ``_slurm_run`` on Slurm. Every runner takes
 the same arguments and returns a ``RunResult``.
 
 The launcher runs every task in the job's directory and CMLE dialect
@@ -66,4 +66,9 @@ def _run_ray(plan: LocalPlan, job_dir: Path | None, **kwargs: Any) -> RunResult:
     return run_ray_tasks(plan, job_dir, **kwargs)
 
 
-RUNNERS: dict[str, Callable[..., RunResult]] = {"local": _run_local, "ray": _run_ray}
+def _run_slurm(plan: LocalPlan, job_dir: Path | None, **kwargs: Any) -> RunResult:
+    from toolkit.jobs._slurm_run import run_slurm_tasks
+    return run_slurm_tasks(plan, job_dir, **kwargs)
+
+
+RUNNERS: dict[str, Callable[..., RunResult]] = {"local": _run_local, "ray": _run_ray, "slurm": _run_slurm}

@@ -1,5 +1,5 @@
 """Jobs supervised from this machine, whatever engine runs their tasks: the shared base of the
-local and Ray backends (and the engines that follow).
+local, Ray and Slurm backends.
 
 ``submit`` records the job (QUEUED) and starts ``python -m toolkit.jobs.supervisor
 <job>`` in its own session, with its output in ``supervisor.log``, then returns.
@@ -11,8 +11,8 @@ behind and marks the job FAILED, so no job stays RUNNING forever.
 Where the tasks run is the plan's ``engine`` (``engine()`` of the backend; None
 runs them here as processes); the supervisor hands the plan to the task runner
 registered under that engine's name (``toolkit.jobs._run.RUNNERS``). A tuning
-job's trials run on the same engine, one job (one set of actors, say)
-per trial.
+job's trials run on the same engine, one job (one sbatch, one set of
+actors) per trial.
 """
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ class SupervisedBackend:
             plan, warnings = plan_local(spec, cwd=Path.cwd(), python=self.python)
             details = {"plan": plan.to_dict(), "tasks": plan.task_names}
         details = self.extend_details(spec, details)
+        warnings = self.plan_warnings(warnings)
         for warning in warnings:  # kept in the record too; the CLI prints them from there
             _log.info("%s: %s", spec.job_id, warning)
         name = spec.required_job_id
@@ -81,6 +82,10 @@ class SupervisedBackend:
     def engine(self, spec: JobSpec) -> dict[str, Any] | None:
         """Where the tasks run: None for processes here, else ``{"name": ..., "options": ...}``."""
         return None
+
+    def plan_warnings(self, warnings: list[str]) -> list[str]:
+        """The planner's warnings that hold on this engine (the planner speaks of this machine)."""
+        return warnings
 
     def extend_details(self, spec: JobSpec, details: dict[str, Any]) -> dict[str, Any]:
         """The stored plan (a job's, or a tuning job's trials') with this backend's engine in it."""

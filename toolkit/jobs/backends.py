@@ -1,7 +1,7 @@
 """Where jobs run: the ``Backend`` protocol and the registry that picks one by name.
 
-Every engine (processes on this machine, a Ray cluster, Kubernetes, and the
-ones that follow) is a peer behind the same small protocol: ``submit`` a spec,
+Every engine (processes on this machine, a Ray cluster, a Slurm cluster,
+Kubernetes) is a peer behind the same small protocol: ``submit`` a spec,
 ``describe`` / ``list`` its state, ``stream_logs``, ``cancel``. What sits on
 top (the CLI, tuning, the failure policy) speaks only this protocol, so a new
 engine is one ``register_backend`` call and no edit to another backend.
@@ -12,7 +12,7 @@ another backend gets an error saying which one.
 Example:
     >>> from toolkit.jobs.backends import REGISTRY
     >>> sorted(REGISTRY)
-    ['kubernetes', 'local', 'ray']
+    ['kubernetes', 'local', 'ray', 'slurm']
     >>> REGISTRY["ray"].options
     ('address', 'placement', 'shared_job_dir')
 """
@@ -110,6 +110,11 @@ def _ray(store: JobStore, **options: Any) -> Backend:
     return RayBackend(store, **options)
 
 
+def _slurm(store: JobStore, **options: Any) -> Backend:
+    from toolkit.jobs.slurm_backend import SlurmBackend
+    return SlurmBackend(store, **options)
+
+
 def _kubernetes(store: JobStore, **options: Any) -> Backend:
     from toolkit.jobs.kubernetes import KubernetesBackend
     from toolkit.jobs.tfjob import KubernetesOptions
@@ -126,3 +131,6 @@ register_backend("kubernetes", _kubernetes, options=_kubernetes_options(),
                  summary="a Kubeflow TFJob applied with kubectl")
 register_backend("ray", _ray, options=("address", "placement", "shared_job_dir"),
                  summary="one Ray actor per task on a Ray cluster")
+register_backend("slurm", _slurm, options=("partition", "time_limit", "nodes", "shared_job_dir", "port",
+                                           "sbatch_args"),
+                 summary="one sbatch per job, one srun task per TensorFlow task")

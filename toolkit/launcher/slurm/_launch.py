@@ -1,0 +1,242 @@
+"""``launch_slurm``: one ``sbatch`` per job, one ``srun`` task per TensorFlow task, watched to its end.
+
+The batch script runs a single ``srun`` step whose tasks each run
+``toolkit.launcher.slurm._task`` (TF_CONFIG from Slurm's variables). This
+process watches the job from the submitting host: Slurm's state from ``squeue``
+and ``scontrol``, each task's node, pid and exit code from the status files the
+tasks write, their output from the per-task logs (echoed with ``[worker-1]``
+prefixes). The job ends when the chief ends: the servers exit on the chief's
+goodbye, and whatever is left after ``grace_period`` is cancelled. Any way out
+of here (a timeout, ``should_stop``, an exception, SIGTERM) cancels the Slurm
+job first, so no job is left running.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shlex
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from toolkit.launcher._result import EventKind, LaunchResult, Reason, TaskEvent, TaskResult
+from toolkit.launcher._spec import ENV_JOB_NONCE, LaunchError, LaunchSpec
+from toolkit.launcher.slurm import _commands as slurm
+from toolkit.launcher.slurm._options import SlurmOptions
+from toolkit.launcher.slurm._shared import check_shared, status_dir
+
+__all__ = ["launch_slurm"]
+
+_log = logging.getLogger(__name__)
+_POLL = 0.5
+
+
+def _layout(spec: LaunchSpec) -> tuple[str, list[str]]:
+    """The layout text for ``from_env`` and the task names in rank order (chief, workers, ps, evaluator)."""
+    chief = spec.chief or 0
+    names = ([spec.tf_dialect.task_name("chief-0")] * chief + [f"worker-{i}" for i in range(spec.workers)]
+             + [f"ps-{i}" for i in range(spec.ps)] + ["evaluator-0"] * spec.evaluator)
+    return f"ps={spec.ps},chief={chief},evaluator={spec.evaluator}", names
+
+
+def _script(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, layout: str) -> str:
+    d = spec.tf_dialect
+    dialect = json.dumps({"name": d.name, "chief": d.chief, "extras": dict(d.extras),
+                          "task_extras": dict(d.task_extras)})
+    task = [sys.executable, "-m", "toolkit.launcher.slurm._task", "--job-dir", str(job_dir), "--layout", layout,
+            "--dialect", dialect, "--max-restarts", str(spec.max_restarts),
+            "--settle-period", str(spec.settle_period)]
+    if options.port is not None:
+        task += ["--port", str(options.port)]
+    srun = ["srun", "--kill-on-bad-exit=0", "--distribution=block", *task, "--", *spec.cmd]
+    return "#!/bin/sh\n# a tfdist job: one srun task per TensorFlow task\nexec " + shlex.join(srun) + "\n"
+
+
+def _refusal(message: str, options: SlurmOptions) -> LaunchError:
+    """Slurm's own words, with the field they are about."""
+    lower = message.lower()
+    for key, field, value in (("partition", "partition", options.partition),
+                              ("time limit", "time_limit", options.time_limit),
+                              ("node count", "nodes", options.nodes), ("gres", "gpus_per_node", options.gpus_per_node),
+                              ("memory", "mem_per_cpu_mib", options.mem_per_cpu_mib)):
+        if key in lower:
+            return LaunchError(f"Slurm refused the job because of `{field}` ({value!r}): {message}", field=field)
+    return LaunchError(f"Slurm refused the job: {message}", field="sbatch")
+
+
+def _submit(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, env: Mapping[str, str], ntasks: int,
+            layout: str) -> str:
+    slurm_dir = job_dir / "slurm"
+    status_dir(job_dir).mkdir(parents=True, exist_ok=True)
+    script = slurm_dir / "batch.sh"
+    script.write_text(_script(spec, job_dir, options, layout))
+    argv = ["sbatch", "--parsable", f"--job-name=tfdist-{job_dir.name}"[:64], f"--ntasks={ntasks}",
+            f"--output={slurm_dir / 'batch.log'}", f"--chdir={spec.cwd or Path.cwd()}", "--export=ALL",
+            *options.sbatch_flags(timeout=spec.timeout), str(script)]
+    try:
+        out = slurm.run(argv, env=env)
+    except LaunchError as exc:
+        raise _refusal(str(exc).removeprefix("sbatch failed: "), options) from None
+    return out.strip().split(";")[0]
+
+
+class _Watch:
+    """What the watcher knows of each task, from the status files and logs the tasks write."""
+
+    def __init__(self, job_dir: Path, names: list[str], stream: IO[str] | None,
+                 on_task: Callable[[TaskEvent], None] | None) -> None:
+        self.job_dir, self.names, self.stream, self.on_task = job_dir, names, stream, on_task
+        self.status: dict[str, dict[str, Any]] = {}
+        self.offsets: dict[str, int] = {}
+
+    def poll(self) -> None:
+        for name in self.names:
+            path = status_dir(self.job_dir) / f"{name}.json"
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            old = self.status.get(name)
+            self.status[name] = doc
+            if self.on_task is None:
+                continue
+            log = self.job_dir / "logs" / f"{name}.log"
+            if old is None or (old["pid"], old["restarts"]) != (doc["pid"], doc["restarts"]):
+                self.on_task(TaskEvent(name, EventKind.STARTED, doc["pid"] or 0, doc["restarts"], None, log))
+            if doc["exit_code"] is not None and (old is None or old["exit_code"] is None):
+                self.on_task(TaskEvent(name, EventKind.EXITED, doc["pid"] or 0, doc["restarts"], doc["exit_code"],
+                                       log))
+        self.echo()
+
+    def echo(self) -> None:
+        if self.stream is None:
+            return
+        for name in self.names:
+            path = self.job_dir / "logs" / f"{name}.log"
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(self.offsets.get(name, 0))
+                    data = fh.read()
+            except OSError:
+                continue
+            complete = data[:data.rfind(b"\n") + 1]
+            self.offsets[name] = self.offsets.get(name, 0) + len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                self.stream.write(f"[{name}] {line}\n")
+        self.stream.flush()
+
+    def chief_done(self, chief: str) -> bool:
+        return (self.status.get(chief) or {}).get("exit_code") is not None
+
+    def placement(self) -> dict[str, dict[str, Any]]:
+        return {n: {"node_id": s.get("node") or s.get("host"), "address": s.get("address")}
+                for n, s in self.status.items()}
+
+
+def _wait_gone(job_id: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if slurm.squeue_state(job_id) is None:
+            return True
+        time.sleep(_POLL)
+    return False
+
+
+def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | None = None,
+                 stream: IO[str] | None = None, options: SlurmOptions | None = None,
+                 on_task: Callable[[TaskEvent], None] | None = None,
+                 on_placement: Callable[[dict], None] | None = None,
+                 on_submit: Callable[[str], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None,
+                 shared_paths: tuple[str, ...] = ()) -> LaunchResult:
+    """Runs ``spec`` as one Slurm job and waits for its end (see the module's doc).
+
+    Raises:
+        LaunchError: sbatch/srun missing, a local directory on a multi-node job, or
+            Slurm's refusal (its message, with the field it is about); nothing is left queued.
+    """
+    options = options or SlurmOptions()
+    slurm.require("sbatch", "srun", "squeue", "scontrol", "scancel")
+    job_dir = Path(job_dir).resolve()
+    job_dir.mkdir(parents=True, exist_ok=True)
+    layout, names = _layout(spec)
+    check_shared([str(job_dir), *shared_paths], nodes=options.nodes, asserted=options.shared_dirs)
+    full_env = {**os.environ, **(env or {}), ENV_JOB_NONCE: secrets.token_hex(8)}
+    started = time.monotonic()
+    job_id = _submit(spec, job_dir, options, full_env, len(names), layout)
+    _log.info("submitted Slurm job %s: %s", job_id, ", ".join(names))
+    if on_submit is not None:
+        on_submit(job_id)
+    watch = _Watch(job_dir, names, stream, on_task)
+    reason, finished, chief_end = Reason.SUCCEEDED, False, None
+    try:
+        while True:
+            watch.poll()
+            if on_placement is not None and watch.status:
+                on_placement(watch.placement())
+            if slurm.squeue_state(job_id) is None:
+                finished = True
+                break
+            if should_stop is not None and should_stop():
+                reason = Reason.INTERRUPTED
+                break
+            if spec.timeout is not None and time.monotonic() - started > spec.timeout:
+                reason = Reason.TIMEOUT
+                break
+            if watch.chief_done(names[0]):
+                chief_end = chief_end or time.monotonic()
+                if time.monotonic() - chief_end > spec.grace_period:
+                    _log.warning("job %s: tasks still running %.0f s after the chief ended; cancelling them",
+                                 job_id, spec.grace_period)
+                    break
+            time.sleep(_POLL)
+    finally:
+        if not finished:
+            slurm.scancel(job_id)
+            if not _wait_gone(job_id, 60.0):
+                _log.error("Slurm job %s still shows in squeue 60 s after scancel", job_id)
+    watch.poll()
+    if on_placement is not None and watch.status:
+        on_placement(watch.placement())
+    return _result(spec, job_dir, job_id, names, watch, reason, time.monotonic() - started)
+
+
+def _result(spec: LaunchSpec, job_dir: Path, job_id: str, names: list[str], watch: _Watch, reason: Reason,
+            duration: float) -> LaunchResult:
+    info = slurm.job_info(job_id)
+    tasks = []
+    for name in names:
+        s = watch.status.get(name) or {}
+        kind, _, index = name.rpartition("-")
+        tasks.append(TaskResult(name=name, task_type=kind, index=int(index), exit_code=s.get("exit_code"),
+                                restarts=s.get("restarts", 0), stopped=s.get("state") in (None, "STOPPED", "RUNNING"),
+                                log_path=job_dir / "logs" / f"{name}.log"))
+    chief = tasks[0]
+    where = f"Slurm job {job_id} ({info.get('JobState', 'gone')}, nodes {info.get('NodeList', '?')})"
+    if reason is Reason.TIMEOUT:
+        return LaunchResult(124, reason, f"{where}: timed out after {spec.timeout:g} s", tuple(tasks), duration,
+                            job_dir, 0)
+    if reason is Reason.INTERRUPTED:
+        return LaunchResult(143, reason, f"{where}: cancelled", tuple(tasks), duration, job_dir, 0)
+    if chief.exit_code is None:
+        tail = _tail(job_dir / "slurm" / "batch.log")
+        return LaunchResult(1, Reason.FAILED, f"{where}: {chief.name} never reported an exit code\n{tail}",
+                            tuple(tasks), duration, job_dir, 0)
+    code = chief.exit_code if chief.exit_code >= 0 else 128 - chief.exit_code
+    if code == 0:
+        return LaunchResult(0, Reason.SUCCEEDED, f"{where}: {chief.name} finished", tuple(tasks), duration,
+                            job_dir, 0)
+    return LaunchResult(code, Reason.FAILED, f"{where}: {chief.name} exited with {code}\n{_tail(chief.log_path)}",
+                        tuple(tasks), duration, job_dir, 0)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
