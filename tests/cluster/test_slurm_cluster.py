@@ -117,7 +117,8 @@ def test_mwms_job_and_cancel_leave_no_process(slurm3, home, tmp_path, capsys):
 
     config = tmp_path / "sleepy.yaml"
     config.write_text(json.dumps({"trainingInput": {"scaleTier": "CUSTOM", "masterType": "standard",
-                                                    "workerType": "standard", "workerCount": 2, "pythonModule": "trainer.tune_probe",
+                                                    "workerType": "standard", "workerCount": 2,
+                                                    "pythonModule": "trainer.tune_probe",
                                                     "args": ["--seconds", "300"]}}))
     assert main(["jobs", "submit", "training", "slurm-sleepy", "--config", str(config), "--package-path",
                  str(FIXTURES / "trainer"), "--job-dir", str(tmp_path / "sleepy-out"), "--backend", "slurm",
@@ -149,3 +150,17 @@ def test_two_trial_tuning_job_runs_one_sbatch_per_trial(slurm3, home, tmp_path, 
     job_ids = {t.details["slurm"]["job_id"] for t in trials}
     assert len(job_ids) == 2  # one Slurm job per trial
     assert record.details["trainingOutput"]["completedTrialCount"] == 2
+
+
+def test_bad_input_is_refused_at_submit_and_leaves_no_job(slurm3, home, tmp_path, capsys):
+    base = ["jobs", "submit", "training", "slurm-bad", "--module-name", "trainer.tune_probe", "--package-path",
+            str(FIXTURES / "trainer"), "--job-dir", str(tmp_path / "out"), "--backend", "slurm"]
+    assert main([*base, "--shared-job-dir", "--partition", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "partition" in err and "'nope'" in err and "Invalid partition name specified" in err, err
+    assert main([*base, "--shared-job-dir", "--time-limit", "1h"]) == 1
+    assert "time_limit" in capsys.readouterr().err.replace("--time-limit", "time_limit")
+    assert main(base) == 1  # this machine's disk, for a job that may span nodes
+    err = capsys.readouterr().err
+    assert "on a local" in err and "may run on several nodes" in err and "shared" in err, err
+    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip() == ""
