@@ -162,3 +162,44 @@ def test_the_grace_ends_a_task_and_the_launcher_s_own_sigterm_is_no_preemption(t
     assert procs["preempted"].returncode == EXIT_PREEMPTED, out["preempted"]
     assert "worker-0 was preempted" in out["preempted"]
     assert "the grace period of 1 s ran out before the checkpoint was written; exiting with 143" in out["preempted"]
+
+
+def _estimator_model_fn(features, labels, mode):
+    from toolkit.estimator import EstimatorSpec
+
+    v1 = tf.compat.v1
+    weights = v1.get_variable("w", [4, 2], initializer=v1.zeros_initializer())
+    loss = v1.losses.sparse_softmax_cross_entropy(labels, tf.matmul(features, weights))
+    train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_global_step())
+    return EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def test_the_estimator_stops_after_the_step_checkpointed_and_resumes_to_max_steps(tmp_path, clean_watcher):
+    import numpy as np
+
+    from toolkit.estimator import Estimator, RunConfig
+
+    class SignalAt(tf.compat.v1.train.SessionRunHook):
+        def __init__(self):
+            self.local = 0
+
+        def after_run(self, run_context, run_values):
+            self.local += 1
+            if self.local == 7:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    x = np.random.RandomState(0).normal(size=(64, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64")
+
+    def input_fn():
+        return tf.compat.v1.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
+
+    estimator = Estimator(_estimator_model_fn, model_dir=str(tmp_path), config=RunConfig(tf_config={}))
+    with pytest.raises(TrainingPreempted) as info:
+        estimator.train(input_fn, max_steps=40, hooks=[SignalAt()])
+    stopped = info.value.step
+    assert stopped in (7, 8)  # signalled after step 7; at most the step in flight more
+    assert estimator.latest_checkpoint().endswith(f"-{stopped}")  # the session's end saved it, off schedule
+    clean_watcher.reset()
+    estimator.train(input_fn, max_steps=40)
+    assert estimator.latest_checkpoint().endswith("-40") and estimator.last_local_steps == 40 - stopped

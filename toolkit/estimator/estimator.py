@@ -30,6 +30,7 @@ from tf_config.errors import FieldError
 from toolkit._graph_packing import pack_transfers
 from toolkit.estimator import _session
 from toolkit.estimator._graph import call_input_fn, call_model_fn
+from toolkit.estimator._preemption import PreemptionHook, raise_if_preempted
 from toolkit.estimator.run_config import RunConfig, RunConfigError
 from toolkit.estimator.spec import EstimatorSpec, ModeKeys
 
@@ -222,9 +223,10 @@ class Estimator:
                 saved = pack_transfers(v1.get_default_graph(), [spec.train_op, spec.loss])
                 logger.info("%s-%d: %d fewer transfers per step (packed)", self._config.task_type,
                             self._config.task_id, saved)
-            all_hooks = [stop, v1.train.NanTensorHook(spec.loss), *spec.training_hooks, *hooks,
+            all_hooks = [PreemptionHook(), stop, v1.train.NanTensorHook(spec.loss), *spec.training_hooks, *hooks,
                          *_session.release_sync_workers(spec, self._config)]
             self._run_training(spec, all_hooks, list(saving_listeners or []), target)
+        raise_if_preempted(self._config.model_dir, f"{self._config.task_type}-{self._config.task_id}")
         if distributed and self._config.is_chief:
             _session.arm_goodbye(self._config, target)
         elif distributed:
