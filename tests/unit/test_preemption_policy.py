@@ -92,3 +92,22 @@ def test_kubernetes_pods_get_the_grace_and_a_preempted_chief_is_restarted_by_exi
     assert manifest["spec"]["tfReplicaSpecs"]["Master"]["restartPolicy"] == "ExitCode"  # 143 is retried
     with pytest.raises(JobSpecError, match="termination_grace_seconds"):
         KubernetesOptions(termination_grace_seconds=3)
+
+
+def test_describe_shows_preemptions_apart_from_failures(tmp_path):
+    from toolkit.jobs._run_parts import finish
+    from toolkit.jobs.store import JobStore
+    from toolkit.jobs.views import format_record
+    from toolkit.launcher._result import TaskResult
+
+    store = JobStore(tmp_path)
+    store.create("job1", backend="local", spec={})
+    tasks = tuple(TaskResult(name=name, task_type=name[:-2], index=0, exit_code=0, restarts=restarts, stopped=False,
+                             log_path=tmp_path / f"{name}.log", preemptions=preempted)
+                  for name, restarts, preempted in (("chief-0", 1, 1), ("worker-0", 2, 1)))
+    result = LaunchResult(exit_code=0, reason=Reason.SUCCEEDED, message="ok", tasks=tasks, duration=1.0,
+                          job_dir=tmp_path, cluster_restarts=1, preemptions=2, failures=1)
+    finish(result, store=store, job="job1")
+    text = format_record(store.get("job1"))
+    assert "restarts: 2 after preemptions, 1 after failures" in text
+    assert "  chief-0: preempted 1x" in text and "  worker-0: preempted 1x" in text

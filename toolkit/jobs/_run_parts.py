@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import toolkit
 from toolkit.jobs._local_plan import LocalPlan
@@ -63,10 +63,18 @@ def env_of(plan: LocalPlan) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(pythonpath)}
 
 
+def restart_counts(result: LaunchResult) -> dict[str, Any]:
+    """The restarts a launch made, preemptions apart from failures (``describe`` shows them)."""
+    preempted = {t.name: t.preemptions for t in result.tasks if getattr(t, "preemptions", 0)}
+    return {"preemptions": getattr(result, "preemptions", 0), "failures": getattr(result, "failures", 0),
+            "preemptedTasks": preempted}
+
+
 def finish(result: LaunchResult, *, store: JobStore | None, job: str | None) -> RunResult:
     """Records each task's final state (when a store is given) and turns the launch into the job's result."""
     if store is not None and job is not None:
         for task in result.tasks:
             store.update_task(job, task.name, state=task.state, exit_code=task.exit_code,
                               restarts=task.restarts, log_path=str(task.log_path))
+        store.update_details(job, restarts=restart_counts(result))
     return RunResult(result.exit_code, None if result.ok else result.message)

@@ -43,6 +43,11 @@ def format_record(record: JobRecord) -> str:
         table = format_table(("TASK", "STATE", "PID", "RESTARTS", "EXIT_CODE"),
                              ((t.name, t.state, t.pid, t.restarts, t.exit_code) for t in record.tasks))
         lines += ["tasks:"] + [f"  {line}" for line in table.splitlines()]
+    restarts = record.details.get("restarts")
+    if restarts:  # preemptions apart from failures (docs/preemption.md)
+        lines.append(f"restarts: {restarts.get('preemptions', 0)} after preemptions, "
+                     f"{restarts.get('failures', 0)} after failures")
+        lines += [f"  {name}: preempted {count}x" for name, count in (restarts.get("preemptedTasks") or {}).items()]
     output = record.details.get("trainingOutput")
     if output:
         lines += format_trials(output).splitlines()
