@@ -43,6 +43,7 @@ from toolkit.training.options import (
     moved_keywords_error,
 )
 from toolkit.training.preemption import install
+from toolkit.training.rerun import remember_or_recall
 from toolkit.training.runners import Runner, make_runner, strategy_kind
 from toolkit.training.state import OptimizerSpec, TrainState, build_state
 from toolkit.training.step import Forward, LossSpec, ResolvedMetric, TrainStep, make_forward, resolve_metrics
@@ -279,6 +280,8 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     hooks = _hooks(run, state, is_chief=is_chief, runs_loop_alone=runner.single_controller)
     record = run_loop(runner, config=config, layout=step.layout, start_step=start, hooks=hooks,
                       validate=validate, stop_requested=lambda: is_chief and bool(state.model.stop_training))
+    record = remember_or_recall(record, model_dir=run.model_dir, start_step=start, config=config,
+                                is_chief=is_chief, validate=validate)  # a re-run on a finished model_dir
     runner.close()
     stats = runner.sync_stats()
     exports: dict[str, str] = {}
