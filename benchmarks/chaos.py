@@ -35,6 +35,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -60,6 +61,7 @@ class JobShape:
     checkpoint_every: int = 20
     evaluator: bool = True
     grace_period: float = 15.0  # the launcher's: how long tasks may outlive the chief
+    preload: bool = False  # fork the tasks from one TensorFlow import (tfdist launch --preload): faster restarts
 
     @property
     def total_steps(self) -> int:
@@ -74,6 +76,12 @@ class Scenario:
     moment: str            # "startup", "step" or "checkpoint"
     sig: int = signal.SIGKILL
     kills: int = 1         # kills in one run (each after the job recovered from the previous one)
+    layout: str = "ps"     # "ps": chief, 2 workers, 1 ps; "mwms": 2 MultiWorkerMirrored workers (worker-0 the chief)
+
+    @property
+    def preemption(self) -> bool:
+        """A SIGTERM mid-step: the job must checkpoint at the step reached (docs/preemption.md)."""
+        return self.sig == signal.SIGTERM and self.moment == "step"
 
 
 SCENARIOS: dict[str, Scenario | None] = {
@@ -88,7 +96,15 @@ SCENARIOS: dict[str, Scenario | None] = {
     "chief-term-startup": Scenario("chief-0", "startup", signal.SIGTERM),
     "evaluator-kill-step": Scenario("evaluator-0", "step"),
     "launcher-kill-step": Scenario("launcher", "step"),
+    # preemptions: SIGTERM at a random step; the job checkpoints there and resumes from it
+    "chief-preempt-step": Scenario("chief-0", "step", signal.SIGTERM),
+    "worker-preempt-step": Scenario("worker-0", "step", signal.SIGTERM),
+    "ps-preempt-step": Scenario("ps-0", "step", signal.SIGTERM),
+    "evaluator-preempt-step": Scenario("evaluator-0", "step", signal.SIGTERM),
+    "mwms-chief-preempt-step": Scenario("worker-0", "step", signal.SIGTERM, layout="mwms"),
+    "mwms-worker-preempt-step": Scenario("worker-1", "step", signal.SIGTERM, layout="mwms"),
 }
+PREEMPTION_SCENARIOS = [name for name, s in SCENARIOS.items() if s is not None and s.preemption]
 DEFAULT_SCENARIOS = [name for name in SCENARIOS if name != "none"]
 
 
@@ -105,6 +121,11 @@ class RunResult:
     kills: list[str] = dataclasses.field(default_factory=list)
     duration: float = 0.0
     note: str = ""
+    # preemptions only
+    steps_redone: int | None = None          # the step the job stopped at minus the step it resumed from
+    signal_to_checkpoint: float | None = None  # seconds from the SIGTERM to the checkpoint it caused
+    exit_codes: list[int] = dataclasses.field(default_factory=list)  # of the preempted tasks, as the launcher saw them
+    counted: str = ""                          # "preemption" or "failure": how the launcher counted the restart
 
 
 # ------------------------------------------------------------------ processes
@@ -135,9 +156,10 @@ def _current_pid(job_dir: Path, task: str) -> int | None:
     return None
 
 
-def _launcher_cmd(job_dir: Path, model_dir: Path, shape: JobShape) -> list[str]:
-    return [sys.executable, "-m", "toolkit", "launch", "--ps", "1", "--workers", "2",
-            *(["--evaluator"] if shape.evaluator else []),
+def _launcher_cmd(job_dir: Path, model_dir: Path, shape: JobShape, layout: str = "ps") -> list[str]:
+    tasks = ["--ps", "1", "--workers", "2"] if layout == "ps" else ["--workers", "2"]
+    return [sys.executable, "-m", "toolkit", "launch", *tasks,
+            *(["--evaluator"] if shape.evaluator else []), *(["--preload"] if shape.preload else []),
             "--restartable", "--max-restarts", "4", "--grace-period", f"{shape.grace_period:g}", "--timeout", "900",
             "--quiet",
             "--job-dir", str(job_dir), "--", sys.executable, str(_TASK), "--model-dir", str(model_dir),
@@ -145,11 +167,11 @@ def _launcher_cmd(job_dir: Path, model_dir: Path, shape: JobShape) -> list[str]:
             "--checkpoint-every", str(shape.checkpoint_every)]
 
 
-def _start_launcher(job_dir: Path, model_dir: Path, shape: JobShape) -> subprocess.Popen:
+def _start_launcher(job_dir: Path, model_dir: Path, shape: JobShape, layout: str = "ps") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))}
     env.pop("TF_CONFIG", None)
     with open(job_dir.parent / f"{job_dir.name}-launcher.log", "ab") as log:  # the child keeps its own copy
-        return subprocess.Popen(_launcher_cmd(job_dir, model_dir, shape), cwd=_REPO, env=env, stdout=log,
+        return subprocess.Popen(_launcher_cmd(job_dir, model_dir, shape, layout), cwd=_REPO, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -274,7 +296,8 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape = JobSha
     result, started = RunResult(name), time.monotonic()
     job_dir, model_dir = root / "job", root / "model"
     root.mkdir(parents=True, exist_ok=True)
-    proc = _start_launcher(job_dir, model_dir, shape)
+    layout = scenario.layout if scenario else "ps"
+    proc = _start_launcher(job_dir, model_dir, shape, layout)
     watch = _Watch(job_dir, model_dir)
     after = 0
     for _ in range(scenario.kills if scenario else 0):
@@ -288,7 +311,7 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape = JobSha
             proc.wait()
             result.orphans += _reap_tasks(job_dir, ORPHAN_SECONDS)  # every task must die with it
             job_dir = root / "job-resumed"
-            proc = _start_launcher(job_dir, model_dir, shape)
+            proc = _start_launcher(job_dir, model_dir, shape, layout)
             watch = _Watch(job_dir, model_dir)
         recovered = _wait_recovered(model_dir, before, proc, watch)
         if recovered is None:
@@ -299,8 +322,41 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape = JobSha
     _finish(proc, job_dir, model_dir, watch, result)
     result.completed = proc.returncode == 0 and not result.hung
     _check_artifacts(model_dir, root, result, shape.total_steps)
+    if scenario is not None and scenario.preemption and result.kills:
+        _check_preemption(job_dir, result)
     result.duration = time.monotonic() - started
     return result
+
+
+# ------------------------------------------------------------------ preemption
+
+_STOPPED_AT = re.compile(r"preempted \([^)]*\): checkpoint at step (\d+) written")
+_GOES_ON = re.compile(r"preempted: checkpoint at step (\d+) written")
+_RESTORED = re.compile(r"restored \S+ at global step (\d+)")
+_COUNTED = re.compile(r"\S+ was preempted \((?:code (\d+)|signal \w+ \((-?\d+)\))\)")
+
+
+def _check_preemption(job_dir: Path, result: RunResult) -> None:
+    """Steps redone, exit codes and how the launcher counted the restart, from the job's logs.
+
+    The job stopped at the step of its preemption checkpoint (``_STOPPED_AT`` in the chief's log), or
+    went on without the task (``_GOES_ON``: nothing to redo); the restarted run resumed from the step
+    ``_RESTORED`` names. Signal-to-checkpoint time is the harness's time from the SIGTERM to that
+    checkpoint's index file (``recover_seconds``).
+    """
+    chief = "\n".join(p.read_text(errors="replace") for p in (job_dir / "logs").glob("*.log")
+                      if p.name.startswith(("chief-", "worker-0")))
+    stopped = [int(s) for s in _STOPPED_AT.findall(chief)]
+    restored = [int(s) for s in _RESTORED.findall(chief)]
+    if stopped and restored:
+        result.steps_redone = stopped[0] - restored[-1]
+    elif _GOES_ON.search(chief):
+        result.steps_redone = 0
+    result.signal_to_checkpoint = result.recover_seconds[0] if result.recover_seconds else None
+    launcher = (job_dir.parent / f"{job_dir.name}-launcher.log").read_text(errors="replace")
+    result.exit_codes = [int(code or killed) for code, killed in _COUNTED.findall(launcher)]
+    result.counted = ("failure" if re.search(r"exited with [^;]*; restarting", launcher)
+                      else "preemption" if result.exit_codes else "")
 
 
 # ------------------------------------------------------------------ artifacts
@@ -384,8 +440,30 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def preemption_table(results: list[RunResult]) -> str:
+    """Per preemption scenario: steps redone, signal-to-checkpoint time, exit codes, how the restart was counted."""
+    header = (f"{'scenario':<24} {'runs':>4} {'redone max':>10} {'sig->ckpt s (mean/max)':>22} "
+              f"{'exit codes':>12} {'counted':>12}")
+    lines = [header, "-" * len(header)]
+    for name in dict.fromkeys(r.scenario for r in results if r.scenario in PREEMPTION_SCENARIOS):
+        runs = [r for r in results if r.scenario == name]
+        redone = [r.steps_redone for r in runs if r.steps_redone is not None]
+        times = [r.signal_to_checkpoint for r in runs if r.signal_to_checkpoint is not None]
+        codes = sorted({c for r in runs for c in r.exit_codes})
+        counted = sorted({r.counted or "-" for r in runs})
+        mean = sum(times) / len(times) if times else None
+        lines.append(f"{name:<24} {len(runs):>4} {_fmt(max(redone, default=None)):>10} "
+                     f"{_fmt(mean, '.1f') + '/' + _fmt(max(times, default=None), '.1f'):>22} "
+                     f"{','.join(map(str, codes)) or '-':>12} {','.join(counted):>12}")
+    return "\n".join(lines)
+
+
 def met_target(results: list[RunResult], baseline: float | None) -> bool:
     for r in results:
+        if r.steps_redone is not None and r.steps_redone > 0:
+            return False
+        if r.scenario in PREEMPTION_SCENARIOS and r.counted == "failure":
+            return False
         if r.hung or r.orphans or not r.readable:
             return False
         if r.completed and (not r.exact or (baseline is not None and r.accuracy is not None
@@ -407,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-evaluator", action="store_true", help="run the job without its evaluator task")
     parser.add_argument("--grace-period", type=float, default=JobShape.grace_period,
                         help="the launcher's grace period after the chief ends (default 15 s)")
+    parser.add_argument("--preload", action="store_true", help="fork the tasks from one TensorFlow import")
     parser.add_argument("--json", default=None, help="also write every run and the table here")
     parser.add_argument("--keep", default=None, help="keep the runs' directories under this directory")
     args = parser.parse_args(argv)
@@ -417,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                      else f"--runs is {args.runs}; expected at least 1")
     rng = random.Random(args.seed)
     shape = JobShape(epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, checkpoint_every=args.checkpoint_every,
-                     evaluator=not args.no_evaluator, grace_period=args.grace_period)
+                     evaluator=not args.no_evaluator, grace_period=args.grace_period, preload=args.preload)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tfdist-chaos-"))
     plan = ([] if args.no_baseline else ["none"]) + [names[i % len(names)] for i in range(args.runs)]
     results = []
@@ -427,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {i:2d} {name:<24} completed={result.completed} hung={result.hung} exact={result.exact} "
               f"readable={result.readable} accuracy={_fmt(result.accuracy, '.3f')} orphans={result.orphans} "
               f"kills={','.join(result.kills) or '-'} recover={[round(s, 1) for s in result.recover_seconds]} "
+              f"redone={_fmt(result.steps_redone)} codes={result.exit_codes} counted={result.counted or '-'} "
               f"{result.duration:.0f}s {result.note}", flush=True)
         if args.json:  # after every run, so an interrupted benchmark keeps what it measured
             Path(args.json).write_text(json.dumps({"runs": [dataclasses.asdict(r) for r in results]}, indent=2))
@@ -436,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"undisturbed accuracy: {_fmt(baseline, '.3f')}; {len(disturbed)} disturbed runs, seed {args.seed}")
     print(table(rows))
+    if any(r.scenario in PREEMPTION_SCENARIOS for r in disturbed):
+        print()
+        print(preemption_table(disturbed))
     ok = met_target(disturbed, baseline)
     print("target met" if ok else "target NOT met")
     if args.json:
