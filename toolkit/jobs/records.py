@@ -35,11 +35,15 @@ class TaskRecord:
     exit_code: int | None = None
     log_path: str | None = None
     updated_at: float | None = None
+    reason: str | None = None  # why the task ended as it did, when its job's end decided it
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "state": self.state, "pid": self.pid, "restarts": self.restarts,
-                "exitCode": self.exit_code, "logPath": self.log_path,
-                "updateTime": iso_time(self.updated_at)}
+        doc = {"name": self.name, "state": self.state, "pid": self.pid, "restarts": self.restarts,
+               "exitCode": self.exit_code, "logPath": self.log_path,
+               "updateTime": iso_time(self.updated_at)}
+        if self.reason:
+            doc["reason"] = self.reason
+        return doc
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ Layout::
     $TFDIST_HOME/jobs.db              jobs, tasks, state history; Optuna's study tables
     $TFDIST_HOME/jobs/<name>/         one directory per job (logs, outputs)
 
+Both are private: a new home is created 0700 and the database 0600 (SQLite gives
+its -wal and -shm files the database's mode), because a job record holds the
+trainer's arguments, credentials included, and the logs hold whatever a task
+printed. A home that other users can read is used as found, with a warning.
+
 Tuning studies live in the same file: Optuna's RDB storage adds its own tables
 (``studies``, ``trials``, ...) next to these, and a trial job points at its
 tuning job through ``parent_job``.
@@ -20,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -35,7 +42,13 @@ from toolkit.jobs.states import JobState, check_transition
 
 __all__ = ["JobStore", "SupervisorInfo", "default_home"]
 
-SCHEMA_VERSION = 2  # 2: the unused placeholder `trials` table gave its name to Optuna's
+_log = logging.getLogger(__name__)
+_warned: set[Path] = set()
+# Task states that are already final; any other row is closed when its job ends (see ``transition``).
+_FINAL_TASK_STATES = ("SUCCEEDED", "FAILED", "STOPPED")
+
+# 2: the unused placeholder `trials` table gave its name to Optuna's (tasks.reason is added in place)
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     name TEXT PRIMARY KEY, backend TEXT NOT NULL, state TEXT NOT NULL, spec TEXT NOT NULL,
@@ -46,10 +59,11 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS tasks (
     job TEXT NOT NULL REFERENCES jobs(name), name TEXT NOT NULL, state TEXT NOT NULL,
     pid INTEGER, pid_start INTEGER, restarts INTEGER NOT NULL DEFAULT 0, exit_code INTEGER,
-    log_path TEXT, updated_at REAL NOT NULL, PRIMARY KEY (job, name));
+    log_path TEXT, updated_at REAL NOT NULL, reason TEXT, PRIMARY KEY (job, name));
 CREATE TABLE IF NOT EXISTS history (
     job TEXT NOT NULL REFERENCES jobs(name), state TEXT NOT NULL, at REAL NOT NULL, message TEXT);
 CREATE INDEX IF NOT EXISTS history_job ON history (job, at);
+CREATE TABLE IF NOT EXISTS reservations (name TEXT PRIMARY KEY, owner TEXT NOT NULL REFERENCES jobs(name));
 """
 
 
@@ -76,11 +90,14 @@ class JobStore:
         self.home = Path(home) if home is not None else default_home()
         self.path = self.home / "jobs.db"
         self._timeout = timeout
-        self.home.mkdir(parents=True, exist_ok=True)
+        _private_home(self.home)
+        _create_private(self.path)
         with contextlib.closing(self._open()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             _drop_placeholder_trials(conn)
             conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
+            if "reason" not in {row[1] for row in conn.execute("PRAGMA table_info(tasks)")}:
+                conn.execute("ALTER TABLE tasks ADD COLUMN reason TEXT")
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @property
@@ -90,7 +107,10 @@ class JobStore:
 
     def job_dir(self, name: str) -> Path:
         """The job's directory; the name is validated because it becomes a path."""
-        return self.home / "jobs" / validate_job_name(name)
+        jobs = self.home / "jobs"
+        if not jobs.is_dir():
+            jobs.mkdir(mode=0o700, exist_ok=True)
+        return jobs / validate_job_name(name)
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
@@ -105,7 +125,14 @@ class JobStore:
 
     def create(self, name: str, *, backend: str, spec: Mapping[str, Any], warnings: tuple[str, ...] = (),
                details: Mapping[str, Any] | None = None, parent_job: str | None = None) -> JobRecord:
-        """Inserts a QUEUED job; raises JobExistsError if the name is taken."""
+        """Inserts a QUEUED job; raises JobExistsError if the name is taken.
+
+        ``details["reservedNames"]`` (a tuning job's trial names) are reserved for
+        the job's children in the same transaction: the job is refused if one is
+        already a job or reserved, and later only a child of this job
+        (``parent_job``) can take one. So a study never meets a taken trial name
+        halfway through.
+        """
         job_dir = self.job_dir(name)
         now = time.time()
         try:
@@ -117,6 +144,7 @@ class JobStore:
                      json.dumps(list(warnings)), json.dumps(dict(details or {})), parent_job))
                 conn.execute("INSERT INTO history (job, state, at, message) VALUES (?, ?, ?, ?)",
                              (name, JobState.QUEUED.value, now, "submitted"))
+                _reserve(conn, name, list((details or {}).get("reservedNames", ())), parent_job)
         except sqlite3.IntegrityError as exc:
             raise JobExistsError(f"a job named {name!r} already exists (state {self.get(name).state}); "
                                  "job names are unique. Pick another name.") from exc
@@ -161,6 +189,8 @@ class JobStore:
                 sets["exit_code"] = exit_code
             conn.execute(f"UPDATE jobs SET {', '.join(f'{k} = ?' for k in sets)} WHERE name = ?",
                          (*sets.values(), name))
+            if new.is_final:
+                _close_tasks(conn, name, f"the job ended {new.value}: {error or message or 'no reason recorded'}", now)
             conn.execute("INSERT INTO history (job, state, at, message) VALUES (?, ?, ?, ?)",
                          (name, new.value, now, message or error))
         return self.get(name)
@@ -220,6 +250,65 @@ class JobStore:
         return [(r["name"], r["pid"], r["pid_start"]) for r in rows]
 
 
+def _private_home(home: Path) -> None:
+    """Creates ``home`` 0700; warns (once per process) when an existing one is open to other users."""
+    if not home.exists():
+        home.parent.mkdir(parents=True, exist_ok=True)
+        old = os.umask(0o077)
+        try:
+            home.mkdir(mode=0o700, exist_ok=True)
+        finally:
+            os.umask(old)
+        return
+    mode = stat.S_IMODE(home.stat().st_mode)
+    if mode & 0o077 and home not in _warned:
+        _warned.add(home)
+        _log.warning("the tfdist home %s is readable by other users (mode %04o): they can read every job's "
+                     "spec, arguments and logs. Make it private with: chmod 700 %s", home, mode, home)
+
+
+def _reserve(conn: sqlite3.Connection, name: str, names: list[str], parent_job: str | None) -> None:
+    """Refuses ``name`` if it is reserved for another job's child; reserves ``names`` for ``name``."""
+    row = conn.execute("SELECT owner FROM reservations WHERE name = ?", (name,)).fetchone()
+    if row is not None and row["owner"] != parent_job:
+        raise JobExistsError(f"the name {name!r} is reserved for a trial of tuning job {row['owner']!r}. "
+                             "Pick another name.")
+    for reserved in dict.fromkeys(names):
+        job = conn.execute("SELECT state FROM jobs WHERE name = ?", (reserved,)).fetchone()
+        owner = conn.execute("SELECT owner FROM reservations WHERE name = ?", (reserved,)).fetchone()
+        if job is not None or owner is not None:
+            held = f"is a job already (state {job['state']})" if job is not None else \
+                f"is reserved for a trial of tuning job {owner['owner']!r}"
+            raise JobExistsError(f"the trials of job {name!r} are named {name}-trial-<n>, and {reserved!r} {held}. "
+                                 "Pick another job name.")
+    conn.executemany("INSERT INTO reservations (name, owner) VALUES (?, ?)", [(n, name) for n in dict.fromkeys(names)])
+
+
+def _create_private(path: Path) -> None:
+    """Creates the database file 0600 before SQLite would create it with the umask's mode.
+
+    Only ever a new file (O_EXCL): closing a descriptor of a file this process
+    already has open in SQLite would drop that connection's POSIX locks.
+    """
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def _close_tasks(conn: sqlite3.Connection, job: str, why: str, now: float) -> None:
+    """Gives every task row still open a final state and the reason, as its job ends.
+
+    A supervisor that dies leaves rows saying RUNNING (or EXITED, with no exit
+    code); once the job has an end state, so do they: STOPPED, and why.
+    """
+    marks = ", ".join("?" * len(_FINAL_TASK_STATES))
+    rows = conn.execute(f"SELECT name, state FROM tasks WHERE job = ? AND state NOT IN ({marks})",
+                        (job, *_FINAL_TASK_STATES)).fetchall()
+    for row in rows:
+        reason = why if row["state"] != "EXITED" else f"its process had ended but its exit code was lost; {why}"
+        conn.execute("UPDATE tasks SET state = 'STOPPED', reason = ?, updated_at = ? WHERE job = ? AND name = ?",
+                     (reason, now, job, row["name"]))
+
+
 @contextlib.contextmanager
 def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     """A write transaction that takes the lock up front, so read-check-write is atomic."""
@@ -246,7 +335,8 @@ def _record(row: sqlite3.Row, tasks: list[sqlite3.Row], history: list[sqlite3.Ro
         ended_at=row["ended_at"], error=row["error"], exit_code=row["exit_code"],
         warnings=tuple(json.loads(row["warnings"])), details=json.loads(row["details"]),
         tasks=tuple(TaskRecord(name=t["name"], state=t["state"], pid=t["pid"], restarts=t["restarts"],
-                               exit_code=t["exit_code"], log_path=t["log_path"], updated_at=t["updated_at"])
+                               exit_code=t["exit_code"], log_path=t["log_path"], updated_at=t["updated_at"],
+                               reason=t["reason"])
                     for t in tasks),
         history=tuple(StateChange(JobState(h["state"]), h["at"], h["message"]) for h in history),
         parent_job=row["parent_job"],

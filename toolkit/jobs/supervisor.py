@@ -8,7 +8,10 @@ A heartbeat thread updates the record every ``HEARTBEAT_INTERVAL`` seconds so
 readers can tell a live supervisor from a dead one.
 
 SIGTERM (sent to its process group by ``cancel``) stops the launcher, which
-stops every task, and the job ends CANCELLED.
+stops every task, and the job ends CANCELLED. It runs with umask 077, so every
+log and file the job writes is private to its user unless the trainer says
+otherwise. If the supervisor itself dies, the next ``describe`` ends the job
+FAILED and the store closes every task row still open (STOPPED, with why).
 
 A tuning job (its record has ``details["tuning"]``) runs its study instead
 (``toolkit.jobs.tuning``): trial jobs in threads of this process. There SIGTERM
@@ -22,6 +25,7 @@ import os
 import signal
 import socket
 import sqlite3
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -145,11 +149,21 @@ class _Cancelled(BaseException):
     """Raised in the main thread by SIGTERM, so the launcher's cleanup stops every task."""
 
 
+def _private_output() -> None:
+    """``supervisor.log`` (this process's stdout, opened by whoever started it) becomes 0600 too."""
+    fd = sys.stdout.fileno()
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
+        os.fchmod(fd, 0o600)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toolkit.jobs.supervisor", description=__doc__.splitlines()[0])
     parser.add_argument("job")
     parser.add_argument("--home", type=Path, required=True)
     args = parser.parse_args(argv)
+    os.umask(0o077)  # the job's logs and outputs are its user's alone (docs/security.md)
+    _private_output()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return Supervisor(JobStore(args.home), args.job).run()
 

@@ -43,6 +43,7 @@ def format_record(record: JobRecord) -> str:
         table = format_table(("TASK", "STATE", "PID", "RESTARTS", "EXIT_CODE"),
                              ((t.name, t.state, t.pid, t.restarts, t.exit_code) for t in record.tasks))
         lines += ["tasks:"] + [f"  {line}" for line in table.splitlines()]
+        lines += [f"  {t.name}: {t.reason}" for t in record.tasks if t.reason]
     restarts = record.details.get("restarts")
     if restarts:  # preemptions apart from failures (docs/preemption.md)
         lines.append(f"restarts: {restarts.get('preemptions', 0)} after preemptions, "

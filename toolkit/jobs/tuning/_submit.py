@@ -63,5 +63,8 @@ def plan_tuning(spec: JobSpec, store: JobStore, *, cwd: Path, python: str) -> tu
     base = replace(base, training_input=plan.training_input)  # TF_CONFIG's `job` shows the whole study, as on CMLE
     details = {"plan": base.to_dict(), "tasks": ["study"],
                "tuning": {"jobDir": job_dir, "trialTasks": base.task_names,
-                          "maxTrials": trial_budget(ti.hyperparameters)}}
+                          "maxTrials": trial_budget(ti.hyperparameters)},
+               # the store reserves every trial's name with the job, so none is taken halfway
+               "reservedNames": [trial_job_name(spec.required_job_id, n)
+                                 for n in range(1, trial_budget(ti.hyperparameters) + 1)]}
     return details, warnings
