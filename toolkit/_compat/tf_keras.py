@@ -1,4 +1,4 @@
-"""The one place that reaches into ``tf_keras`` for TF1's layers (an optional dependency: the ``estimator`` extra).
+"""The one place that reaches into ``tf_keras`` for TF1's layers (a core dependency of tfdist).
 
 ``tf.compat.v1.layers`` is gone with Keras 3; ``tf_keras`` 2.21 still ships
 the legacy v1 layers (``dense``, ``conv2d``, ``max_pooling2d``, ``dropout``,
@@ -22,8 +22,8 @@ def _load(name: str) -> ModuleType:
         return importlib.import_module(name)
     except ImportError as exc:
         raise ImportError(
-            f"TF1's layers come from the optional package tf_keras ({exc}). Install it with "
-            "pip install 'tfdist[estimator]' (or pip install 'tf_keras>=2.21,<2.22')."
+            f"TF1's layers come from the package tf_keras ({exc}), a dependency of tfdist that is missing "
+            "here. Install it with pip install 'tf_keras>=2.21,<2.22'."
         ) from exc
 
 
