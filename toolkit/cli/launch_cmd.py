@@ -143,6 +143,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_launch)
 
 
+NO_ISOLATE_WARNING = ("warning: --no-isolate: every task's TensorFlow server listens on all interfaces without "
+                      "authentication, so its ports are reachable from the network.")
+
+
 def _serve_env(args: argparse.Namespace) -> dict[str, str]:
     """The serve timeouts, for every task (``strategies.ServeOptions`` reads them)."""
     from strategies._serve_options import ENV_CHIEF_LOST_AFTER, ENV_CHIEF_START_TIMEOUT
@@ -178,6 +182,8 @@ def _launch(args: argparse.Namespace) -> int:
             result = launch_ray(cmd, address=args.ray_address, placement=args.placement,
                                 shared_dirs=args.shared_dir, **kwargs)
         else:
+            if args.isolate is False:
+                print(NO_ISOLATE_WARNING, file=sys.stderr)
             result = launch(cmd, isolate=args.isolate, **kwargs)
     except (LaunchError, TFConfigError) as exc:
         print(f"error: {error_text(exc, LAUNCH_FLAGS)}", file=sys.stderr)
