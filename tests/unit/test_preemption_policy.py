@@ -111,3 +111,39 @@ def test_describe_shows_preemptions_apart_from_failures(tmp_path):
     text = format_record(store.get("job1"))
     assert "restarts: 2 after preemptions, 1 after failures" in text
     assert "  chief-0: preempted 1x" in text and "  worker-0: preempted 1x" in text
+
+
+_TASK = """
+import os, pathlib, signal, sys, time
+task = pathlib.Path(os.environ["TFDIST_TASK_DIR"])
+def preempted(signum, frame):
+    marked = (task / "stop-requested").exists()  # the launcher's own stop, not a preemption
+    (task / "got").write_text("stopped" if marked else "preempted")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, preempted)
+(task / "ready").write_text("")
+time.sleep(60)
+"""
+
+
+def test_a_sigterm_to_the_launcher_is_passed_on_as_a_preemption(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    job = tmp_path / "job"
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--job-dir", str(job),
+                             "--quiet", "--", sys.executable, "-c", _TASK], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "TFDIST_PREEMPTION_GRACE": "5"})
+    ready = [job / "tasks" / name / "ready" for name in ("worker-0", "worker-1")]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() for p in ready) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == EXIT_PREEMPTED, out
+    assert "interrupted by SIGTERM; every task was told to checkpoint and exit" in out
+    assert [(job / "tasks" / n / "got").read_text() for n in ("worker-0", "worker-1")] == ["preempted"] * 2
+    assert "worker-0=143" in out and "worker-1=143" in out

@@ -16,6 +16,10 @@ Policy (documented in docs/launcher.md):
   before the chief does; that is the chief's failure, not theirs.
 - A preempted task (``EXIT_PREEMPTED``, or killed by SIGTERM) is restarted the
   same way but on its own budget, ``max_preemptions`` (docs/preemption.md).
+- A SIGTERM to the launcher itself (its machine is being taken away) is passed
+  on to every task unmarked, so each checkpoints and exits 143; the launcher
+  waits up to the preemption grace (``TFDIST_PREEMPTION_GRACE`` + 2 s) before
+  stopping what is left, and exits 143.
 - Before the launcher itself SIGTERMs a task (to restart the cluster, or at
   the job's end) it writes ``STOP_MARKER`` into the task's directory, so the
   task's preemption handler knows the signal is no preemption and exits at once.
@@ -66,6 +70,16 @@ logger = logging.getLogger(__name__)
 _POLL = 0.2
 #: written into a task's directory just before the launcher SIGTERMs it (``toolkit.training.preemption`` reads it)
 STOP_MARKER = "stop-requested"
+_ENV_PREEMPTION_GRACE = "TFDIST_PREEMPTION_GRACE"  # read by the tasks (toolkit.training.preemption)
+_DEFAULT_PREEMPTION_GRACE = 25.0
+
+
+def preemption_grace(env: Mapping[str, str]) -> float:
+    """How long the launcher waits for its tasks after passing a SIGTERM on: their grace, plus 2 s to exit."""
+    try:
+        return float(env.get(_ENV_PREEMPTION_GRACE, _DEFAULT_PREEMPTION_GRACE)) + 2.0
+    except ValueError:
+        return _DEFAULT_PREEMPTION_GRACE + 2.0
 
 
 def generate_configs(spec: LaunchSpec, job_dir: Path, *, hosts: Sequence[str] | None = None) -> dict[str, TFConfig]:
@@ -115,6 +129,7 @@ class Job:
         self.failures = 0
         self.deaths: list[tuple[str, int | None, list[str]]] = []  # (task, code, log tail) of this cluster run
         self.signal: int | None = None
+        self.preempted = False  # the launcher itself got SIGTERM: its tasks are told, unmarked
 
     # ---- preloading -------------------------------------------------------------
     def _fork(self) -> Callable[[Mapping[str, str]], ForkedTask] | None:
@@ -283,7 +298,9 @@ class Job:
         now = time.monotonic()
         if self.signal is not None:
             name = signal.Signals(self.signal).name
-            return Outcome(128 + self.signal, Reason.INTERRUPTED, f"interrupted by {name}; every task was stopped")
+            how = ("every task was told to checkpoint and exit (a preemption), then stopped" if self.preempted
+                   else "every task was stopped")
+            return Outcome(128 + self.signal, Reason.INTERRUPTED, f"interrupted by {name}; {how}")
         if deadline is not None and now >= deadline:
             return Outcome(EXIT_TIMEOUT, Reason.TIMEOUT,
                            f"the job ran past its timeout of {self.spec.timeout:g} s; every task was stopped")
@@ -306,6 +323,17 @@ class Job:
         for task in self.tasks.values():
             task.join_output(5.0)
 
+    def pass_on_preemption(self) -> None:
+        """Sends SIGTERM to every running task, unmarked, and waits up to ``preemption_grace`` for them to exit."""
+        running = [t for t in self.tasks.values() if t.running]
+        logger.warning("SIGTERM: passing the preemption on to %s; waiting up to %g s for their checkpoint",
+                       ", ".join(t.name for t in running) or "no task", preemption_grace(self.base_env))
+        for task in running:
+            task.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + preemption_grace(self.base_env)
+        while any(t.running for t in running) and time.monotonic() < deadline:
+            time.sleep(_POLL)
+
     def results(self) -> tuple[TaskResult, ...]:
         return tuple(
             TaskResult(name=t.name, task_type=t.task_type, index=t.index, exit_code=t.exit_code,
@@ -324,6 +352,8 @@ def catch_signals(job: Job) -> Iterator[None]:
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _handler(signum: int, frame: object) -> None:
+        if job.signal is None and signum == signal.SIGTERM:
+            job.preempted = True
         job.signal = signum
 
     for sig in previous:
@@ -346,6 +376,8 @@ def supervise(job: Job) -> LaunchResult:
             while outcome is None:
                 time.sleep(_POLL)
                 outcome = job.check(deadline)
+            if job.preempted and outcome.reason is Reason.INTERRUPTED:
+                job.pass_on_preemption()
             chief_done = job.chief.exit_code is not None and outcome.reason in (Reason.SUCCEEDED, Reason.FAILED)
             job.wind_down(job.spec.grace_period if chief_done else 0.0)
         finally:
