@@ -24,7 +24,8 @@ RUN = [
     "models", "models.classifiers", "models.recommender", "toolkit.cli._flags", "toolkit.launcher._dialect",
     "toolkit.launcher._policy", "toolkit.training.options",
     "toolkit.compat.v1", "toolkit.data", "toolkit.data.pipeline", "toolkit.data.sources",
-    "toolkit.estimator.run_config", "toolkit.hypertune", "toolkit.jobs.backends", "toolkit.jobs.names", "toolkit.jobs.spec",
+    "toolkit.estimator.run_config", "toolkit.hypertune", "toolkit.jobs.backends", "toolkit.jobs.names",
+    "toolkit.jobs.slurm_backend", "toolkit.jobs.trainjob", "toolkit.jobs.spec",
     "toolkit.jobs.tfjob", "toolkit.jobs.tiers", "toolkit.layers", "toolkit.layers.embedding",
     "toolkit.training", "toolkit.training.fit", "toolkit.training.state",
 ]
@@ -42,6 +43,7 @@ SHOWN = {
     "toolkit": "cluster/test_launch_cluster.py",
     "toolkit.launcher": "cluster/test_launch_cluster.py",
     "toolkit.launcher.ray": "cluster/test_ray_backend.py",
+    "toolkit.launcher.slurm": "cluster/test_slurm_cluster.py",
     "toolkit.jobs": "cluster/test_jobs_cluster.py",
     "toolkit.jobs.api": "cluster/test_jobs_cluster.py",
     "toolkit.jobs.tuning": "cluster/test_tuning_digits.py",

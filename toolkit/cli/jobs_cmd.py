@@ -131,6 +131,9 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
                              "every node")
     parser.add_argument("--dry-run", action="store_true",
                         help="kubernetes: print the TFJob YAML (a Katib Experiment for a tuning job), submit nothing")
+    parser.add_argument("--kubeflow-trainer", action="store_true",
+                        help="kubernetes --dry-run: render a Kubeflow Trainer v2 TrainJob and its "
+                             "ClusterTrainingRuntime (pods run `tfdist run`) instead of a TFJob (docs/jobs.md)")
     parser.add_argument("--stream-logs", action="store_true", help="follow the logs until the job ends")
     add_isolate_flag(parser)
     parser.set_defaults(handler=_guard(_submit))
@@ -214,6 +217,9 @@ def _submit(args: argparse.Namespace) -> int:
         if spec.training_input.hyperparameters is not None:  # a tuning job: Katib runs the study
             from toolkit.jobs.katib import experiment_yaml
             text, warnings = experiment_yaml(spec, options=backend.options)
+        elif args.kubeflow_trainer:  # Trainer v2: a TrainJob and its runtime, each pod under `tfdist run`
+            from toolkit.jobs.trainjob import trainjob_yaml
+            text, warnings = trainjob_yaml(spec, options=backend.options)
         else:
             text, warnings = backend.render(spec)
         for warning in warnings:
