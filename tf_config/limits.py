@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MAX_FILE_BYTES", "MAX_LIST_ITEMS", "MAX_NESTING", "MAX_STRING", "MAX_YAML_ALIASES", "MAX_YAML_NODES",
-           "InputTooLargeError", "decode", "read_text"]
+__all__ = ["MAX_FILE_BYTES", "MAX_LIST_ITEMS", "MAX_NESTING", "MAX_STRING", "MAX_TASKS", "MAX_YAML_ALIASES",
+           "MAX_YAML_NODES", "InputTooLargeError", "decode", "read_text"]
 
+MAX_TASKS = 1_000            # tasks of one kind in a job or a launch (every TF_CONFIG lists them all)
 MAX_FILE_BYTES = 1 << 20     # a job spec or TF_CONFIG file: 1 MiB
 MAX_NESTING = 64             # objects and lists inside each other, in YAML or JSON
 MAX_YAML_ALIASES = 1_000     # `*name` references in one YAML document

@@ -75,6 +75,13 @@ def test_the_alias_bomb_is_refused_before_it_expands(tmp_path):
      "kubernetes", "--dry-run"],
     ["tf-config", "validate", "no\x00such-file"],
     ["launch", "--workers", "²", "--", "python", "-c", "pass"],
+    ["launch", "--job-dir", "a\x00b", "--", "python", "-c", "pass"],
+    ["launch", "--cwd", "\udcff", "--", "python", "-c", "pass"],
+    ["launch", "--workers", "100000", "--", "python", "-c", "pass"],  # refused, not 100,000 processes started
+    ["launch", "--timeout", "nan", "--", "python", "-c", "pass"],
+    ["tf-config", "generate", "--workers", "100000"],
+    ["tf-config", "generate", "--workers", "1", "--output-dir", "out\x00"],
+    ["jobs", "submit", "training", "ok-name", "--config", "spec\x00.yaml"],
 ])
 def test_hostile_arguments_get_exit_2_or_1_and_a_printable_message(argv_tail):
     kind, detail = cli_outcome(argv_tail)

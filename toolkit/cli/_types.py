@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 from collections.abc import Callable
 from typing import TypeVar
+
+from tf_config.limits import MAX_TASKS
 
 _N = TypeVar("_N", int, float)
 
@@ -31,9 +35,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+def task_count(text: str) -> int:
+    """Tasks of one kind: 0 up to the documented limit (every TF_CONFIG lists every task)."""
+    value = non_negative_int(text)
+    if value > MAX_TASKS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TASKS:,} tasks, received {value}")
+    return value
+
+
+_UNUSABLE_IN_PATHS = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def path_text(text: str) -> str:
+    """A file or directory name: no NUL byte or lone surrogate, which no file system can store."""
+    if _UNUSABLE_IN_PATHS.search(text):
+        shown = text.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise argparse.ArgumentTypeError(f"expected a path without NUL bytes or lone surrogates, received "
+                                         f"{shown[:80]!r}")
+    return text
+
+
 def positive_seconds(text: str) -> float:
-    """A duration in seconds, greater than 0."""
+    """A duration in seconds, greater than 0 (and finite)."""
     value = _number(text, float, "a positive number of seconds")
-    if value <= 0:
+    if not value > 0 or not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, received {text}")
     return value

@@ -12,7 +12,7 @@ import sys
 
 from toolkit.cli._flags import LAUNCH_FLAGS, error_text
 from toolkit.cli._slurm_flags import add_slurm_flags, launch_on_slurm
-from toolkit.cli._types import non_negative_int, positive_seconds
+from toolkit.cli._types import non_negative_int, path_text, positive_seconds, task_count
 from toolkit.launcher._preload import DEFAULT_PRELOAD
 from toolkit.launcher._spec import LaunchSpec
 
@@ -97,11 +97,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chief", type=non_negative_int, default=None, metavar="N",
                         help="0 or 1 (default: 1 when --ps > 0, else 0: worker 0 is the chief)")
-    parser.add_argument("--workers", type=non_negative_int, default=1, metavar="N", help="worker tasks (default 1)")
-    parser.add_argument("--ps", type=non_negative_int, default=0, metavar="N",
+    parser.add_argument("--workers", type=task_count, default=1, metavar="N", help="worker tasks (default 1)")
+    parser.add_argument("--ps", type=task_count, default=0, metavar="N",
                         help="parameter-server tasks (default 0)")
     parser.add_argument("--evaluator", action="store_true", help="add an evaluator task")
-    parser.add_argument("--job-dir", default=None, metavar="DIR",
+    parser.add_argument("--job-dir", type=path_text, default=None, metavar="DIR",
                         help="job directory for logs/ and tasks/ (default runs/launch-<time>-<id>)")
     parser.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
                         help="stop the job after S seconds")
@@ -118,7 +118,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="tf: the chief is chief-0 (default); cmle: it is master-0 (TF_CONFIG, logs, messages) "
                         'and TF_CONFIG has "environment": "cloud"; tfjob: Kubeflow TFJob\'s TF_CONFIG '
                         '("environment": "cloud", 127.0.0.1 in place of each service name)')
-    parser.add_argument("--cwd", default=None, metavar="DIR", help="run every task in DIR (default: here)")
+    parser.add_argument("--cwd", type=path_text, default=None, metavar="DIR",
+                        help="run every task in DIR (default: here)")
     parser.add_argument("--quiet", action="store_true", help="keep task output in the log files only")
     parser.add_argument("--preload", nargs="?", const=",".join(DEFAULT_PRELOAD), default="", metavar="MODULES",
                         help="import MODULES (comma-separated; default tensorflow,keras) once and fork every task "

@@ -13,7 +13,7 @@ from pathlib import Path
 from tf_config import STRATEGIES
 from tf_config.limits import MAX_FILE_BYTES
 from toolkit.cli._flags import GENERATE_FLAGS, problem_text, speak_flags
-from toolkit.cli._types import non_negative_int
+from toolkit.cli._types import non_negative_int, path_text, task_count
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -79,8 +79,8 @@ def _register_generate(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("generate", help="print one TF_CONFIG per task, ready to paste",
                             description=_GENERATE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chief", type=non_negative_int, default=1, metavar="N", help="0 or 1 (default 1)")
-    parser.add_argument("--workers", type=non_negative_int, default=2, metavar="N", help="default 2")
-    parser.add_argument("--ps", type=non_negative_int, default=1, metavar="N", help="default 1")
+    parser.add_argument("--workers", type=task_count, default=2, metavar="N", help="default 2")
+    parser.add_argument("--ps", type=task_count, default=1, metavar="N", help="default 1")
     parser.add_argument("--evaluator", type=non_negative_int, default=0, metavar="N", help="0 or 1 (default 0)")
     parser.add_argument("--dialect", choices=("tf2", "cmle", "tfjob"), default="tf2",
                         help="tf2: chief; cmle: master + environment cloud + job block; "
@@ -96,7 +96,7 @@ def _register_generate(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=("export", "json", "env", "yaml"), default="export",
                         help="export: `export TF_CONFIG='...'` lines; env: .env lines; json; yaml "
                              "(default export)")
-    parser.add_argument("--output-dir", type=Path, metavar="DIR",
+    parser.add_argument("--output-dir", type=lambda text: Path(path_text(text)), metavar="DIR",
                         help="write one file per task, <type>-<index>.<ext>, instead of printing")
     parser.set_defaults(handler=_generate)
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tf_config.limits import MAX_TASKS
 from toolkit.jobs._fields import FieldReader
 
 __all__ = ["MAX_PARALLEL_TRIALS", "MAX_PARAMS", "MAX_PARAM_VALUES", "MAX_REPLICAS", "MAX_TRIALS", "check_limits"]
 
-MAX_REPLICAS = 1_000      # workerCount, parameterServerCount (Vertex: replicaCount of a pool)
+MAX_REPLICAS = MAX_TASKS  # workerCount, parameterServerCount (Vertex: replicaCount of a pool)
 MAX_TRIALS = 1_000        # hyperparameters.maxTrials
 MAX_PARALLEL_TRIALS = 64  # hyperparameters.maxParallelTrials
 MAX_PARAMS = 100          # hyperparameters.params
