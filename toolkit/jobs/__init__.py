@@ -13,6 +13,7 @@ Example:
     <JobState.SUCCEEDED: 'SUCCEEDED'>
 """
 from toolkit.jobs.api import BACKENDS, cancel, describe, get_backend, list_jobs, stream_logs, submit
+from toolkit.jobs.backends import Backend, register_backend
 from toolkit.jobs.errors import (
                                  BackendError,
                                  JobError,
@@ -31,11 +32,13 @@ from toolkit.jobs.states import JobState
 from toolkit.jobs.store import JobStore, default_home
 from toolkit.jobs.tfjob import KubernetesOptions, render_tfjob, validate_tfjob
 from toolkit.jobs.tiers import MACHINE_TYPES, SCALE_TIERS
+from toolkit.jobs.trainjob import render_trainjob, validate_trainjob
 
 __all__ = [
-    "BACKENDS", "BackendError", "HyperparameterSpec", "JobError", "JobExistsError", "JobNameError",
+    "BACKENDS", "Backend", "BackendError", "HyperparameterSpec", "JobError", "JobExistsError", "JobNameError",
     "JobNotFoundError", "JobRecord", "JobSpec", "JobSpecError", "JobState", "JobStateError", "JobStore",
     "KubernetesOptions", "MACHINE_TYPES", "ParameterSpec", "ReplicaConfig", "SCALE_TIERS", "StateChange",
     "TaskRecord", "TrainingInput", "cancel", "default_home", "describe", "get_backend", "list_jobs",
-    "local_train", "render_tfjob", "stream_logs", "submit", "suggest_job_name", "validate_job_name", "validate_tfjob",
+    "local_train", "register_backend", "render_tfjob", "render_trainjob", "stream_logs", "submit",
+    "suggest_job_name", "validate_job_name", "validate_tfjob", "validate_trainjob",
 ]
