@@ -28,6 +28,7 @@ RUN = [
     "toolkit.jobs.slurm_backend", "toolkit.jobs.trainjob", "toolkit.jobs.spec",
     "toolkit.jobs.tfjob", "toolkit.jobs.tiers", "toolkit.layers", "toolkit.layers.embedding",
     "toolkit.training", "toolkit.training.fit", "toolkit.training.state",
+    "toolkit.estimator.experimental", "toolkit.estimator.inputs", "toolkit.estimator.inputs.numpy_io",
 ]
 
 SHOWN = {
@@ -58,6 +59,9 @@ SHOWN = {
     "toolkit.estimator.canned.linear": "unit/test_canned_estimators.py",
     "toolkit.estimator.canned.dnn_linear_combined": "cluster/test_canned_cluster.py",
     "toolkit.estimator.canned.v1": "unit/test_canned_estimators.py",
+    "toolkit.estimator.inputs.pandas_io": "unit/test_estimator_inputs.py",
+    "toolkit.estimator.extenders": "unit/test_estimator_core.py",
+    "toolkit.estimator.hooks.early_stopping": "unit/test_estimator_hooks.py",
 }
 
 

@@ -20,7 +20,18 @@ _CANNED_V1 = frozenset(("DNNClassifier", "DNNRegressor", "LinearClassifier", "Li
 __all__ = sorted(_ENGINE_NAMES)
 
 
+#: TF1-only names and TF1 variants of engine classes: {public name: (module, attribute)}
+_V1_ONLY = {
+    "Estimator": ("toolkit.estimator.estimator", "EstimatorV1"),
+}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _V1_ONLY:
+        module, attribute = _V1_ONLY[name]
+        value = getattr(importlib.import_module(module), attribute)
+        globals()[name] = value
+        return value
     module = "toolkit.estimator.canned.v1" if name in _CANNED_V1 else "toolkit.estimator"
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

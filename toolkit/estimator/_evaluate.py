@@ -11,7 +11,7 @@ import tensorflow as tf
 from toolkit.estimator._graph import metric_ops
 from toolkit.estimator.spec import EstimatorSpec, SpecError
 
-__all__ = ["run_evaluation", "run_prediction", "write_eval_summary"]
+__all__ = ["check_eval_name", "run_evaluation", "run_prediction", "write_eval_summary"]
 
 v1 = tf.compat.v1
 
@@ -28,7 +28,16 @@ class _StopAfterHook(tf.compat.v1.train.SessionRunHook):
             run_context.request_stop()
 
 
-def _session(scaffold: Any, path: str, hooks: Sequence[Any], master: str, error: Callable[..., Exception],
+def check_eval_name(name: Any, error: Any) -> None:
+    """Any string, as TF took, that stays one directory below model_dir (``eval_<name>``)."""
+    if name is None:
+        return
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise error(f"evaluation `name` is {name!r}; expected a non-empty string without '/' (summaries go "
+                    "to model_dir/eval_<name>), e.g. 'census-eval'.", field="name")
+
+
+def _session(scaffold: Any, path: str | None, hooks: Sequence[Any], master: str, error: Callable[..., Exception],
              config: Any) -> Any:
     creator = v1.train.ChiefSessionCreator(scaffold=scaffold, checkpoint_filename_with_path=path, master=master,
                                            config=config)
@@ -38,7 +47,7 @@ def _session(scaffold: Any, path: str, hooks: Sequence[Any], master: str, error:
         raise error(path, exc) from exc
 
 
-def run_evaluation(spec: EstimatorSpec, scaffold: Any, path: str, *, steps: int | None, hooks: Sequence[Any],
+def run_evaluation(spec: EstimatorSpec, scaffold: Any, path: str | None, *, steps: int | None, hooks: Sequence[Any],
                    master: str, error: Callable[..., Exception], config: Any = None) -> dict[str, Any]:
     """Runs the metric update ops over the input; returns the metrics and the checkpoint's global step."""
     values, updates = metric_ops(spec)
@@ -52,28 +61,51 @@ def run_evaluation(spec: EstimatorSpec, scaffold: Any, path: str, *, steps: int 
     return {key: (value.item() if isinstance(value, np.generic) else value) for key, value in results.items()}
 
 
-def run_prediction(spec: EstimatorSpec, scaffold: Any, path: str, *, predict_keys: Sequence[str] | None,
+def run_prediction(spec: EstimatorSpec, scaffold: Any, path: str | None, *, predict_keys: Sequence[str] | None,
                    hooks: Sequence[Any], single: bool, error: Callable[..., Exception],
                    config: Any = None) -> Iterator[Any]:
-    predictions = spec.predictions
-    if predict_keys is not None:
-        if not isinstance(predictions, dict):
-            raise SpecError("predict_keys needs model_fn's `predictions` to be a dict; it is a tensor.",
-                field="predict_keys")
-        missing = [k for k in predict_keys if k not in predictions]
-        if missing:
-            raise SpecError(f"predict_keys {missing!r} are not among the predictions "
-                            f"({', '.join(predictions)}). Pick from those.", field="predict_keys")
-        predictions = {k: predictions[k] for k in predict_keys}
+    predictions = _selected(spec.predictions, predict_keys)
     with _session(scaffold, path, hooks, "", error, config) as session:
         while not session.should_stop():
             batch = session.run(predictions)
             if not single:
                 yield batch
                 continue
-            size = len(tf.nest.flatten(batch)[0])
+            size = _batch_length(batch)
             for i in range(size):
                 yield tf.nest.map_structure(lambda value, i=i: value[i], batch)
+
+
+def _selected(predictions: Any, predict_keys: Sequence[str] | None) -> Any:
+    """The predictions named by ``predict_keys`` (TF ignored unknown keys while at least one matched)."""
+    if predict_keys is None:
+        return predictions
+    if not isinstance(predictions, dict):
+        raise SpecError("predict_keys argument is not valid in case of non-dict predictions: model_fn's "
+                        "`predictions` is one tensor. Drop predict_keys, or return a dict of predictions.",
+                        field="predict_keys")
+    chosen = {k: v for k, v in predictions.items() if k in predict_keys}
+    if not chosen:
+        raise SpecError(f"Expected to run at least one output from {sorted(predictions)}, provided "
+                        f"{list(predict_keys)}. Pick predict_keys from those.", field="predict_keys")
+    return chosen
+
+
+def _batch_length(batch: Any) -> int:
+    """The batch size every prediction shares (TF refused scalars and differing first dimensions)."""
+    items = batch.items() if isinstance(batch, dict) else [("predictions", batch)]
+    length = None
+    for key, value in items:
+        if np.ndim(value) == 0:
+            raise SpecError(f"Prediction {key!r} is a scalar; with yield_single_examples=True every prediction "
+                            "needs a batch dimension. Return [batch, ...] tensors, or pass "
+                            "yield_single_examples=False.", field=f"predictions.{key}")
+        length = length if length is not None else len(value)
+        if len(value) != length:
+            raise SpecError(f"Batch length of predictions should be same. {key} has different batch length "
+                            f"({len(value)}) than others ({length}). Give every prediction the batch "
+                            "dimension, or pass yield_single_examples=False.", field=f"predictions.{key}")
+    return length or 0
 
 
 def write_eval_summary(directory: str, metrics: dict[str, Any]) -> None:
@@ -83,6 +115,8 @@ def write_eval_summary(directory: str, metrics: dict[str, Any]) -> None:
                                 for key, value in metrics.items()
                                 if key != "global_step" and np.ndim(value) == 0])
     with tf.Graph().as_default():  # FileWriter refuses eager mode
-        writer = v1.summary.FileWriter(directory)
+        # one writer per directory for the process (TF's FileWriterCache): writers opened in the same
+        # second would share an event file name, and the later one would replace the earlier's events
+        writer = v1.summary.FileWriterCache.get(directory)
         writer.add_summary(summary, int(metrics["global_step"]))
-        writer.close()
+        writer.flush()

@@ -7,9 +7,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from toolkit.estimator.spec import EstimatorSpec, ModeKeys, SpecError, is_metric_object
+from toolkit.estimator.spec import EstimatorSpec, SpecError, is_metric_object
 
-__all__ = ["call_input_fn", "call_model_fn", "check_tensors", "metric_ops"]
+__all__ = ["call_input_fn", "call_model_fn", "metric_ops"]
 
 v1 = tf.compat.v1
 
@@ -27,18 +27,28 @@ def _is_tensor_like(value: Any) -> bool:
     return isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor, tf.Variable))
 
 
-def _check_structure(value: Any, what: str) -> None:
-    flat = tf.nest.flatten(value, expand_composites=False)
-    bad = [v for v in flat if not _is_tensor_like(v)]
-    if bad or not flat:
-        raise SpecError(f"input_fn's {what} hold {type(bad[0]).__name__ if bad else 'nothing'}; "
-                        "expected tensors (dense, SparseTensor or RaggedTensor), a dict of them, or a "
-                        "tf.data.Dataset yielding them.", field="input_fn")
+def _as_tensor(value: Any, what: str) -> Any:
+    """A NumPy array, list or Python number becomes a constant tensor, as TF's ops would have made it."""
+    if _is_tensor_like(value):
+        return value
+    try:
+        return tf.convert_to_tensor(value)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"input_fn's {what} hold {type(value).__name__} {value!r:.60}, which is not a tensor "
+                        f"and cannot become one ({str(exc).splitlines()[0]}); return tensors, NumPy arrays or "
+                        "numbers, a dict of them, or a tf.data.Dataset yielding them.", field="input_fn") from exc
+
+
+def _convert(value: Any, what: str) -> Any:
+    """Tensors as they are; a dict's values and a lone value converted (a list is one value, as in TF)."""
+    if isinstance(value, dict):
+        return {key: _convert(item, what) for key, item in value.items()}
+    return _as_tensor(value, what)
 
 
 def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
                   input_context: Any = None) -> tuple[Any, Any]:
-    """``(features, labels or None)`` as graph tensors from ``input_fn``'s Dataset or tensors."""
+    """``(features, labels or None)`` as graph tensors from ``input_fn``'s Dataset or values."""
     if not callable(input_fn):
         raise SpecError(f"`input_fn` is {type(input_fn).__name__}; expected a function returning a "
                         "tf.data.Dataset of (features, labels), or a (features, labels) tuple of tensors.",
@@ -54,63 +64,38 @@ def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, confi
     if isinstance(result, (tuple, list)) and len(result) == 2:
         features, labels = result
     elif isinstance(result, (tuple, list)):
-        raise SpecError(f"input_fn returned a {type(result).__name__} of {len(result)} items; expected "
-                        "(features, labels), features alone, or a tf.data.Dataset of either.", field="input_fn")
+        raise SpecError(f"input_fn should return (features, labels) as a len 2 tuple: it returned a "
+                        f"{type(result).__name__} of {len(result)} items. Return (features, labels), features "
+                        "alone, or a tf.data.Dataset of either.", field="input_fn")
     else:
         features, labels = result, None
-    if features is None or isinstance(features, (str, bytes, int, float)):
+    if features is None or isinstance(features, (str, bytes)):
         raise SpecError(f"input_fn returned {type(result).__name__} {result!r}; expected a "
                         "tf.data.Dataset of (features, labels), or a (features, labels) tuple of tensors.",
                         field="input_fn")
-    _check_structure(features, "features")
+    features = _convert(features, "features")
     if labels is not None:
-        _check_structure(labels, "labels")
+        labels = _convert(labels, "labels")
     return features, labels
 
 
 def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mode: str, *, params: Any,
                   config: Any) -> EstimatorSpec:
     """Calls model_fn with the subset of (features, labels, mode, params, config) it names."""
-    names, _ = _arg_names(model_fn)
-    if "labels" in names and labels is None and mode in (ModeKeys.TRAIN, ModeKeys.EVAL):
-        raise SpecError(f"model_fn takes `labels` but input_fn gave none in mode {mode!r}; return "
-                        "(features, labels) from input_fn (or a Dataset of such pairs) for train and evaluate.",
-                        field="input_fn")
+    from toolkit.estimator._construct import model_fn_args
+
+    names = set(model_fn_args(model_fn))
+    if "labels" not in names and labels is not None:
+        raise SpecError("model_fn does not take labels, but input_fn returns labels. Add `labels` to model_fn's "
+                        "arguments, or return features alone from input_fn.", field="input_fn")
     offered = {"labels": labels, "mode": mode, "params": params, "config": config}
     kwargs = {k: v for k, v in offered.items() if k in names}
-    spec = model_fn(features, **kwargs) if "features" not in names else model_fn(features=features, **kwargs)
+    spec = model_fn(features=features, **kwargs)
     if not isinstance(spec, EstimatorSpec):
-        raise SpecError(f"model_fn returned {type(spec).__name__} {spec!r:.80}; expected an "
-                        "EstimatorSpec, e.g. return EstimatorSpec(mode, loss=loss, train_op=train_op).",
+        raise SpecError(f"model_fn should return an EstimatorSpec: model_fn returned {type(spec).__name__} "
+                        f"{spec!r:.80}. Return e.g. EstimatorSpec(mode, loss=loss, train_op=train_op).",
                         field="model_fn")
-    if spec.mode != mode:
-        raise SpecError(f"model_fn was called with mode {mode!r} but returned an EstimatorSpec for "
-                        f"mode {spec.mode!r}; pass the `mode` it received.", field="model_fn")
-    check_tensors(spec)
     return spec
-
-
-def check_tensors(spec: EstimatorSpec) -> None:
-    """What needs TensorFlow to check: a scalar tensor loss, an op train_op, graph tensors everywhere."""
-    graph = v1.get_default_graph()
-    if spec.loss is not None:
-        loss = spec.loss
-        if not isinstance(loss, (tf.Tensor, tf.Variable)) or loss.shape.rank not in (0, None):
-            shape = getattr(loss, "shape", None)
-            raise SpecError(f"EstimatorSpec `loss` is {type(loss).__name__} of shape {shape}; expected a "
-                            "scalar tensor, e.g. tf.reduce_mean(per_example_loss).", field="loss")
-        if loss.graph is not graph:
-            raise SpecError("EstimatorSpec `loss` belongs to another graph; build it from the features "
-                            "model_fn received.", field="loss")
-    if spec.train_op is not None and not isinstance(spec.train_op, (tf.Operation, tf.Tensor, tf.Variable)):
-        raise SpecError(f"EstimatorSpec `train_op` is {type(spec.train_op).__name__}; expected the op "
-                        "of one training step, e.g. optimizer.minimize(loss, global_step=tf.train.get_global_step()).",
-                        field="train_op")
-    if spec.predictions is not None:
-        for value in tf.nest.flatten(spec.predictions):
-            if not _is_tensor_like(value):
-                raise SpecError(f"EstimatorSpec `predictions` holds {type(value).__name__}; expected "
-                                "a tensor or a dict of tensors.", field="predictions")
 
 
 def _as_local_variables(variables: Any) -> None:
@@ -126,6 +111,10 @@ def metric_ops(spec: EstimatorSpec) -> tuple[dict[str, Any], list[Any]]:
     values: dict[str, Any] = {}
     updates: list[Any] = []
     for name, metric in (spec.eval_metric_ops or {}).items():  # __post_init__ made None {}
+        if name == "global_step":
+            raise SpecError("Metric with name `global_step` is not allowed, because Estimator already defines "
+                            "a default metric with the same name. Rename the metric in eval_metric_ops.",
+                            field="eval_metric_ops.global_step")
         if is_metric_object(metric):
             value = metric.result()
             update = list(getattr(metric, "updates", ()) or ())

@@ -18,31 +18,31 @@ import copy
 import dataclasses
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 
 from strategies.between_graph import STOP_GRACE_SECS
-from tf_config.checks import check_int
-from tf_config.errors import FieldError
 from toolkit._graph_packing import pack_transfers
 from toolkit.estimator import _session
+from toolkit.estimator._construct import (
+    EstimatorError,
+    EstimatorTypeError,
+    check_not_overridden,
+    resolve_config,
+    verify_model_fn_args,
+)
 from toolkit.estimator._graph import call_input_fn, call_model_fn
 from toolkit.estimator._preemption import PreemptionHook, raise_if_preempted
-from toolkit.estimator.run_config import RunConfig, RunConfigError
+from toolkit.estimator.run_config import RunConfig
 from toolkit.estimator.spec import EstimatorSpec, ModeKeys
 
-__all__ = ["Estimator", "EstimatorError", "WarmStartSettings"]
+__all__ = ["Estimator", "EstimatorError", "EstimatorTypeError", "EstimatorV1", "WarmStartSettings"]
 
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
 
-
-
-class EstimatorError(FieldError):
-    """A bad Estimator argument or state; ``.field`` names the argument."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,14 +56,33 @@ class WarmStartSettings:
 
 
 def _positive(field: str, value: Any) -> None:
-    check_int(value, field=field, optional=True, error=EstimatorError, example=100)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EstimatorTypeError(f"`{field}` is {type(value).__name__} {value!r}; expected an integer > 0, "
+                                 f"e.g. {field}=100.", field=field)
+    if value <= 0:
+        raise EstimatorError(f"Must specify {field} > 0, given: {value}. Pass a positive count, e.g. "
+                             f"{field}=100, or None.", field=field)
 
 
 def _hooks(field: str, hooks: Any) -> list[Any]:
     hooks = list(hooks or [])
-    if any(not hasattr(h, "before_run") for h in hooks):
-        raise EstimatorError(f"`{field}` is {hooks!r}; expected a list of SessionRunHook objects.", field=field)
+    for hook in hooks:
+        if not isinstance(hook, v1.train.SessionRunHook):
+            raise EstimatorTypeError(f"Hooks must be a SessionRunHook, given: {hook!r}. `{field}` should list "
+                                     "tf.compat.v1.train.SessionRunHook instances.", field=field)
     return hooks
+
+
+def _listeners(listeners: Any) -> list[Any]:
+    listeners = list(listeners or [])
+    for listener in listeners:
+        if not isinstance(listener, v1.train.CheckpointSaverListener):
+            raise EstimatorTypeError(f"saving_listeners must be a list of CheckpointSaverListener, given: "
+                                     f"{listener!r}. Subclass tf.compat.v1.train.CheckpointSaverListener.",
+                                     field="saving_listeners")
+    return listeners
 
 
 def _restore_error(path: str, exc: Exception) -> EstimatorError:
@@ -88,35 +107,17 @@ class Estimator:
     def __init__(self, model_fn: Callable[..., Any], model_dir: str | os.PathLike | None = None,
                  config: RunConfig | None = None, params: Mapping[str, Any] | None = None,
                  warm_start_from: Any = None) -> None:
-        if not callable(model_fn):
-            raise EstimatorError(f"`model_fn` is {type(model_fn).__name__}; expected a function "
-                                 "model_fn(features, labels, mode, params) returning an EstimatorSpec.",
-                                 field="model_fn")
-        if config is not None and not isinstance(config, RunConfig):
-            raise EstimatorError(f"`config` is {type(config).__name__}; expected a toolkit.estimator.RunConfig.",
-                field="config")
+        check_not_overridden(Estimator, self)
+        config = resolve_config(config, model_dir, RunConfig)
+        verify_model_fn_args(model_fn, params)
         if params is not None and not isinstance(params, Mapping):
             raise EstimatorError(f"`params` is {type(params).__name__}; expected a dict.", field="params")
-        config = config or RunConfig()
-        if model_dir is not None and config.model_dir not in (None, os.fspath(model_dir)):
-            raise EstimatorError(f"`model_dir` is {os.fspath(model_dir)!r} but config.model_dir is "
-                                 f"{config.model_dir!r}; pass one of them, or the same path to both.",
-                                 field="model_dir")
-        if model_dir is not None:
-            config = config.replace(model_dir=os.fspath(model_dir))
-        if config.model_dir is None:
-            if not config.is_local:
-                raise RunConfigError("RunConfig `model_dir` is None but TF_CONFIG describes a "
-                                     "cluster; every task must share one directory. Pass model_dir='runs/my-job'.",
-                                     field="model_dir")
-            config = config.replace(model_dir=tempfile.mkdtemp(prefix="estimator-"))
-            logger.warning("model_dir not set: using the temporary directory %s", config.model_dir)
         if isinstance(warm_start_from, (str, os.PathLike)):
             warm_start_from = WarmStartSettings(os.fspath(warm_start_from))
         if warm_start_from is not None and not isinstance(warm_start_from, WarmStartSettings):
             raise EstimatorError(f"`warm_start_from` is {warm_start_from!r}; expected a "
                                  "checkpoint path or WarmStartSettings.", field="warm_start_from")
-        self._model_fn, self._params, self._config = model_fn, dict(params or {}), config
+        self._model_fn, self._params, self._config = model_fn, copy.deepcopy(dict(params or {})), config
         self._warm_start = warm_start_from
         self.last_local_steps = 0  # steps this task ran in its last train() call (between-graph: its own share)
 
@@ -124,15 +125,30 @@ class Estimator:
     #: tensor (``toolkit._graph_packing``); False keeps TensorFlow's one RPC per tensor.
     pack_transfers = True
 
-    model_fn = property(lambda self: self._model_fn)
+    @property
+    def model_fn(self) -> Callable[..., EstimatorSpec]:
+        """``model_fn(features, labels, mode, config)`` with this Estimator's params bound, as TF gave it."""
+
+        def public_model_fn(features: Any, labels: Any, mode: str, config: Any) -> EstimatorSpec:
+            return self._call_model_fn(features, labels, mode, config)
+
+        return public_model_fn
+
+    def eval_dir(self, name: str | None = None) -> str:
+        """Where ``evaluate(name=name)`` writes its summaries: ``model_dir/eval`` or ``model_dir/eval_<name>``."""
+        return os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
+
     params = property(lambda self: copy.deepcopy(self._params))
     config = property(lambda self: self._config)
     model_dir = property(lambda self: self._config.model_dir)
 
     # ---- graph building ---------------------------------------------------------
-    def _call(self, features: Any, labels: Any, mode: str) -> EstimatorSpec:
+    def _call_model_fn(self, features: Any, labels: Any, mode: str, config: Any) -> EstimatorSpec:
         return call_model_fn(self._model_fn, features, labels, mode, params=copy.deepcopy(self._params),
-                             config=self._config)
+                             config=config)
+
+    def _call(self, features: Any, labels: Any, mode: str) -> EstimatorSpec:
+        return self._call_model_fn(features, labels, mode, self._config)
 
     def _inputs(self, input_fn: Callable[..., Any], mode: str) -> tuple[Any, Any]:
         context = None
@@ -167,13 +183,29 @@ class Estimator:
         return tf.train.latest_checkpoint(self.model_dir)
 
     def _checkpoint(self, checkpoint_path: str | None, what: str) -> str:
-        path = checkpoint_path or self.latest_checkpoint()
+        path = self._checkpoint_or_none(checkpoint_path, what, fresh=False)
+        assert path is not None
+        return path
+
+    def _checkpoint_or_none(self, checkpoint_path: str | None, what: str, *, fresh: bool = True) -> str | None:
+        """The checkpoint to restore; None (fresh variables, with a warning, as TF did) when there is none."""
+        if checkpoint_path is not None:
+            path: str | None = os.fspath(checkpoint_path)
+            if os.path.isdir(str(path)):
+                found = tf.train.latest_checkpoint(path)
+                if found is None:
+                    raise EstimatorError(f"Couldn't find trained model at {path}: `checkpoint_path` is a "
+                                         "directory without checkpoints. Point it at a checkpoint (or its "
+                                         "directory) written by train().", field="checkpoint_path")
+                path = found
+            return path
+        path = self.latest_checkpoint()
+        if path is None and not fresh:
+            raise EstimatorError(f"Could not find trained model in model_dir: {self.model_dir}. {what} needs a "
+                                 "trained model: call train() first, or pass checkpoint_path=.", field="model_dir")
         if path is None:
-            raise EstimatorError(f"{what} needs a trained model but model_dir={self.model_dir!r} "
-                                 "holds no checkpoint. Call train() first, or pass checkpoint_path=.",
-                                 field="model_dir")
-        if os.path.isdir(path):
-            path = tf.train.latest_checkpoint(path) or path
+            logger.warning("Could not find trained model in model_dir: %s, running initialization to %s.",
+                           self.model_dir, what)
         return path
 
     def get_variable_names(self) -> list[str]:
@@ -197,16 +229,21 @@ class Estimator:
         from toolkit.estimator._roles import serve_if_ps
 
         serve_if_ps(self._config)
-        if self._config.is_evaluator:
-            raise EstimatorError("train() was called in the evaluator task; the evaluator only "
-                                 "evaluates. Use train_and_evaluate(), which does the right thing in every task.",
-                                 field="config")
+        if self._config.is_evaluator or self._config.task_type == "evaluator":
+            raise EstimatorError("Train has been called wrong configuration: train() was called in the "
+                                 "evaluator task, which only evaluates. Please use train_and_evaluate(), which "
+                                 "does the right thing in every task.", field="config")
+        if steps is not None and max_steps is not None:
+            raise EstimatorError(f"Can not provide both steps and max_steps: train() got steps={steps} and "
+                                 f"max_steps={max_steps}; pass at most one.", field="steps")
         _positive("steps", steps)
         _positive("max_steps", max_steps)
-        if steps is not None and max_steps is not None:
-            raise EstimatorError(f"train() got steps={steps} and max_steps={max_steps}; pass at most one.",
-                field="steps")
         hooks = _hooks("hooks", hooks)
+        saving_listeners = _listeners(saving_listeners)
+        if saving_listeners and self._config.is_chief and not any(self._config.checkpoint_every.values()):
+            raise EstimatorError("There should be a CheckpointSaverHook to use saving_listeners: this RunConfig "
+                                 "saves no checkpoints (save_checkpoints_steps and save_checkpoints_secs are "
+                                 "None). Set one of them.", field="saving_listeners")
         if max_steps is not None and self._global_step_now() >= max_steps:
             logger.info("skipping training: the checkpoint is already at max_steps=%d", max_steps)
             return self
@@ -225,7 +262,7 @@ class Estimator:
                             self._config.task_id, saved)
             all_hooks = [PreemptionHook(), stop, v1.train.NanTensorHook(spec.loss), *spec.training_hooks, *hooks,
                          *_session.release_sync_workers(spec, self._config)]
-            self._run_training(spec, all_hooks, list(saving_listeners or []), target)
+            self._run_training(spec, all_hooks, saving_listeners, target)
         raise_if_preempted(self._config.model_dir, f"{self._config.task_type}-{self._config.task_id}")
         if distributed and self._config.is_chief:
             _session.arm_goodbye(self._config, target)
@@ -296,29 +333,29 @@ class Estimator:
         Returns:
             ``{"loss": ..., <each eval_metric_ops value>..., "global_step": ...}``.
         """
-        from toolkit.estimator._evaluate import run_evaluation
+        from toolkit.estimator._evaluate import check_eval_name, run_evaluation, write_eval_summary
 
         _positive("steps", steps)
         hooks = _hooks("hooks", hooks)
-        if name is not None and not (isinstance(name, str) and name.replace("_", "").replace("-", "").isalnum()):
-            raise EstimatorError(f"evaluate() `name` is {name!r}; expected letters, digits, '-' and '_' "
-                                 "(summaries go to model_dir/eval_<name>).", field="name")
-        path = self._checkpoint(checkpoint_path, "evaluate()")
+        check_eval_name(name, EstimatorError)
+        path = self._checkpoint_or_none(checkpoint_path, "evaluate")
         with self._new_graph().as_default():
-            v1.train.get_or_create_global_step()
-            features, labels = self._inputs(input_fn, ModeKeys.EVAL)
-            spec = self._call(features, labels, ModeKeys.EVAL)
-            metrics = run_evaluation(spec, self._saver_scaffold(spec), path, steps=steps,
-                                     hooks=[*(spec.evaluation_hooks or ()), *hooks],
+            spec, all_hooks = self._evaluate_build_graph(input_fn, hooks)
+            metrics = run_evaluation(spec, self._saver_scaffold(spec), path, steps=steps, hooks=all_hooks,
                                      master=self._config.evaluation_master,
                                      error=_restore_error, config=self._local_session_config())
-        summary_dir = os.path.join(self.model_dir, f"eval_{name}" if name else "eval")
-        from toolkit.estimator._evaluate import write_eval_summary
-
-        write_eval_summary(summary_dir, metrics)
+        write_eval_summary(self.eval_dir(name), metrics)
         logger.info("evaluation at step %d: %s", metrics["global_step"],
                     " ".join(f"{k}={v}" for k, v in metrics.items() if k != "global_step"))
         return metrics
+
+    def _evaluate_build_graph(self, input_fn: Callable[..., Any], hooks: list[Any]) -> tuple[EstimatorSpec,
+                                                                                          list[Any]]:
+        """In the default graph: the global step, the EVAL inputs and model; the spec and every eval hook."""
+        v1.train.get_or_create_global_step()
+        features, labels = self._inputs(input_fn, ModeKeys.EVAL)
+        spec = self._call(features, labels, ModeKeys.EVAL)
+        return spec, [*(spec.evaluation_hooks or ()), *hooks]
 
     def predict(self, input_fn: Callable[..., Any], predict_keys: Sequence[str] | None = None,
                 hooks: Sequence[Any] | None = None, checkpoint_path: str | None = None,
@@ -327,7 +364,7 @@ class Estimator:
         from toolkit.estimator._evaluate import run_prediction
 
         hooks = _hooks("hooks", hooks)
-        path = self._checkpoint(checkpoint_path, "predict()")
+        path = self._checkpoint_or_none(checkpoint_path, "predict")
         with self._new_graph().as_default():
             v1.train.get_or_create_global_step()
             features, _ = self._inputs(input_fn, ModeKeys.PREDICT)
@@ -346,7 +383,7 @@ class Estimator:
         """
         from toolkit.estimator.export import export_graph
 
-        path = self._checkpoint(checkpoint_path, "export_saved_model()")
+        path = self._export_checkpoint(checkpoint_path)
         with self._new_graph().as_default():
             v1.train.get_or_create_global_step()
             receiver = _receiver(serving_input_receiver_fn)
@@ -354,7 +391,30 @@ class Estimator:
             return export_graph(spec, receiver, self._saver_scaffold(spec), path, os.fspath(export_dir_base),
                                 as_text=as_text, assets_extra=assets_extra, error=_restore_error)
 
-    export_savedmodel = export_saved_model
+    def _export_checkpoint(self, checkpoint_path: str | None) -> str:
+        path = self._checkpoint_or_none(checkpoint_path, "export", fresh=True) if checkpoint_path else \
+            self.latest_checkpoint()
+        if path is None:
+            raise EstimatorError(f"Couldn't find trained model at {self.model_dir}: export_saved_model() exports "
+                                 "a checkpoint. Call train() first, or pass checkpoint_path=.", field="model_dir")
+        return path
+
+    @property
+    def export_savedmodel(self) -> Any:
+        raise AttributeError("Estimator has no `export_savedmodel` in TF 2: Please use `export_saved_model` "
+                             "(tf.compat.v1.estimator.Estimator, toolkit.compat.v1's, still has the old name).")
+
+
+class EstimatorV1(Estimator):
+    """``tf.compat.v1.estimator.Estimator``: TF 2's Estimator plus the TF1 name ``export_savedmodel``."""
+
+    def export_savedmodel(self, export_dir_base: str | os.PathLike,  # type: ignore[override]
+                          serving_input_receiver_fn: Callable[[], Any], assets_extra: Mapping[str, str] | None = None,
+                          as_text: bool = False, checkpoint_path: str | None = None,
+                          strip_default_attrs: bool = False) -> str:
+        del strip_default_attrs  # exports always strip default attributes
+        return self.export_saved_model(export_dir_base, serving_input_receiver_fn, assets_extra=assets_extra,
+                                       as_text=as_text, checkpoint_path=checkpoint_path)
 
 
 def _receiver(serving_input_receiver_fn: Any) -> Any:

@@ -17,32 +17,116 @@ from typing import Any
 
 import tensorflow as tf
 
+from toolkit.estimator._export_outputs import (
+    ClassificationOutput,
+    EvalOutput,
+    ExportOutput,
+    PredictOutput,
+    RegressionOutput,
+    TrainOutput,
+)
 from toolkit.estimator.spec import EstimatorSpec, SpecError
 
-__all__ = ["ClassificationOutput", "PredictOutput", "RegressionOutput", "ServingInputReceiver",
-           "build_parsing_serving_input_receiver_fn", "build_raw_serving_input_receiver_fn", "export_graph"]
+__all__ = ["ClassificationOutput", "EvalOutput", "ExportOutput", "PredictOutput", "RegressionOutput",
+           "ServingInputReceiver", "SupervisedInputReceiver", "TensorServingInputReceiver", "TrainOutput",
+           "build_parsing_serving_input_receiver_fn", "build_raw_serving_input_receiver_fn",
+           "build_raw_supervised_input_receiver_fn", "export_graph"]
 
 v1 = tf.compat.v1
 DEFAULT_SERVING_SIGNATURE = "serving_default"
 
 
-def _as_dict(value: Any, default_key: str) -> dict[str, Any]:
-    return dict(value) if isinstance(value, Mapping) else {default_key: value}
+def _is_input_tensor(value: Any) -> bool:
+    return isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor))
+
+
+def _wrap_and_check(tensors: Any, name: str, *, allow_int_keys: bool = False) -> dict[Any, Any]:
+    """TF's checks of a receiver's ``features`` / ``receiver_tensors`` (a lone tensor gets TF's default key)."""
+    plural = f"{name}s"
+    if tensors is None:
+        raise SpecError(f"{plural} must be defined: the receiver's `{plural}` is None; pass the "
+                        "tensors (or a dict of them).", field=plural)
+    if not isinstance(tensors, Mapping):
+        tensors = {"input" if name == "receiver_tensor" else name: tensors}
+    out = {}
+    for key, value in tensors.items():
+        keys_ok = isinstance(key, str) or (allow_int_keys and isinstance(key, int) and not isinstance(key, bool))
+        if not keys_ok:
+            kinds = "strings or ints" if allow_int_keys else "strings"
+            raise SpecError(f"{name} keys must be {kinds}: got {key!r} in the receiver's `{plural}`.",
+                            field=plural)
+        if not _is_input_tensor(value) and hasattr(value, "tensor"):
+            value = tf.convert_to_tensor(value)  # a wrapper with a registered tensor conversion
+        if not _is_input_tensor(value):
+            what = "a Tensor, SparseTensor, or RaggedTensor" if name == "feature" else "a Tensor"
+            raise SpecError(f"{name} {key} must be {what}; got {type(value).__name__} {value!r:.60} in "
+                            f"the receiver's `{plural}`.", field=f"{plural}.{key}")
+        out[key] = value
+    return out
+
+
+def _check_alternatives(alternatives: Any) -> Any:
+    if alternatives is None:
+        return None
+    if not isinstance(alternatives, Mapping):
+        raise SpecError(f"receiver_tensors_alternatives must be a dict; got {alternatives!r:.80}.",
+                        field="receiver_tensors_alternatives")
+    return {name: _wrap_and_check(tensors, "receiver_tensor") for name, tensors in alternatives.items()}
 
 
 @dataclasses.dataclass(frozen=True)
 class ServingInputReceiver:
-    """The serving graph's inputs: ``features`` for model_fn, ``receiver_tensors`` fed by the client."""
+    """The serving graph's inputs: ``features`` for model_fn, ``receiver_tensors`` fed by the client.
+
+    As in TF, a lone features tensor reaches model_fn as ``{"feature": tensor}`` and a lone
+    receiver tensor is named ``input``; ``TensorServingInputReceiver`` passes a lone tensor as it is.
+    """
 
     features: Any
     receiver_tensors: Any
     receiver_tensors_alternatives: Any = None
 
     def __post_init__(self) -> None:
-        if self.features is None:
-            raise SpecError("ServingInputReceiver `features` is None; pass the tensors model_fn reads.",
-                field="features")
-        object.__setattr__(self, "receiver_tensors", _as_dict(self.receiver_tensors, "input"))
+        object.__setattr__(self, "features", self._features(self.features))
+        object.__setattr__(self, "receiver_tensors", _wrap_and_check(self.receiver_tensors, "receiver_tensor"))
+        object.__setattr__(self, "receiver_tensors_alternatives",
+                           _check_alternatives(self.receiver_tensors_alternatives))
+
+    @staticmethod
+    def _features(features: Any) -> Any:
+        return _wrap_and_check(features, "feature", allow_int_keys=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorServingInputReceiver(ServingInputReceiver):
+    """A receiver whose ``features`` is one tensor, passed to model_fn as it is (not in a dict)."""
+
+    @staticmethod
+    def _features(features: Any) -> Any:
+        if features is None:
+            raise SpecError("features must be defined: TensorServingInputReceiver `features` is None; pass "
+                            "the tensor model_fn reads.", field="features")
+        if not _is_input_tensor(features):
+            raise SpecError(f"feature must be a Tensor, SparseTensor, or RaggedTensor; "
+                            f"TensorServingInputReceiver `features` is {type(features).__name__}. Use "
+                            "ServingInputReceiver for a dict of features.", field="features")
+        return features
+
+
+@dataclasses.dataclass(frozen=True)
+class SupervisedInputReceiver:
+    """Features and labels, fed by ``receiver_tensors``, for exporting TRAIN and EVAL graphs."""
+
+    features: Any
+    labels: Any
+    receiver_tensors: Any
+
+    def __post_init__(self) -> None:
+        if not _is_input_tensor(self.features):
+            object.__setattr__(self, "features", _wrap_and_check(self.features, "feature"))
+        if not _is_input_tensor(self.labels):
+            object.__setattr__(self, "labels", _wrap_and_check(self.labels, "label"))
+        object.__setattr__(self, "receiver_tensors", _wrap_and_check(self.receiver_tensors, "receiver_tensor"))
 
 
 def build_parsing_serving_input_receiver_fn(
@@ -58,63 +142,47 @@ def build_parsing_serving_input_receiver_fn(
     return serving_input_receiver_fn
 
 
+def _placeholder(tensor: Any, default_batch_size: int | None, name: str | None = None) -> Any:
+    shape = tensor.shape
+    if shape.rank is not None and shape.rank > 0:
+        shape = [default_batch_size, *shape[1:]]
+    return v1.placeholder(tensor.dtype, shape=shape, name=name)
+
+
+def _placeholders(values: Any, default_batch_size: int | None) -> Any:
+    if isinstance(values, Mapping):
+        return {name: _placeholder(t, default_batch_size, name) for name, t in values.items()}
+    return _placeholder(values, default_batch_size)
+
+
 def build_raw_serving_input_receiver_fn(features: Any, default_batch_size: int | None = None
                                         ) -> Callable[[], ServingInputReceiver]:
     """Serving from raw tensors shaped like ``features`` (a tensor or dict of tensors), batch first."""
 
     def serving_input_receiver_fn() -> ServingInputReceiver:
-        placeholders = {}
-        for name, tensor in _as_dict(features, "input").items():
-            shape = [default_batch_size] + list(tensor.shape[1:])
-            placeholders[name] = v1.placeholder(tensor.dtype, shape=shape, name=name)
-        received = placeholders if isinstance(features, Mapping) else placeholders["input"]
-        return ServingInputReceiver(received, placeholders)
+        placeholders = _placeholders(features, default_batch_size)
+        return ServingInputReceiver(placeholders, placeholders)
 
     return serving_input_receiver_fn
 
 
-class PredictOutput:
-    """A predict signature over a tensor or dict of tensors."""
+def build_raw_supervised_input_receiver_fn(features: Any, labels: Any, default_batch_size: int | None = None
+                                           ) -> Callable[[], SupervisedInputReceiver]:
+    """Raw features and labels, for exporting the TRAIN and EVAL graphs (``experimental``)."""
+    if isinstance(features, Mapping) and isinstance(labels, Mapping):
+        overlap = set(features) & set(labels)
+        if overlap:
+            raise SpecError(f"Features and labels must have distinct keys; both have {sorted(overlap)}. "
+                            "Rename the labels.", field="labels")
 
-    def __init__(self, outputs: Any) -> None:
-        self.outputs = _as_dict(outputs, "output")
+    def supervised_input_receiver_fn() -> SupervisedInputReceiver:
+        feats = _placeholders(features, default_batch_size)
+        labs = _placeholders(labels, default_batch_size)
+        receivers = dict(feats) if isinstance(feats, Mapping) else {"input": feats}
+        receivers.update(labs if isinstance(labs, Mapping) else {"label": labs})
+        return SupervisedInputReceiver(feats, labs, receivers)
 
-    def as_signature_def(self, receiver_tensors: Mapping[str, Any]) -> Any:
-        return v1.saved_model.signature_def_utils.predict_signature_def(receiver_tensors, self.outputs)
-
-
-class ClassificationOutput:
-    """A classify signature: ``scores`` and/or string ``classes``."""
-
-    def __init__(self, scores: Any = None, classes: Any = None) -> None:
-        if scores is None and classes is None:
-            raise SpecError("ClassificationOutput needs `scores`, `classes` or both.", field="ClassificationOutput")
-        self.scores, self.classes = scores, classes
-
-    def as_signature_def(self, receiver_tensors: Mapping[str, Any]) -> Any:
-        examples = _single_string_input(receiver_tensors)
-        if examples is None:
-            return PredictOutput({k: v for k, v in (("scores", self.scores), ("classes", self.classes))
-                                  if v is not None}).as_signature_def(receiver_tensors)
-        return v1.saved_model.signature_def_utils.classification_signature_def(examples, self.classes, self.scores)
-
-
-class RegressionOutput:
-    """A regress signature over one float tensor."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def as_signature_def(self, receiver_tensors: Mapping[str, Any]) -> Any:
-        examples = _single_string_input(receiver_tensors)
-        if examples is None:
-            return PredictOutput({"outputs": self.value}).as_signature_def(receiver_tensors)
-        return v1.saved_model.signature_def_utils.regression_signature_def(examples, self.value)
-
-
-def _single_string_input(receiver_tensors: Mapping[str, Any]) -> Any:
-    values = list(receiver_tensors.values())
-    return values[0] if len(values) == 1 and values[0].dtype == tf.string else None
+    return supervised_input_receiver_fn
 
 
 def _signatures(spec: EstimatorSpec, receiver: ServingInputReceiver) -> dict[str, Any]:

@@ -17,11 +17,15 @@ from typing import Any
 from tf_config.checks import check_int, check_number
 from tf_config.errors import FieldError
 
-__all__ = ["EstimatorSpec", "EvalSpec", "ModeKeys", "SpecError", "TrainSpec"]
+__all__ = ["EstimatorSpec", "EvalSpec", "ModeKeys", "SpecError", "SpecTypeError", "TrainSpec"]
 
 
 class SpecError(FieldError):
     """A spec or model_fn result is invalid; ``.field`` names the argument."""
+
+
+class SpecTypeError(SpecError, TypeError):
+    """A spec field of the wrong type (where ``tf.estimator`` raised ``TypeError``)."""
 
 
 class ModeKeys:
@@ -34,7 +38,7 @@ class ModeKeys:
 
 
 def _check_mode(mode: Any) -> None:
-    if mode not in ModeKeys.ALL:
+    if mode is not None and mode not in ModeKeys.ALL:
         raise SpecError(f"EstimatorSpec `mode` is {mode!r}; expected one of ModeKeys.TRAIN ('train'), "
                         "ModeKeys.EVAL ('eval'), ModeKeys.PREDICT ('infer'). Pass the `mode` model_fn received.",
                         field="mode")
@@ -81,64 +85,42 @@ class EstimatorSpec:
     prediction_hooks: Sequence[Any] | None = None
 
     def __post_init__(self) -> None:
+        from toolkit.estimator import _spec_checks as checks  # TensorFlow: only once a spec is built
+
         _check_mode(self.mode)
         if self.mode == ModeKeys.TRAIN:
             self._require("loss", "the scalar to minimise, e.g. tf.losses.sparse_softmax_cross_entropy(labels, logits)")
-            self._require("train_op", "e.g. train_op=optimizer.minimize(loss, global_step=tf.train.get_global_step())")
         if self.mode == ModeKeys.EVAL:
             self._require("loss", "the evaluation loss")
+        if self.mode == ModeKeys.TRAIN:
+            self._require("train_op", "e.g. train_op=optimizer.minimize(loss, global_step=tf.train.get_global_step())")
         if self.mode == ModeKeys.PREDICT:
             self._require("predictions", "a tensor or a dict of tensors, e.g. {'class_ids': ...}")
-        if isinstance(self.predictions, Mapping):
-            object.__setattr__(self, "predictions", dict(self.predictions))
-        self._check_metrics()
-        if self.export_outputs is not None and not isinstance(self.export_outputs, Mapping):
-            raise SpecError(f"EstimatorSpec `export_outputs` is {type(self.export_outputs).__name__};"
-                            " expected a dict {signature name: PredictOutput(...)}.", field="export_outputs")
+        changes: dict[str, Any] = {}
+        if self.train_op is not None:
+            changes["train_op"] = checks.check_train_op(self.train_op)
+        if self.loss is not None:
+            changes["loss"] = checks.check_loss(self.loss, self.mode)
+        changes["predictions"] = checks.check_predictions(self.predictions, self.mode)
+        changes["export_outputs"] = checks.check_export_outputs(self.export_outputs, changes["predictions"], self.mode)
         for field in _HOOK_FIELDS:
-            self._check_hooks(field)
+            changes[field] = checks.check_hooks(field, getattr(self, field))
+        changes["eval_metric_ops"] = checks.check_metrics(self.eval_metric_ops)
+        changes["scaffold"] = checks.check_scaffold(self.scaffold)
+        for field, value in changes.items():
+            object.__setattr__(self, field, value)
 
     def _require(self, field: str, what: str) -> None:
         if getattr(self, field) is None:
-            raise SpecError(f"EstimatorSpec in mode {self.mode!r} needs `{field}` ({what}); received None.",
-                field=field)
-
-    def _check_metrics(self) -> None:
-        metrics = self.eval_metric_ops
-        if metrics is None:
-            object.__setattr__(self, "eval_metric_ops", {})
-            return
-        if not isinstance(metrics, Mapping):
-            raise SpecError(f"EstimatorSpec `eval_metric_ops` is {type(metrics).__name__}; "
-                            "expected a dict {name: (value, update_op)}, e.g. {'accuracy': "
-                            "tf.metrics.accuracy(labels, predicted)}.", field="eval_metric_ops")
-        for name, value in metrics.items():
-            if not isinstance(name, str) or not name:
-                raise SpecError(f"EstimatorSpec `eval_metric_ops` has the name {name!r}; "
-                                "use a non-empty string.", field="eval_metric_ops")
-            pair = isinstance(value, (tuple, list)) and len(value) == 2
-            if not pair and not is_metric_object(value):
-                raise SpecError(
-                    f"EstimatorSpec `eval_metric_ops[{name!r}]` is {type(value).__name__} {value!r}; expected a "
-                    "(value, update_op) pair such as tf.metrics.accuracy(labels, predicted), or a tf_keras "
-                    "metric object updated in model_fn.", field=f"eval_metric_ops.{name}"
-                )
-        object.__setattr__(self, "eval_metric_ops", dict(metrics))
-
-    def _check_hooks(self, field: str) -> None:
-        hooks = getattr(self, field)
-        if hooks is None:
-            object.__setattr__(self, field, ())
-            return
-        if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
-            hooks = [hooks] if hasattr(hooks, "before_run") else hooks
-        if not isinstance(hooks, Sequence) or any(not hasattr(h, "before_run") for h in hooks):
-            raise SpecError(f"EstimatorSpec `{field}` is {hooks!r}; expected a list of "
-                            "tf.compat.v1.train.SessionRunHook objects.", field=field)
-        object.__setattr__(self, field, tuple(hooks))
+            raise SpecError(f"Missing {field}: EstimatorSpec in mode {self.mode!r} needs `{field}` ({what}); "
+                            "received None.", field=field)
 
     def _replace(self, **changes: Any) -> EstimatorSpec:
-        """A copy with ``changes`` (TF's EstimatorSpec was a namedtuple)."""
+        """A copy with ``changes``, checked again (TF's EstimatorSpec was a namedtuple); the mode stays."""
+        if "mode" in changes and changes["mode"] != self.mode:
+            raise SpecError(f"mode of EstimatorSpec cannot be changed: it is {self.mode!r}, `mode` "
+                            f"{changes['mode']!r} was passed. Build a new EstimatorSpec for another mode.",
+                            field="mode")
         return dataclasses.replace(self, **changes)
 
 
@@ -204,9 +186,11 @@ class EvalSpec:
         for field in ("start_delay_secs", "throttle_secs"):
             check_number(getattr(self, field), field=field, strict=False, error=SpecError, owner="EvalSpec",
                          unit="seconds", example=10)
-        if self.name is not None and not (isinstance(self.name, str) and self.name.replace("_", "").isalnum()):
-            raise SpecError(f"EvalSpec `name` is {self.name!r}; expected letters, digits and '_' "
-                            "(it becomes a directory name).", field="name")
+        bad_name = not isinstance(self.name, str) or not self.name or "/" in self.name or "\\" in self.name \
+            or self.name in (".", "..")
+        if self.name is not None and bad_name:
+            raise SpecError(f"EvalSpec `name` is {self.name!r}; expected a non-empty string without '/' (it names "
+                            "the directory model_dir/eval_<name>), e.g. 'census-eval'.", field="name")
         object.__setattr__(self, "hooks", _check_hook_list("EvalSpec", self.hooks))
         exporters = self.exporters
         exporters = (exporters,) if hasattr(exporters, "export") else tuple(exporters or ())
