@@ -36,3 +36,47 @@ def test_tf1_names_are_there():
     for name in ("ClusterSpec", "Server", "Supervisor", "MonitoredTrainingSession", "replica_device_setter",
                  "SyncReplicasOptimizer", "AdamOptimizer", "StopAtStepHook"):
         assert hasattr(tf1.train, name), name
+
+
+_MIXED = '''
+import numpy as np
+import keras
+import toolkit.compat.v1 as tf
+
+x = tf.placeholder(tf.float32, [None, 4])
+model = keras.Sequential([keras.layers.Dense(3)])
+loss = tf.reduce_mean(model(x))  # Keras 3 layers build into the graph and train with tf.train
+train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+with tf.Session() as session:
+    session.run(tf.global_variables_initializer())
+    before = session.run(model.weights[0].value)
+    session.run(train_op, {x: np.ones((2, 4), np.float32)})
+    print("tf.train trained the Keras 3 layer:", bool((session.run(model.weights[0].value) != before).any()))
+for what, call in (("fit", lambda: model.compile("sgd", "mse") or model.fit(np.zeros((4, 4)), np.zeros((4, 3)))),
+                   ("apply_gradients", lambda: keras.optimizers.SGD().apply_gradients(
+                       zip(tf.gradients(loss, model.trainable_variables), model.trainable_variables)))):
+    try:
+        call()
+        print(what, "ran")
+    except ValueError as exc:
+        print(what, "refused:", type(exc).__name__, exc.field, exc)
+'''
+
+
+def test_keras3_training_in_a_graph_mode_program_is_refused_naming_the_task_and_the_fix(tmp_path):
+    import json
+    import os
+    import subprocess
+
+    script = tmp_path / "mixed.py"
+    script.write_text(_MIXED)
+    tf_config = {"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]},
+                 "task": {"type": "worker", "index": 1}}
+    env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "tf.train trained the Keras 3 layer: True" in proc.stdout
+    for what in ("Model.fit()", "Optimizer.apply_gradients()"):
+        assert (f"refused: TrainingError model Keras 3's {what} needs eager execution, but task worker-1 runs TF1's "
+                "graph mode on a cluster") in proc.stdout, proc.stdout
+    assert proc.stdout.count("Fix: train the graph with a tf.train optimizer") == 2

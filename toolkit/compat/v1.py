@@ -24,7 +24,10 @@ anywhere else (inside a function, from a library module or a test), it leaves
 eager execution as it is: the graph-mode Estimator builds its own
 ``tf.Graph`` and needs no switch, and Keras 3 code in the same process keeps
 eager. Keras 3's ``fit`` and optimizers need eager, so a graph-mode program
-trains with ``tf.train`` optimizers and ``tf.layers``/``tf.keras`` (Keras 2).
+trains with ``tf.train`` optimizers (on ``tf.layers``, ``tf.keras`` = Keras 2, or
+Keras 3 layers); calling Keras 3's ``fit``/``evaluate``/``predict`` or an
+optimizer's ``apply_gradients`` there raises an error that says so
+(``toolkit.compat._v1_keras3``).
 
 Example:
     >>> import toolkit.compat.v1 as tf        # was: import tensorflow as tf
@@ -67,6 +70,7 @@ def imported_by_main_script(frame: FrameType | None) -> bool:
 
 if imported_by_main_script(_importer(sys._getframe())):
     _V1.disable_eager_execution()
+    importlib.import_module("toolkit.compat._v1_keras3").guard_keras3()  # Keras 3 cannot train in graph mode
 
 
 def __getattr__(name: str) -> Any:
