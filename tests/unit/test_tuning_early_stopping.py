@@ -57,8 +57,10 @@ def test_a_hopeless_trial_is_stopped_early_and_the_others_finish(home, tmp_path,
         assert doc["finalMetric"] == {"trainingStep": 8, "objectiveValue": pytest.approx(x)}
     hopeless = trials["3"]
     assert hopeless["state"] == "SUCCEEDED" and hopeless["isTrialStoppedEarly"] is True
-    stopped_at = hopeless["allMetrics"][-1]["trainingStep"]
+    stopped_at = hopeless["stoppedAtStep"]  # where the pruner spoke; a step written before the stop is kept too
     assert 2 <= stopped_at < 8 and {m["objectiveValue"] for m in hopeless["allMetrics"]} == {-1.0}
+    assert [m["trainingStep"] for m in hopeless["allMetrics"]][:stopped_at] == list(range(1, stopped_at + 1))
+    assert hopeless["allMetrics"][-1]["trainingStep"] <= stopped_at + 1
     assert hopeless["finalMetric"]["objectiveValue"] == -1.0  # its best measurement takes part
     assert output["bestTrial"]["trialId"] in ("1", "2")
 
@@ -66,7 +68,7 @@ def test_a_hopeless_trial_is_stopped_early_and_the_others_finish(home, tmp_path,
     job = store.get("stop-trial-3")  # the trial's job: stopped as a cancel stops it, with the reason
     assert job.state is JobState.CANCELLED and job.details["isTrialStoppedEarly"] is True
     assert job.history[-1].message.startswith(f"stopped early at step {stopped_at} by the MEDIAN pruner")
-    assert [m["trainingStep"] for m in job.details["measurements"]] == list(range(1, stopped_at + 1))
+    assert job.details["measurements"] == hopeless["allMetrics"]
     trial_dir = tmp_path / "stop" / "3"
     assert not is_alive(int((trial_dir / "pid").read_text()))  # its process is gone
     assert (trial_dir / f"ckpt-{stopped_at}.index").exists()  # its files, last checkpoint included, are kept
@@ -75,7 +77,7 @@ def test_a_hopeless_trial_is_stopped_early_and_the_others_finish(home, tmp_path,
     study = optuna.load_study(study_name="stop", storage=store.url)  # the study holds every measurement
     by_id = {t.user_attrs["trialId"]: t for t in study.trials}
     assert by_id[3].state is optuna.trial.TrialState.PRUNED
-    assert sorted(by_id[3].intermediate_values) == list(range(1, stopped_at + 1))
+    assert sorted(by_id[3].intermediate_values) == [m["trainingStep"] for m in hopeless["allMetrics"]]
     assert sorted(by_id[1].intermediate_values) == list(range(1, 9))
 
     capsys.readouterr()

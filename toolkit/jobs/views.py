@@ -70,7 +70,7 @@ def _note(trial: Mapping[str, Any]) -> str | None:
     if trial.get("resumedFrom"):
         return f"from {trial['resumedFrom']}"
     if trial.get("isTrialStoppedEarly"):
-        return f"stopped early at step {(trial.get('allMetrics') or [{}])[-1].get('trainingStep')}"
+        return f"stopped early at step {trial.get('stoppedAtStep')}"
     error = (trial.get("error") or trial.get("warning") or "").strip().splitlines()
     return (error[0][:97] + "..." if len(error[0]) > 100 else error[0]) if error else None
 

@@ -215,7 +215,7 @@ class StudyRunner:
     def _report(self, trial: optuna.trial.Trial, run: TrialRun, watched: _Watched) -> bool:
         """Reports the trial's new measurements to Optuna and its record; True if there were any."""
         points = watched.watch.poll()
-        new = [p for p in points if p.step not in watched.reported]
+        new = [p for p in points if p.step not in watched.reported and p.step >= 0]  # Optuna's steps are >= 0
         if not new:
             return False
         for point in new:
@@ -256,6 +256,8 @@ class StudyRunner:
         trial.set_user_attr("error", error)
         trial.set_user_attr("step", None if point is None else point.step)
         trial.set_user_attr("isTrialStoppedEarly", stopped)
+        if stopped:  # the step the pruner spoke at; what it wrote before its processes stopped is kept too
+            trial.set_user_attr("stoppedAtStep", watched.stopped_at)
         self.store.update_details(run.name, isTrialStoppedEarly=stopped)
         if point is not None:
             trial.set_user_attr("objective", point.value)
@@ -326,6 +328,7 @@ class StudyRunner:
     def _publish(self, study: optuna.Study, *, final: bool = False) -> None:
         output = summarize(self.store, study, self.hp)
         self.store.update_details(self.name, trainingOutput=output)
+        self._published = time.monotonic()
         if final:
             self._plot(output)
 

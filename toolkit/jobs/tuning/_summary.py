@@ -68,8 +68,8 @@ def _trial_doc(store: JobStore, trial: optuna.trial.FrozenTrial) -> dict[str, An
     value = attrs.get("objective", trial.value)
     if value is not None:
         doc["finalMetric"] = {"trainingStep": attrs.get("step"), "objectiveValue": value}
-    for key in ("error", "warning", "resumedFrom"):
-        if attrs.get(key):
+    for key in ("stoppedAtStep", "error", "warning", "resumedFrom"):
+        if attrs.get(key) is not None and attrs.get(key) != "":
             doc[key] = attrs[key]
     return {**doc, **_times(store, attrs.get("job") if not attrs.get("resumedFrom") else None)}
 
