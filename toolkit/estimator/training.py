@@ -6,6 +6,9 @@ The role comes from TF_CONFIG (through ``RunConfig``), as in ``tf.estimator``:
 * ``ps``: serve the variables, then exit 0 when the chief says goodbye;
 * ``chief``: train (between-graph, its own client), wait for the workers to
   leave, then end the ps tasks (the toolkit's goodbye);
+* ``master`` (CMLE's chief): train as the chief, and evaluate each new
+  checkpoint (at most one per ``throttle_secs``) and run the exporters, the
+  final export included, as tf.estimator's ``run_master``;
 * ``worker``: train its own graph against the ps, then return;
 * ``evaluator``: evaluate each new checkpoint in ``model_dir`` (at most one
   per ``throttle_secs``, the final one always), run the exporters, stop once
@@ -45,8 +48,9 @@ def _evaluate_and_export(estimator: Any, eval_spec: EvalSpec, path: str, final: 
     return result, _export_all(estimator, eval_spec, path, result, final)
 
 
-def _train(estimator: Any, train_spec: TrainSpec) -> None:
-    estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps)
+def _train(estimator: Any, train_spec: TrainSpec, saving_listeners: list[Any] | None = None) -> None:
+    estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps,
+                    saving_listeners=saving_listeners)
 
 
 def _run_local(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
@@ -59,12 +63,13 @@ def _run_ps(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple
     raise SpecError("this ps task should have served and exited; check TF_CONFIG's task type.", field="config")
 
 
-def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
+def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec,
+               saving_listeners: list[Any] | None = None) -> tuple[Any, list[str]]:
     from toolkit.estimator import _session
     from toolkit.estimator._session import goodbye
 
     try:
-        _train(estimator, train_spec)
+        _train(estimator, train_spec, saving_listeners)
     except BaseException:
         if estimator.config.num_ps_replicas:
             goodbye(estimator.config, _session.server_target(estimator.config), 1)
@@ -72,6 +77,22 @@ def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tu
     if estimator.config.num_ps_replicas:
         goodbye(estimator.config, _session.server_target(estimator.config), 0)
     return None, []
+
+
+def _run_master(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
+    from toolkit.estimator._master import EvaluateOnNewCheckpoint
+
+    max_steps = train_spec.max_steps
+
+    def evaluate_and_export(path: str, step: int) -> tuple[Any, list[str]]:
+        result = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
+                                    checkpoint_path=path, name=eval_spec.name)
+        final = max_steps is not None and result["global_step"] >= max_steps
+        return result, _export_all(estimator, eval_spec, path, result, final)
+
+    listener = EvaluateOnNewCheckpoint(evaluate_and_export, estimator.latest_checkpoint, eval_spec.throttle_secs)
+    _run_chief(estimator, train_spec, eval_spec, [listener])
+    return listener.eval_result, listener.export_results
 
 
 def _run_worker(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
@@ -108,6 +129,7 @@ ROLES: Mapping[str, Callable[[Any, TrainSpec, EvalSpec], tuple[Any, list[str]]]]
     "local": _run_local,
     "ps": _run_ps,
     "chief": _run_chief,
+    "master": _run_master,
     "worker": _run_worker,
     "evaluator": _run_evaluator,
 }
@@ -118,8 +140,8 @@ def train_and_evaluate(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpe
 
     Returns:
         ``(eval_result, export_results)`` like ``tf.estimator.train_and_evaluate``:
-        the metrics dict (with ``global_step``) and the export directories locally
-        and on the evaluator; ``(None, [])`` on the chief and workers. ps tasks exit.
+        the metrics dict (with ``global_step``) and the export directories locally,
+        on the evaluator and on a ``master``; ``(None, [])`` on the chief and workers. ps tasks exit.
     """
     from toolkit.estimator.estimator import Estimator
 
@@ -131,5 +153,7 @@ def train_and_evaluate(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpe
     if not isinstance(eval_spec, EvalSpec):
         raise SpecError(f"`eval_spec` is {type(eval_spec).__name__}; expected an EvalSpec.", field="eval_spec")
     role = role_of(estimator.config)
+    if role == "chief" and estimator.config.task_type == "master":
+        role = "master"
     logger.info("train_and_evaluate: %s-%d runs as %s", estimator.config.task_type, estimator.config.task_id, role)
     return ROLES[role](estimator, train_spec, eval_spec)
