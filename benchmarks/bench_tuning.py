@@ -92,10 +92,10 @@ def main() -> None:
     print(f"{args.trials} trials, {args.parallel} at a time, {args.epochs} epochs of "
           f"{_steps_per_epoch(args.batch_size)} steps each; load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="bench-tuning-") as tmp:
-        results = {}
-        for early in (False, True):
-            results[early] = result = _study(args, Path(tmp), early)
-            print(f"{'early stopping' if early else 'every trial to its end':24s} {result['state']:9s} "
+        results: dict[bool, dict] = {}
+        for stopping in (False, True):
+            results[stopping] = result = _study(args, Path(tmp), stopping)
+            print(f"{'early stopping' if stopping else 'every trial to its end':24s} {result['state']:9s} "
                   f"wall {result['wall']:6.1f} s  trial-steps {result['steps']:6d}  stopped {result['stopped']}"
                   f"/{result['trials']}  best val_accuracy {result['best']:.4f} {result['best_params']}")
     full, early = results[False], results[True]

@@ -84,7 +84,9 @@ def extract() -> dict[str, Any]:
     from kubeflow_katib_api.models.v1beta1_experiment import V1beta1Experiment
 
     defs = V1beta1Experiment.model_json_schema(by_alias=True)["$defs"]
-    keep, done, out = {"V1beta1ExperimentSpec"}, set(), {}
+    keep: set[str] = {"V1beta1ExperimentSpec"}
+    done: set[str] = set()
+    out: dict[str, Any] = {}
     while keep - done:
         name = sorted(keep - done)[0]
         done.add(name)
