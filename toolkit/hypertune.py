@@ -15,7 +15,10 @@ sets the variable, so the call logs and writes nothing unless ``directory`` is
 given: the same trainer runs untouched as a plain job.
 
 Only the chief (or ``master``) task writes, so a distributed trial reports once.
-TensorFlow is not imported.
+TensorFlow is not imported. Call it once per evaluation with its ``step``: the
+tuning job reads each call while the trial runs, as an intermediate measurement
+(``allMetrics``), and with ``enableTrialEarlyStopping`` may stop a trial whose
+measurements fall behind the others'.
 
 Example:
     >>> import tempfile
@@ -109,7 +112,10 @@ def report_metric(tag: str, value: float, step: int = 0, *, directory: str | os.
     Args:
         tag: the metric's name; the job's ``hyperparameterMetricTag`` selects it.
         value: the metric (a NaN fails the trial when it is the final value).
-        step: training step or epoch; the tuner's FINAL value is the one at the largest step.
+        step: training step or epoch of this measurement. Each step is one intermediate
+            measurement of the trial (what early stopping compares, step for step, with
+            the other trials); the last is the one at the largest step. Calls that leave
+            it at 0 all land on step 0 and count as one measurement, the latest.
         directory: where to write; default ``$TFDIST_TRIAL_DIR``.
         environ: the environment to read (tests pass their own); default ``os.environ``.
 
