@@ -2,7 +2,7 @@
 
 TF_CONFIG documents and job-spec YAML built from hostile values (tests/unit/_hostile.py)
 go through the Python API and through ``tfdist`` in this process; every call runs under
-a deadline. A clean error is the documented error family (API) or exit 1/2 with a
+a deadline (5 s of CPU time, 60 s of wall time). A clean error is the documented error family (API) or exit 1/2 with a
 printable message and no traceback (CLI). Bounded to well under a minute in all.
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ import pytest
 from _hostile import RAW_TEXTS, cli_outcome, job_docs, outcome, tf_config_docs, write, yaml_text
 from hypothesis import HealthCheck, given, settings
 
-from tf_config import TFConfig, TFConfigError, validate
+from tf_config import TFConfig, TFConfigError, explain, validate
 from toolkit.jobs import JobSpec
 from toolkit.jobs.errors import JobError
 
-_fuzz = settings(max_examples=300, deadline=None, database=None, derandomize=True,
+_fuzz = settings(max_examples=150, deadline=None, database=None, derandomize=True,
                  suppress_health_check=list(HealthCheck))
 _DRY_RUN = ["jobs", "submit", "training", "fuzz-job", "--backend", "kubernetes", "--dry-run", "--image", "i:1"]
 
@@ -33,11 +33,13 @@ def _assert_clean(result: tuple[str, str]) -> None:
 @given(tf_config_docs)
 def test_tf_config_documents_get_problems_or_clean_errors(tmp_path_factory, doc):
     _assert_clean(outcome(lambda: validate(doc)))
+    _assert_clean(outcome(lambda: explain(doc)))
     text = yaml_text(doc)
     _assert_clean(outcome(lambda: TFConfig.from_json(text), (TFConfigError,)))
     path = tmp_path_factory.mktemp("tfc") / "tf_config.json"
     write(path, text)
     _assert_clean(cli_outcome(["tf-config", "validate", str(path)]))
+    _assert_clean(cli_outcome(["tf-config", "explain", str(path)]))
 
 
 @_fuzz
@@ -55,8 +57,9 @@ def test_raw_hostile_texts_end_cleanly_everywhere(tmp_path, index):
     for suffix in (".json", ".yaml"):
         path = tmp_path / f"input{suffix}"
         write(path, text)
-        kind, detail = cli_outcome(["tf-config", "validate", str(path)])
-        assert kind in ("ok", "clean"), f"tf-config validate {suffix}: {kind}: {detail}"
+        for verb in ("validate", "explain"):
+            kind, detail = cli_outcome(["tf-config", verb, str(path)])
+            assert kind in ("ok", "clean"), f"tf-config {verb} {suffix}: {kind}: {detail}"
     kind, detail = cli_outcome([*_DRY_RUN, "--config", str(tmp_path / "input.yaml")])
     assert kind == "clean", f"jobs submit --dry-run: {kind}: {detail}"
 
