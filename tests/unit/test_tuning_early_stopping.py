@@ -87,6 +87,9 @@ def test_a_hopeless_trial_is_stopped_early_and_the_others_finish(home, tmp_path,
     assert f"stopped early at step {stopped_at}" in out
     assert "measurements (step:value):" in out and "  trial 3: 1:-1 2:-1" in out
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["jobs", "describe", "stop-trial-3"]) == 0
+    out = capsys.readouterr().out
+    assert "measurements (step:value): 1:-1 2:-1" in out and "isTrialStoppedEarly: true (stopped early" in out
     assert main(["jobs", "stream-logs", "stop"]) == 0
     assert f"trial 3 stopped early at step {stopped_at} by the MEDIAN pruner" in capsys.readouterr().out
 

@@ -52,6 +52,12 @@ def format_record(record: JobRecord) -> str:
     output = record.details.get("trainingOutput")
     if output:
         lines += format_trials(output).splitlines()
+    measured = record.details.get("measurements")
+    if measured:  # a tuning trial's curve of its metric
+        lines.append("measurements (step:value): " + " ".join(
+            f"{m['trainingStep']}:{_number(m['objectiveValue'])}" for m in measured))
+    if record.details.get("stoppedEarly"):
+        lines.append(f"isTrialStoppedEarly: true ({record.details['stoppedEarly']})")
     if record.parent_job:
         lines.append(f"parentJob: {record.parent_job}")
     if record.history:
