@@ -161,9 +161,9 @@ def _train(args: argparse.Namespace, cluster: dict) -> int:
     v1 = tf.compat.v1
     is_chief, num_workers = args.task_index == 0, len(cluster["worker"])
     target = between_graph.start_server(cluster, "worker", args.task_index)
-    others = [("worker", i) for i in range(1, num_workers)]
+    ending = between_graph.between_graph_ending(cluster)  # worker 0 waits for the others, then ends the ps
     if is_chief:
-        between_graph.clear_done_files(cluster, others)
+        between_graph.expect_trainers(cluster, ("worker", 0), ending.trainers)
     x, y, tx, ty, classes = _data(args, num_workers)
     with tf.Graph().as_default():
         ops = _build(args, cluster, x.shape[1], classes)
@@ -204,10 +204,11 @@ def _train(args: argparse.Namespace, cluster: dict) -> int:
     print(f"After {args.train_steps} training step(s), validation cross entropy = {loss:g}, "
           f"test accuracy {accuracy:.4f}", flush=True)
     if is_chief:
-        between_graph.wait_for_workers(cluster, others, timeout=args.worker_wait_secs)
-        between_graph.say_goodbye(cluster, target, "worker", 0, 0)
+        from strategies import ServeOptions
+
+        between_graph.end_job(ending, 0, options=ServeOptions.from_env(workers_done_timeout=args.worker_wait_secs))
     else:
-        between_graph.report_done(cluster, target, "worker", args.task_index, chief=("worker", 0))
+        between_graph.report_done(cluster, ("worker", args.task_index), ("worker", 0))
     return 0
 
 

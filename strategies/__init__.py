@@ -25,7 +25,7 @@ from strategies._roles import (
     serve,
 )
 from strategies._serve_options import ServeOptions
-from strategies._shutdown import chief_session, exit_file, shutdown_cluster
+from strategies._shutdown import chief_session, shutdown_cluster
 from tf_config.lazy import lazy_exports
 
 # Model parallelism (device maps, sharded tables) imports TensorFlow, so these
@@ -55,7 +55,6 @@ __all__ = [
     "chief_session",
     "choose_strategy",
     "configure_local_devices",
-    "exit_file",
     "is_server_role",
     "local_gpu_count",
     "make_coordinator",

@@ -14,6 +14,7 @@ cannot import ``toolkit``).
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import threading
 import time
@@ -25,7 +26,7 @@ import tensorflow as tf
 
 __all__ = ["SYMBOLS", "Trackable", "SaveableObject", "SaveSpec", "ResourceVariableSaveable",
            "child_layers", "keras_name_scope_stack", "keras_variable_of", "missing_symbols", "replace_method",
-           "stop_coordinator_threads", "tape_could_record"]
+           "pss_cluster", "stop_coordinator_threads", "tape_could_record"]
 
 #: ``module:attribute`` of every private symbol below, or ``Class.member`` for private members.
 SYMBOLS = (
@@ -76,6 +77,8 @@ def missing_symbols() -> list[str]:
     missing = [symbol for symbol in SYMBOLS if _find(symbol) is None]
     if not _initializers_close_over_their_variable():
         missing.append("keras.Variable's tf.Variable initial_value closing over the keras.Variable")
+    if "self._cluster_resolver = " not in inspect.getsource(tf.distribute.ParameterServerStrategy.__init__):
+        missing.append("tensorflow.distribute.ParameterServerStrategy()._cluster_resolver")
     return missing
 
 
@@ -205,3 +208,20 @@ def _waiting_for_a_closure(frame: Any) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def pss_cluster(strategy: tf.distribute.Strategy) -> dict[str, list[str]] | None:
+    """The TF2 cluster of a ParameterServerStrategy (built by ``make_strategy`` or by hand), else None.
+
+    TensorFlow keeps the resolver it was built from private (``strategy.cluster_resolver`` is None), and
+    the chief's goodbye needs the addresses of every server.
+    """
+    if not isinstance(strategy, tf.distribute.ParameterServerStrategy):
+        return None
+    resolver = getattr(strategy, "_cluster_resolver", None)
+    if resolver is None:
+        return None
+    from strategies._cluster import tf2_cluster
+
+    spec = resolver.cluster_spec()
+    return tf2_cluster({job: tuple(spec.job_tasks(job)) for job in spec.jobs})

@@ -20,7 +20,7 @@ from strategies._names import check_name
 from strategies._net import wait_listening
 from strategies._options import APPLIES_TO, StrategyOptions
 from strategies._roles import is_server_role
-from strategies._shutdown import arm_goodbye_at_exit, remember_cluster, say_hello
+from strategies._shutdown import greet
 
 if TYPE_CHECKING:  # TensorFlow is imported inside the builders, after the cheap checks
     import tensorflow as tf
@@ -70,9 +70,7 @@ def _build_parameter_server(cfg: TFConfig, options: StrategyOptions) -> tf.distr
             "them), or raise connect_timeout.", field="connect_timeout"
         )
     strategy = tf.distribute.ParameterServerStrategy(_resolver(cfg), variable_partitioner=_partitioner(options))
-    remember_cluster(strategy, tf2_cluster(cfg.cluster))
-    say_hello(strategy)
-    arm_goodbye_at_exit(strategy)
+    greet(strategy)  # the servers know the chief is up, and hear its goodbye at exit at the latest
     return strategy
 
 

@@ -95,7 +95,7 @@ def in_graph_session(cfg: TFConfig, *, timeout: float = 300.0) -> Iterator[list[
 
 
 def serve_devices(cfg: TFConfig, *, client_start_timeout: float | None = None,
-                  client_lost_after: float | None = None, poll_interval: float = 0.5) -> int:
+                  client_lost_after: float | None = None, poll_interval: float | None = None) -> int:
     """Hosts this task's devices until the client releases them; returns the exit code.
 
     The same serve/goodbye protocol as parameter servers (``strategies.serve``):
@@ -103,8 +103,9 @@ def serve_devices(cfg: TFConfig, *, client_start_timeout: float | None = None,
     then stayed unreachable for ``client_lost_after`` s; 4 if it never came up
     within ``client_start_timeout`` s (None: ``ServeOptions``' defaults).
     """
-    options = ServeOptions.from_env(chief_start_timeout=client_start_timeout, chief_lost_after=client_lost_after)
-    return serve_until_goodbye(cfg, options, poll_interval=poll_interval, peer="client")
+    options = ServeOptions.from_env(chief_start_timeout=client_start_timeout, chief_lost_after=client_lost_after,
+                                    poll_interval=poll_interval)
+    return serve_until_goodbye(cfg, options, peer="client")
 
 
 def run_in_graph_role(tf_config: TFConfig | None = None, **serve_options: Any) -> TFConfig:

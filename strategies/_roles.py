@@ -5,9 +5,10 @@ and worker tasks host variables and run the functions the chief schedules. In
 plain TensorFlow they call ``server.join()``, which never returns. Here they
 serve until one of two signals ends them:
 
-1. **Goodbye** (normal end): the chief writes an exit file on the server's
-   machine through the cluster itself (see ``strategies._shutdown``); the
-   server exits with the code it carries, 0 after a successful job.
+1. **Goodbye** (normal end): the chief writes an exit signal into the
+   server's private signal directory through the cluster itself (see
+   ``strategies._shutdown`` and ``strategies._signals``); the server exits
+   with the code it carries, 0 after a successful job.
 2. **Chief lost** (the chief died without a word, e.g. SIGKILL): the server
    probes the chief's port every second; once the chief has been seen and then
    stays unreachable for ``chief_lost_after`` seconds, the server exits with
@@ -22,7 +23,6 @@ hand in separate terminals.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -35,9 +35,11 @@ from strategies._lean import SERVER_UNUSED_MODULES, skip_imports
 from strategies._names import check_name
 from strategies._net import is_listening
 from strategies._serve_options import ServeOptions
-from strategies._shutdown import exit_file, hello_file
+from strategies._signals import clear_signals, ensure_private_dir, signal_path, take_signal
 
 if TYPE_CHECKING:
+    import tensorflow as tf
+
     from tf_config import TFConfig
 
 logger = logging.getLogger(__name__)
@@ -98,28 +100,17 @@ class _ChiefWatch:
         return None
 
 
-def _take_exit_file(path: str) -> int | None:
-    """The exit code in ``path`` (removing the file), or None if there is none yet."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read().strip()
-    except FileNotFoundError:
+def _take_exit_code(path: str) -> int | None:
+    """The exit code of the goodbye signal at ``path`` (removing it), or None if there is none yet."""
+    text = take_signal(path)
+    if text is None:
         return None
-    os.remove(path)
-    return int(text) if text.isdigit() and int(text) <= 255 else 1
-
-
-def _remove(path: str) -> bool:
-    """Removes ``path`` if it exists; True if it did."""
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        return False
-    return True
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and int(text) <= 255 else 1
 
 
 def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | None = None,
-          chief_lost_after: float | None = None, poll_interval: float = 0.5,
+          chief_lost_after: float | None = None, poll_interval: float | None = None,
           work: Callable[[str, threading.Event], object] | None = None) -> int:
     """Runs this ps/worker task's server until the chief ends the job.
 
@@ -129,7 +120,8 @@ def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | Non
             (None: ``ServeOptions``' default, 900, or the launcher's setting).
         chief_lost_after: seconds the chief may be unreachable before the job
             is considered dead (None: 6, or the launcher's setting).
-        poll_interval: seconds between checks for the chief's goodbye.
+        poll_interval: seconds between checks for the chief's goodbye
+            (None: ``ServeOptions``' default, 0.5).
         work: run in a thread beside the server, as ``work(server_target,
             stop)`` (``stop`` is set when the serving ends), e.g. a worker's
             own training loop (``fit(..., between_graph=True)``). If it
@@ -145,7 +137,8 @@ def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | Non
     """
     from tf_config import TFConfig
 
-    options = ServeOptions.from_env(chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after)
+    options = ServeOptions.from_env(chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after,
+                                    poll_interval=poll_interval)
     cfg = TFConfig.from_env() if tf_config is None else tf_config
     if not is_server_role(cfg):
         raise StrategyError(
@@ -153,11 +146,7 @@ def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | Non
             "tasks, and worker tasks of a cluster with ps, serve. Call run_role(cfg), which returns for "
             "training tasks, instead of serve().", field="tf_config.task"
         )
-    return serve_until_goodbye(cfg, options, poll_interval=poll_interval, work=work)
-
-
-#: how long a task that served waits for its work thread to finish before it exits anyway
-_WORK_JOIN_SECS = 10.0
+    return serve_until_goodbye(cfg, options, work=work)
 
 
 class _Work:
@@ -176,19 +165,27 @@ class _Work:
             self.failed = True
 
 
-def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, poll_interval: float = 0.5,
-                        peer: str = "chief", work: Callable[[str, threading.Event], object] | None = None) -> int:
+def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, peer: str = "chief",
+                        work: Callable[[str, threading.Event], object] | None = None,
+                        server: tf.distribute.Server | None = None) -> int:
     """The serve/goodbye protocol: runs this task's server until its chief (or client) ends the job.
 
-    Every task that only serves uses it: parameter-server ps and workers
-    (``serve``) and the hosts of an in-graph device map
-    (``strategies.device_map.serve_devices``). The chief ends it with a
-    goodbye (``strategies._shutdown``); a chief gone for
+    Every task that only serves uses it, and this loop is the one place that
+    decides when a server exits: parameter-server ps and workers (``serve``),
+    the hosts of an in-graph device map
+    (``strategies.device_map.serve_devices``), and a ``server.join()`` in a
+    TF1 script or a hand-built strategy (``strategies._hand_built``). The
+    chief ends it with a goodbye (``strategies._shutdown``); a chief gone for
     ``options.chief_lost_after`` s, or never up within
     ``options.chief_start_timeout`` s, ends it too.
 
+    Args:
+        server: a server already started for this task (``join()``); None
+            starts one.
+
     Returns:
-        The chief's exit code, ``EXIT_CHIEF_LOST`` or ``EXIT_CHIEF_NEVER_STARTED``.
+        The chief's exit code, ``EXIT_CHIEF_LOST``, ``EXIT_CHIEF_NEVER_STARTED``
+        or ``EXIT_WORK_FAILED``.
     """
     cluster = tf2_cluster(cfg.cluster)
     job, index = tf2_job(cfg.task_type), cfg.task_index
@@ -198,14 +195,14 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, poll_interval: 
             f"TF_CONFIG `cluster` has the jobs {sorted(cfg.cluster)} but no chief, master or worker; {job}-{index} "
             f"serves until its {peer} says goodbye, so the cluster needs one. Add a chief address.",
             field="tf_config.cluster")
-    path, hello = exit_file(cluster, job, index), hello_file(cluster, job, index)
-    for stale in (path, hello):
-        if _remove(stale):
-            logger.info("removed a signal file left by an earlier job on the same ports: %s", stale)
-    import tensorflow as tf
+    path, hello = signal_path(cluster, job, index, "exit"), signal_path(cluster, job, index, "hello")
+    ensure_private_dir()
+    if server is None:  # a server of our own: no signal can have come yet, so older files are stale
+        clear_signals([path, hello])
+        import tensorflow as tf
 
-    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
-                                  protocol=cfg.rpc_layer or "grpc", start=True)
+        server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
+                                      protocol=cfg.rpc_layer or "grpc", start=True)
     logger.info("%s-%d serving at %s (%s); exits when the %s at %s says goodbye or is gone for %.0f s",
                 job, index, cfg.address, server.target, peer, cfg.chief_address, options.chief_lost_after)
     watch = _ChiefWatch(chief, start_timeout=options.chief_start_timeout,
@@ -216,19 +213,19 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, poll_interval: 
             if running is not None and running.failed:
                 logger.error("%s-%d: its work failed (above); exiting with %d", job, index, EXIT_WORK_FAILED)
                 return EXIT_WORK_FAILED
-            code = _take_exit_file(path)
+            code = _take_exit_code(path)
             if code is not None:
                 logger.info("%s-%d: the %s said goodbye; exiting with %d", job, index, peer, code)
                 return code
-            code = watch.verdict(hello=not watch.seen and os.path.exists(hello))
+            code = watch.verdict(hello=not watch.seen and take_signal(hello) is not None)
             if code is not None:
                 return code
-            time.sleep(poll_interval)
+            time.sleep(options.poll_interval)
     finally:
         if running is not None:  # let it leave TensorFlow's calls before the interpreter exits
             running.stop.set()
-            running.thread.join(timeout=_WORK_JOIN_SECS)
-        _remove(hello)
+            running.thread.join(timeout=options.work_join_timeout)
+        clear_signals([hello])
 
 
 def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", chief_start_timeout: float | None = None,

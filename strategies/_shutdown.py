@@ -1,154 +1,303 @@
-"""The chief's goodbye: how ps and worker servers learn that the job is over.
+"""The chief's side of the one serve/goodbye protocol: hello, done, goodbye.
 
 ``tf.distribute.Server.join()`` never returns, so in plain TensorFlow parameter
 servers outlive their job (tensorflow#25858). Here the chief ends the job
-explicitly. Under ParameterServerStrategy the chief is connected to every
-server and can run ops on their devices, so for each ps and worker (all at
-once, with a deadline: ``goodbye_timeout``) it runs::
+explicitly, the same way whatever trained (``toolkit.fit``, Keras'
+``model.fit``, the Estimator, a between-graph script, a strategy built by
+hand): for each server it opens a session on that server's own address and
+runs, all servers at once and with a deadline (``goodbye_timeout``)::
 
     with tf.device("/job:ps/replica:0/task:0/device:CPU:0"):
-        tf.io.write_file(<exit file>, "<exit code>")
+        tf.io.write_file(<exit signal>, "<exit code>")
 
-The op executes *inside the server's process*, which polls for that file
-(``strategies.serve``) and exits with the code it carries. The exit file is
-``<temp dir>/tfdist-<cluster token>-<job>-<index>.exit``: the cluster token is
-a hash of the cluster's addresses, which chief and servers both know from
-TF_CONFIG, and of the job's nonce (``TFDIST_JOB_NONCE``, set by the launcher,
-so two jobs on the same ports sharing a temp dir do not collide); the temp dir
-is ``tempfile.gettempdir()`` (normally ``/tmp``; chief and servers must agree
-on ``TMPDIR``). A chief that dies without saying
-goodbye is caught by the servers' second signal: they watch the chief's port. So that a chief that connects and dies
-between two probes is still noticed, the chief also says hello (a ``.hello``
-file, written the same way) as soon as it has connected.
+The op executes *inside the server's process*, which polls for that file in
+its private signal directory (``strategies._signals``) and exits with the code
+it carries (``strategies._roles``). The same write carries the chief's
+*hello* (so that a chief that connects and dies between two of the servers'
+port probes is still noticed) and, in between-graph training, each worker's
+*done* to the chief, which ends the ps tasks only once its workers are done.
+
+What a chief does at the end is one ``Ending`` (which servers to tell, which
+workers to wait for); ``end_job`` carries it out once per cluster, and one
+``atexit`` hook carries out the armed ones a script did not end itself.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
-import os
 import sys
-import tempfile
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from strategies._cluster import cluster_token, device, tf2_cluster
+from strategies._net import is_listening
 from strategies._serve_options import ServeOptions
+from strategies._signals import clear_signals, ensure_private_dir, signal_path, take_signal
 
-if TYPE_CHECKING:  # TensorFlow is imported only where a goodbye is written
+if TYPE_CHECKING:  # TensorFlow is imported only where a signal is written
     import tensorflow as tf
 
     from strategies._types import GoodbyeTarget
 
 logger = logging.getLogger(__name__)
 
+Task = tuple[str, int]
 _SERVER_JOBS = ("worker", "ps")
-_said_goodbye: set[str] = set()
-_armed: set[str] = set()
-_pss_clusters: weakref.WeakKeyDictionary[tf.distribute.Strategy, dict[str, list[str]]] = weakref.WeakKeyDictionary()
+_armed: dict[str, Ending | tuple[Mapping[str, Sequence[str]], Task, Task]] = {}  # endings and done reports
+_once: set[str] = set()  # goodbyes said and dones reported, by cluster token (and task)
 
 
-def remember_cluster(strategy: tf.distribute.Strategy, cluster: Mapping[str, Sequence[str]]) -> None:
-    """Records the cluster of a ParameterServerStrategy built by ``make_strategy``.
+@dataclasses.dataclass(frozen=True)
+class Ending:
+    """How one chief ends its job.
 
-    TensorFlow's ParameterServerStrategy does not expose its cluster resolver
-    (``strategy.cluster_resolver`` is None), so the factory remembers it here.
+    Attributes:
+        cluster: the TF2 cluster (``master`` named ``chief``).
+        servers: the tasks told to exit (every ps, and the workers that serve).
+        trainers: between-graph workers that train on their own; on success
+            the chief waits until each has said it is done (or its port has
+            closed), up to ``workers_done_timeout``.
+        strategy: a ParameterServerStrategy whose coordinator's threads stop
+            before the goodbye (see ``strategies._compat.stop_coordinator_threads``).
     """
-    _pss_clusters[strategy] = {job: list(addrs) for job, addrs in cluster.items()}
+
+    cluster: Mapping[str, Sequence[str]]
+    servers: tuple[Task, ...]
+    trainers: tuple[Task, ...] = ()
+    strategy: Any = dataclasses.field(default=None, compare=False)  # tf.distribute.Strategy
+
+    @property
+    def token(self) -> str:
+        return cluster_token(self.cluster)
 
 
-def exit_file(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> str:
-    """Where the chief's goodbye for task ``job:index`` lands, on that task's machine."""
-    return os.path.join(tempfile.gettempdir(), f"tfdist-{cluster_token(cluster)}-{job}-{index}.exit")
+def exit_code_of(code: object) -> int:
+    """A process exit code from a ``SystemExit.code``-like value: 0..255, else 1 (None is 0)."""
+    if isinstance(code, bool) or not isinstance(code, int):
+        return 0 if code is None else 1
+    return code if 0 <= code <= 255 else 1
 
 
-def hello_file(cluster: Mapping[str, Sequence[str]], job: str, index: int) -> str:
-    """Where the chief's hello for task ``job:index`` lands: proof the chief was up.
+def _write(cluster: Mapping[str, Sequence[str]], task: Task, kind: str, text: str, timeout: float) -> None:
+    """Writes signal ``kind`` inside ``task``'s process, through a session on that task's own address."""
+    import tensorflow as tf
 
-    Without it a chief that connects and dies between two port probes would
-    look like a chief that never started.
-    """
-    return os.path.join(tempfile.gettempdir(), f"tfdist-{cluster_token(cluster)}-{job}-{index}.hello")
+    v1 = tf.compat.v1
+    job, index = task
+    with tf.Graph().as_default():
+        with tf.device(device(job, index)):
+            op = tf.io.write_file(signal_path(cluster, job, index, kind), text)
+        config = v1.ConfigProto(device_filters=[f"/job:{job}/task:{index}"],
+                                operation_timeout_in_ms=max(int(timeout * 1000), 1))
+        with v1.Session(f"grpc://{cluster[job][index]}", config=config) as session:
+            session.run(op)
 
 
-def _write_on_servers(cluster: Mapping[str, Sequence[str]],
-                      path_of: Callable[[Mapping[str, Sequence[str]], str, int], str],
-                      text: str, *,
-                      timeout: float | None = None, tasks: list[tuple[str, int]] | None = None) -> list[str]:
-    """Writes ``text`` to ``path_of(cluster, job, index)`` inside every ps/worker (or ``tasks``), in parallel.
+def send(cluster: Mapping[str, Sequence[str]], tasks: Sequence[Task], kind: str, text: str, *,
+         timeout: float | None = None) -> list[str]:
+    """Sends one signal to ``tasks`` in parallel; returns the tasks reached, e.g. ``["worker-0", "ps-0"]``.
 
-    One dead or hung server must not hold up the others, nor the chief for
-    ever: each write runs in its own daemon thread, and after ``timeout``
-    seconds (None: ``ServeOptions``' ``goodbye_timeout``) the ones still
-    running are abandoned with a warning. Those servers still exit by
-    themselves once the chief's port closes.
-
-    Returns:
-        The tasks that received the text, e.g. ``["worker-0", "ps-0"]``.
+    One dead or hung task must not hold up the others, nor the chief for
+    ever: a task whose port is closed is skipped, each write runs in its own
+    daemon thread, and after ``timeout`` seconds (None: ``goodbye_timeout``)
+    the ones still running are abandoned with a warning. Those servers still
+    exit by themselves once the chief's port closes.
     """
     import tensorflow as tf
 
-    if timeout is None:
-        timeout = ServeOptions.from_env().goodbye_timeout
-    if tasks is None:
-        tasks = [(job, index) for job in _SERVER_JOBS for index in range(len(cluster.get(job, [])))]
-    reached: dict[str, bool] = {}
+    timeout = ServeOptions.from_env().goodbye_timeout if timeout is None else timeout
+    reached: dict[Task, bool] = {}
 
-    def write(job: str, index: int) -> None:
-        try:
-            with tf.device(device(job, index)):
-                tf.io.write_file(path_of(cluster, job, index), text)
-        except (tf.errors.OpError, ValueError, RuntimeError) as exc:
-            logger.warning("could not reach %s-%d (%s)", job, index, str(exc).splitlines()[0])
+    def write(task: Task) -> None:
+        if not is_listening(cluster[task[0]][task[1]], timeout=min(timeout, 1.0)):
+            logger.info("%s-%d is already gone; no %s signal for it", task[0], task[1], kind)
             return
-        reached[f"{job}-{index}"] = True
+        try:
+            _write(cluster, task, kind, text, timeout)
+        except (tf.errors.OpError, ValueError, RuntimeError) as exc:
+            logger.warning("could not reach %s-%d (%s)", task[0], task[1], str(exc).splitlines()[0])
+            return
+        reached[task] = True
 
-    threads = [threading.Thread(target=write, args=task, name=f"tfdist-goodbye-{task[0]}-{task[1]}", daemon=True)
+    threads = [threading.Thread(target=write, args=(task,), name=f"tfdist-{kind}-{task[0]}-{task[1]}", daemon=True)
                for task in tasks]
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + timeout
     for thread in threads:
         thread.join(max(deadline - time.monotonic(), 0.0))
-    late = [f"{job}-{index}" for (job, index), thread in zip(tasks, threads, strict=False) if thread.is_alive()]
+    late = [f"{job}-{index}" for (job, index), thread in zip(tasks, threads, strict=True) if thread.is_alive()]
     if late:
         logger.warning("%s did not answer within %g s (goodbye_timeout); they exit when the chief's port "
                        "closes", ", ".join(late), timeout)
-    return [f"{job}-{index}" for job, index in tasks if reached.get(f"{job}-{index}")]
+    return [f"{job}-{index}" for job, index in tasks if reached.get((job, index))]
 
 
-def say_goodbye(cluster: Mapping[str, Sequence[str]], tasks: list[tuple[str, int]], exit_code: int) -> list[str]:
-    """Tells ``tasks`` (``(job, index)`` pairs serving ``serve_until_goodbye``) to exit with ``exit_code``."""
-    return _write_on_servers(cluster, exit_file, str(_exit_code(exit_code)), tasks=tasks)
+def say_goodbye(cluster: Mapping[str, Sequence[str]], tasks: Sequence[Task], exit_code: int, *,
+                timeout: float | None = None) -> list[str]:
+    """Tells ``tasks`` (servers in ``serve_until_goodbye``) to exit with ``exit_code``; returns those reached."""
+    return send(cluster, tasks, "exit", str(exit_code_of(exit_code)), timeout=timeout)
 
 
-def say_hello(strategy: tf.distribute.Strategy) -> None:
-    """Tells every server that the chief is connected (see ``hello_file``)."""
-    cluster = _pss_cluster(strategy)
-    if cluster is not None:
-        _write_on_servers(cluster, hello_file, "hello")
+def report_done(cluster: Mapping[str, Sequence[str]], task: Task, chief: Task) -> bool:
+    """On a between-graph worker whose training is over: tells the chief (once), so it need not wait."""
+    key = f"done:{cluster_token(cluster)}:{task[0]}:{task[1]}"
+    if key in _once:
+        return True
+    _once.add(key)
+    sent = send(cluster, [chief], f"done-{task[0]}-{task[1]}", "done")
+    return bool(sent)
 
 
-def _pss_cluster(target: GoodbyeTarget) -> dict[str, list[str]] | None:
-    """The TF2 cluster of a ParameterServerStrategy chief, or None if ``target`` is not one."""
+def expect_trainers(cluster: Mapping[str, Sequence[str]], chief: Task, trainers: Sequence[Task]) -> None:
+    """On a between-graph chief, before training: a private signal directory, and no stale done reports."""
+    ensure_private_dir()
+    clear_signals([signal_path(cluster, *chief, f"done-{job}-{index}") for job, index in trainers])
+
+
+def wait_for_trainers(cluster: Mapping[str, Sequence[str]], chief: Task, trainers: Sequence[Task], *,
+                      timeout: float) -> list[str]:
+    """On the chief: waits until each trainer is done; returns those still pending at the deadline.
+
+    A worker is done when its done signal arrives, or when its port, once seen
+    open, has closed (it ended without a word). A worker not yet started is
+    waited for: it may still be importing TensorFlow, and would find its ps gone.
+    """
+    pending = {task: cluster[task[0]][task[1]] for task in trainers}
+    seen: set[Task] = set()
+    deadline = time.monotonic() + timeout
+    while pending:
+        for task, address in list(pending.items()):
+            if take_signal(signal_path(cluster, *chief, f"done-{task[0]}-{task[1]}")) is not None:
+                del pending[task]
+            elif is_listening(address, timeout=0.5):
+                seen.add(task)
+            elif task in seen:
+                logger.warning("%s-%d ended without reporting done", *task)
+                del pending[task]
+        if pending and time.monotonic() > deadline:
+            late = [f"{job}-{index}" for job, index in pending]
+            logger.warning("not done after %.0f s (workers_done_timeout): %s; ending the job anyway",
+                           timeout, ", ".join(late))
+            return late
+        time.sleep(0.2)
+    return []
+
+
+def end_job(ending: Ending, exit_code: object = 0, *, options: ServeOptions | None = None) -> list[str]:
+    """Ends ``ending``'s job once: on success lets the coordinator and the trainers finish, then says goodbye.
+
+    A failing chief says its goodbye at once: nothing it could still wait for
+    would save the job. Later calls for the same cluster are no-ops.
+
+    Returns:
+        The servers that received the goodbye.
+    """
+    key = f"end:{ending.token}"
+    if key in _once:
+        return []
+    _once.add(key)
+    code = exit_code_of(exit_code)
+    options = ServeOptions.from_env() if options is None else options
+    if code == 0 and ending.strategy is not None:
+        _stop_coordinator(ending.strategy, options.goodbye_timeout)
+    if code == 0 and ending.trainers:
+        chief = _chief_task(ending.cluster)
+        wait_for_trainers(ending.cluster, chief, ending.trainers, timeout=options.workers_done_timeout)
+    reached = say_goodbye(ending.cluster, ending.servers, code, timeout=options.goodbye_timeout)
+    logger.info("told %s to exit with code %d", ", ".join(reached) or "no server", code)
+    return reached
+
+
+def _stop_coordinator(strategy: tf.distribute.Strategy, timeout: float) -> None:
+    """Stops the coordinator's threads while the servers still serve.
+
+    A worker recovery still in flight when the interpreter exits aborts the
+    chief (``strategies._compat.stop_coordinator_threads``); waiting for it
+    here, before the goodbye, lets it end against live servers.
+    """
+    from strategies._compat import stop_coordinator_threads
+
+    late = stop_coordinator_threads(strategy, timeout)
+    if late:
+        logger.warning("the coordinator's %s did not stop within %g s (goodbye_timeout)", ", ".join(late), timeout)
+
+
+def _at_exit() -> None:
+    """The one atexit hook: a worker's done report, a chief's ending (0, or 1 after an uncaught exception)."""
+    failed = getattr(sys, "last_value", None) is not None  # set by an uncaught exception
+    for armed in list(_armed.values()):
+        if isinstance(armed, Ending):
+            end_job(armed, 1 if failed else 0)
+        else:
+            report_done(*armed)
+
+
+def _arm(key: str, armed: Ending | tuple[Mapping[str, Sequence[str]], Task, Task]) -> None:
+    if not _armed:
+        atexit.register(_at_exit)
+    _armed.setdefault(key, armed)
+
+
+def arm(ending: Ending) -> None:
+    """Makes sure ``ending`` is carried out at interpreter exit if the script never ends the job itself.
+
+    The servers are told 0, or 1 after an uncaught exception. A script that
+    ends with ``sys.exit(3)`` is reported as 0: use ``chief_session`` or
+    ``shutdown_cluster`` to pass a real failure code.
+    """
+    _arm(ending.token, ending)
+
+
+def arm_report(cluster: Mapping[str, Sequence[str]], task: Task, chief: Task) -> None:
+    """Makes sure a between-graph worker reports done to its chief at interpreter exit, at the latest."""
+    _arm(f"done:{cluster_token(cluster)}:{task[0]}:{task[1]}", (dict(cluster), task, chief))
+
+
+def _chief_task(cluster: Mapping[str, Sequence[str]]) -> Task:
+    """The chief: the ``chief`` job, or worker 0 in TF1's layout without one."""
+    return ("chief", 0) if cluster.get("chief") else ("worker", 0)
+
+
+def pss_ending(target: GoodbyeTarget) -> Ending | None:
+    """The ``Ending`` of a ParameterServerStrategy chief (every ps and worker serves), or None elsewhere."""
     if target is None:
         from tf_config import TFConfig
 
         target = TFConfig.from_env()
     if hasattr(target, "extended"):  # a tf.distribute strategy
-        return _pss_clusters.get(target)
-    if not target.is_chief or target.num_ps == 0:
+        from strategies._compat import pss_cluster
+
+        cluster = pss_cluster(target)
+        strategy = target
+    elif target.is_chief and target.num_ps > 0:
+        cluster, strategy = tf2_cluster(target.cluster), None
+    else:
         return None
-    return tf2_cluster(target.cluster)
+    if cluster is None or not cluster.get("chief"):
+        return None
+    servers = tuple((job, index) for job in _SERVER_JOBS for index in range(len(cluster.get(job, []))))
+    return Ending(cluster, servers, strategy=strategy)
 
 
-def _exit_code(code: object) -> int:
-    if isinstance(code, bool) or not isinstance(code, int):
-        return 0 if code is None else 1
-    return code if 0 <= code <= 255 else 1
+def between_graph_ending(cluster: Mapping[str, Sequence[str]]) -> Ending:
+    """The ``Ending`` of a between-graph chief: wait for the other workers, then end every ps."""
+    chief = _chief_task(cluster)
+    trainers = tuple(("worker", i) for i in range(len(cluster.get("worker", []))) if ("worker", i) != chief)
+    return Ending(dict(cluster), tuple(("ps", i) for i in range(len(cluster.get("ps", [])))), trainers)
+
+
+def greet(strategy: tf.distribute.Strategy) -> None:
+    """On a ParameterServerStrategy chief just connected: says hello to every server and arms the goodbye."""
+    ending = pss_ending(strategy)
+    if ending is None or ending.token in _armed:
+        return
+    arm(ending)
+    send(ending.cluster, ending.servers, "hello", "hello")
 
 
 def shutdown_cluster(target: GoodbyeTarget = None, exit_code: int = 0) -> list[str]:
@@ -160,9 +309,9 @@ def shutdown_cluster(target: GoodbyeTarget = None, exit_code: int = 0) -> list[s
     cluster; later calls are no-ops.
 
     Args:
-        target: the ParameterServerStrategy built by ``make_strategy``, or a
-            ``TFConfig`` (the chief must already be connected, i.e. have built
-            the strategy); None reads TF_CONFIG.
+        target: the ParameterServerStrategy (built by ``make_strategy`` or by
+            hand), or a ``TFConfig`` (the chief must already be connected);
+            None reads TF_CONFIG.
         exit_code: the code the servers exit with, 0 after a successful job.
 
     Returns:
@@ -171,56 +320,8 @@ def shutdown_cluster(target: GoodbyeTarget = None, exit_code: int = 0) -> list[s
         goodbye cannot reach a server at all, that server still exits once it
         sees the chief's port close.
     """
-    cluster = _pss_cluster(target)
-    if cluster is None:
-        return []
-    token = cluster_token(cluster)
-    if token in _said_goodbye:
-        return []
-    _said_goodbye.add(token)
-    code = _exit_code(exit_code)
-    if code == 0:  # a failing chief exits at once: nothing it could still wait for would save the job
-        _stop_coordinators(token)
-    reached = _write_on_servers(cluster, exit_file, str(code))
-    logger.info("told %s to exit with code %d", ", ".join(reached) or "no server", code)
-    return reached
-
-
-def _stop_coordinators(token: str) -> None:
-    """Stops the coordinator threads of this cluster's strategies while the servers still serve.
-
-    A worker recovery still in flight when the interpreter exits aborts the
-    chief (``strategies._compat.stop_coordinator_threads``); waiting for it
-    here, before the goodbye, lets it end against live servers.
-    """
-    from strategies._compat import stop_coordinator_threads
-
-    timeout = ServeOptions.from_env().goodbye_timeout
-    for strategy, cluster in list(_pss_clusters.items()):
-        if cluster_token(cluster) == token:
-            late = stop_coordinator_threads(strategy, timeout)
-            if late:
-                logger.warning("the coordinator's %s did not stop within %g s (goodbye_timeout)",
-                               ", ".join(late), timeout)
-
-
-def _goodbye_at_exit(strategy: tf.distribute.Strategy) -> None:
-    failed = getattr(sys, "last_value", None) is not None  # set by an uncaught exception
-    shutdown_cluster(strategy, 1 if failed else 0)
-
-
-def arm_goodbye_at_exit(strategy: tf.distribute.Strategy) -> None:
-    """Makes sure the chief says goodbye even if the script never calls ``shutdown_cluster``.
-
-    At interpreter exit the servers are told 0, or 1 after an uncaught
-    exception. A script that ends with ``sys.exit(3)`` is reported as 0: use
-    ``chief_session`` or ``shutdown_cluster`` to pass a real failure code.
-    """
-    cluster = _pss_cluster(strategy)
-    if cluster is None or cluster_token(cluster) in _armed:
-        return
-    _armed.add(cluster_token(cluster))
-    atexit.register(_goodbye_at_exit, strategy)
+    ending = pss_ending(target)
+    return [] if ending is None else end_job(ending, exit_code)
 
 
 @contextlib.contextmanager
@@ -238,7 +339,7 @@ def chief_session(target: GoodbyeTarget = None) -> Iterator[None]:
     try:
         yield
     except SystemExit as exc:
-        shutdown_cluster(target, _exit_code(exc.code))
+        shutdown_cluster(target, exit_code_of(exc.code))
         raise
     except BaseException:
         shutdown_cluster(target, 1)

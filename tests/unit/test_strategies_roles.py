@@ -12,14 +12,13 @@ from strategies import (
     EXIT_CHIEF_NEVER_STARTED,
     StrategyError,
     chief_session,
-    exit_file,
     is_server_role,
     run_role,
     serve,
     shutdown_cluster,
 )
 from strategies._cluster import cluster_token, tf2_cluster
-from strategies._shutdown import hello_file
+from strategies._signals import signal_path
 from tf_config import TFConfig, TFConfigError, generate
 from tf_config.ports import pick_port
 
@@ -94,19 +93,19 @@ def test_signal_files_are_per_cluster_and_task():
     other = {**cluster, "ps": ["127.0.0.1:1"]}
     assert cluster_token(cluster) == cluster_token(dict(reversed(list(cluster.items()))))
     assert cluster_token(cluster) != cluster_token(other)
-    assert exit_file(cluster, "ps", 0) != exit_file(other, "ps", 0)
-    assert exit_file(cluster, "ps", 0) != exit_file(cluster, "worker", 0)
-    assert exit_file(cluster, "ps", 0).endswith("-ps-0.exit")
-    assert hello_file(cluster, "ps", 0).endswith("-ps-0.hello")
+    assert signal_path(cluster, "ps", 0, "exit") != signal_path(other, "ps", 0, "exit")
+    assert signal_path(cluster, "ps", 0, "exit") != signal_path(cluster, "worker", 0, "exit")
+    assert signal_path(cluster, "ps", 0, "exit").endswith("-ps-0.exit")
+    assert signal_path(cluster, "ps", 0, "hello").endswith("-ps-0.hello")
 
 
-@pytest.mark.parametrize("text, code", [("0", 0), ("1\n", 1), ("137", 137), ("junk", 1), ("999", 1)])
-def test_exit_file_gives_its_code_once(tmp_path, text, code):
+@pytest.mark.parametrize("text, code", [("0", 0), ("1\n", 1), ("137", 137), ("junk", 1), ("999", 1), ("\u00b2", 1)])
+def test_exit_signal_gives_its_code_once(tmp_path, text, code):
     path = tmp_path / "x.exit"
     path.write_text(text)
-    assert roles._take_exit_file(str(path)) == code
+    assert roles._take_exit_code(str(path)) == code
     assert not path.exists()
-    assert roles._take_exit_file(str(path)) is None
+    assert roles._take_exit_code(str(path)) is None
 
 
 def test_goodbye_is_a_no_op_outside_a_pss_chief():
@@ -161,9 +160,9 @@ def test_chief_hello_counts_as_seen_even_if_no_probe_caught_it(fast_probes):
 def test_a_job_nonce_keeps_two_jobs_on_the_same_ports_apart(monkeypatch):
     cluster = tf2_cluster(_cfg("ps-0", **PSS).cluster)
     monkeypatch.setenv("TFDIST_JOB_NONCE", "job-a")
-    first = exit_file(cluster, "ps", 0)
+    first = signal_path(cluster, "ps", 0, "exit")
     monkeypatch.setenv("TFDIST_JOB_NONCE", "job-b")
-    assert exit_file(cluster, "ps", 0) != first
+    assert signal_path(cluster, "ps", 0, "exit") != first
     assert cluster_token(cluster, "job-a") == cluster_token(cluster, "job-a") != cluster_token(cluster, "")
 
 
@@ -187,20 +186,22 @@ def test_goodbyes_go_out_in_parallel_and_a_hung_server_cannot_hold_them(monkeypa
 
     from strategies import _shutdown
 
-    monkeypatch.setattr(_shutdown, "device", lambda job, index: "/job:localhost/replica:0/task:0/device:CPU:0")
     hung = threading.Event()
 
-    def path_of(cluster, job, index):
-        if (job, index) == ("ps", 0):
+    def write(cluster, task, kind, text, timeout):
+        if task == ("ps", 0):
             hung.wait(60)  # a server whose RPC never returns
-        return str(tmp_path / f"{job}-{index}.exit")
+        (tmp_path / f"{task[0]}-{task[1]}.{kind}").write_text(text)
 
-    cluster = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4"]}
+    monkeypatch.setattr(_shutdown, "_write", write)
+    monkeypatch.setattr(_shutdown, "is_listening", lambda address, timeout: address != "h:5")
+    cluster = {"chief": ["h:1"], "worker": ["h:2", "h:3", "h:5"], "ps": ["h:4"]}
     result = {}
-    caller = threading.Thread(target=lambda: result.update(
-        reached=_shutdown._write_on_servers(cluster, path_of, "0", timeout=2.0)), daemon=True)
+    caller = threading.Thread(target=lambda: result.update(reached=_shutdown.say_goodbye(
+        cluster, [("worker", 0), ("worker", 1), ("worker", 2), ("ps", 0)], 0, timeout=2.0)), daemon=True)
     caller.start()
     caller.join(30)
     hung.set()
     assert not caller.is_alive() and result["reached"] == ["worker-0", "worker-1"]
     assert (tmp_path / "worker-1.exit").read_text() == "0"
+    assert not (tmp_path / "worker-2.exit").exists()  # its port was closed: skipped, not waited for

@@ -1,9 +1,7 @@
 """The Estimator's between-graph replication (``strategies.between_graph``) from a ``RunConfig``, and its goodbye."""
 from __future__ import annotations
 
-import atexit
 import logging
-import sys
 from typing import Any
 
 import tensorflow as tf
@@ -14,7 +12,7 @@ from strategies._cluster import tf2_cluster, tf2_job
 __all__ = [
     "FastWorkerSessionCreator",
     "chief_starts",
-    "goodbye_ps",
+    "goodbye",
     "job_and_task",
     "replica_setter",
     "server_target",
@@ -24,8 +22,6 @@ __all__ = [
 
 v1 = tf.compat.v1
 logger = logging.getLogger(__name__)
-_WORKERS_EXIT_TIMEOUT = 120.0
-_goodbyes: set[str] = set()
 FastWorkerSessionCreator = between_graph.FastWorkerSessionCreator
 
 
@@ -62,37 +58,23 @@ def replica_setter(config: Any) -> Any:
 
 def session_config(config: Any) -> Any:
     """The user's ``session_config``, else TF's distributed default (filters to the ps and this task)."""
-    if config.session_config is not None:
+    if config.session_config is not None and not getattr(config, "_session_config_derived", False):
         return config.session_config
     if config.is_local or config.is_evaluator or not config.num_ps_replicas:
         return v1.ConfigProto(allow_soft_placement=True)
     return between_graph.session_config(*job_and_task(config))
 
 
-def _workers(config: Any) -> list[tuple[str, int]]:
-    return [("worker", i) for i in range(len(training_cluster(config).get("worker", [])))]
-
-
-def _chief(config: Any) -> tuple[str, int]:
-    return ("chief", 0) if "chief" in training_cluster(config) else ("worker", 0)
-
-
 def chief_starts(config: Any) -> None:
     """On the chief, before training: forget done reports of an earlier job on the same addresses."""
-    between_graph.clear_done_files(training_cluster(config), [w for w in _workers(config) if w != _chief(config)])
+    cluster = training_cluster(config)
+    between_graph.expect_trainers(cluster, job_and_task(config), between_graph.between_graph_ending(cluster).trainers)
 
 
 def worker_done(config: Any, target: str) -> None:
     """On a non-chief worker after training: tells the chief, which ends the ps once every worker is done."""
-    between_graph.report_done(training_cluster(config), target, *job_and_task(config), chief=_chief(config))
-
-
-def goodbye_ps(config: Any, target: str, code: int, *, workers_timeout: float) -> list[str]:
-    """On the chief: once the other workers are done, tells every ps to exit with ``code``."""
     cluster = training_cluster(config)
-    between_graph.wait_for_workers(cluster, [w for w in _workers(config) if w != _chief(config)],
-                                   timeout=workers_timeout)
-    return between_graph.say_goodbye(cluster, target, *job_and_task(config), code)
+    between_graph.report_done(cluster, job_and_task(config), ("chief", 0) if cluster.get("chief") else ("worker", 0))
 
 
 def release_sync_workers(spec: Any, config: Any) -> list[Any]:
@@ -124,20 +106,12 @@ class _ReleaseTokensHook(tf.compat.v1.train.SessionRunHook):
 
 
 def arm_goodbye(config: Any, target: str) -> None:
-    """The chief ends the ps tasks when its process exits, after the workers have left."""
-    key = config.master
-    if key in _goodbyes:
-        return
-    _goodbyes.add(key)
-    atexit.register(goodbye, config, target)
+    """The chief ends the ps tasks when its process exits (the one goodbye's atexit hook), after the workers."""
+    from strategies._shutdown import arm
+
+    arm(between_graph.between_graph_ending(training_cluster(config)))
 
 
-def goodbye(config: Any, target: str, code: int | None = None) -> list[str]:
-    """Waits for the workers to leave, then tells every ps to exit (0, or 1 after an uncaught exception)."""
-    if code is None:
-        code = 1 if getattr(sys, "last_value", None) is not None else 0
-    marker = f"done:{config.master}"
-    if marker in _goodbyes:
-        return []
-    _goodbyes.add(marker)
-    return goodbye_ps(config, target, code, workers_timeout=_WORKERS_EXIT_TIMEOUT)
+def goodbye(config: Any, target: str, code: int) -> list[str]:
+    """Waits for the workers to leave (on success), then tells every ps to exit with ``code``; once."""
+    return between_graph.end_job(between_graph.between_graph_ending(training_cluster(config)), code)

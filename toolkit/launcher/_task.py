@@ -46,6 +46,22 @@ def shell_exit_code(code: int) -> int:
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_HOOKS = str(Path(__file__).with_name("_hooks"))
+
+
+def armed_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the launcher's ``sitecustomize`` leading PYTHONPATH (``toolkit/launcher/_hooks``).
+
+    So a task's script that builds its ParameterServerStrategy by hand, or ends
+    with TensorFlow's ``server.join()``, still ends with the job
+    (``strategies._hand_built``).
+    """
+    from strategies._hand_built import ENV_HAND_BUILT
+
+    paths = env.get("PYTHONPATH", "")
+    if paths.split(os.pathsep)[0] != _HOOKS:
+        paths = os.pathsep.join([_HOOKS, paths]) if paths else _HOOKS
+    return {**env, "PYTHONPATH": paths, ENV_HAND_BUILT: "1"}
 
 
 def die_with_parent() -> Callable[[], None] | None:
@@ -106,6 +122,7 @@ class TaskProcess:
         With ``fork`` (the job's preload process), the task is forked from it with ``env``;
         should that fail, it starts as ``cmd`` in a fresh interpreter instead.
         """
+        env = armed_env(env)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the output pump closes it when the task ends
         if self.starts:
             log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())

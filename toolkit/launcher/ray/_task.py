@@ -23,6 +23,7 @@ from typing import IO, Any
 import ray
 
 from toolkit.launcher._result import EventKind, TaskEvent
+from toolkit.launcher._task import armed_env
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class RayTask:
                     log.write(f"----- {self.name}: its Ray actor died; Ray restarted it -----\n".encode())
             self._restarts_noted = self.actor_restarts
             log.flush()  # the notes reach the file now, not when the new run's first output is read
-            self.pid, cursor = ray.get(self.actor.start.remote(list(cmd), dict(env), sys.executable,
+            self.pid, cursor = ray.get(self.actor.start.remote(list(cmd), armed_env(env), sys.executable,
                                                             None if cwd is None else os.fspath(cwd)),
                                        timeout=self.start_timeout)
         except (ray.exceptions.RayError, OSError) as exc:

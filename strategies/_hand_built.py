@@ -1,0 +1,182 @@
+"""``server.join()`` and hand-built strategies in the one serve/goodbye protocol.
+
+TensorFlow's published examples end their ps (and idle worker) tasks with
+``server.join()``, which never returns, and build ``ParameterServerStrategy``
+from ``TFConfigClusterResolver`` without any shutdown call. Two entry points
+bring such scripts into the protocol without a tfdist call in them:
+
+* ``toolkit.compat.v1``'s ``train.Server`` (a TF1 script's one changed import)
+  is ``Server`` below: ``join()`` serves until the chief's goodbye, and in a
+  training task the server arms the between-graph ending (the chief, or
+  worker 0 without one, waits for the other workers and then ends the ps
+  tasks; every other worker reports done when its process exits).
+* Under ``tfdist launch`` each Python task loads the launcher's
+  ``sitecustomize``, which calls ``install_after_import()``: once the script
+  imports TensorFlow, TensorFlow's own ``Server.join()`` serves until the
+  goodbye, and a ``ParameterServerStrategy`` built by hand greets its servers
+  and says goodbye at exit, as one from ``make_strategy`` does.
+
+``join()`` returns when the chief's goodbye carries 0 and exits the process
+with any other code (the chief's failure, ``EXIT_CHIEF_LOST``, ...).
+"""
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from strategies._cluster import tf2_cluster, tf2_job
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from tf_config import TFConfig
+
+__all__ = ["ENV_HAND_BUILT", "arm_trainer", "install", "install_after_import", "join", "prepare"]
+
+logger = logging.getLogger(__name__)
+
+#: set by the launcher in every task it starts: TensorFlow's own servers and strategies join the protocol
+ENV_HAND_BUILT = "TFDIST_HAND_BUILT"
+_PATCHED = "_tfdist_patched"
+
+
+def task_config(server: tf.distribute.Server) -> TFConfig:
+    """This server's cluster and task, as a ``TFConfig`` (from its ``ServerDef``)."""
+    import tensorflow as tf
+
+    from tf_config import TFConfig
+
+    definition = server.server_def
+    spec = tf.train.ClusterSpec(definition.cluster)
+    cluster = tf2_cluster({job: tuple(spec.job_tasks(job)) for job in spec.jobs})
+    return TFConfig.from_dict({"cluster": cluster, "task": {"type": definition.job_name,
+                                                             "index": definition.task_index}})
+
+
+def prepare(server: tf.distribute.Server) -> None:
+    """Right after a server starts: its private signal directory, and no signal an earlier job left."""
+    from strategies._signals import clear_signals, ensure_private_dir, signal_path
+
+    cfg = task_config(server)
+    cluster, job = tf2_cluster(cfg.cluster), tf2_job(cfg.task_type)
+    ensure_private_dir()
+    clear_signals([signal_path(cluster, job, cfg.task_index, kind) for kind in ("exit", "hello")])
+
+
+def join(server: tf.distribute.Server) -> None:
+    """``server.join()`` in a tfdist job: serves until the chief's goodbye; returns on 0, else exits with it."""
+    from strategies._roles import serve_until_goodbye
+    from strategies._serve_options import ServeOptions
+
+    code = serve_until_goodbye(task_config(server), ServeOptions.from_env(), server=server)
+    if code != 0:
+        sys.exit(code)
+
+
+def arm_trainer(server: tf.distribute.Server) -> None:
+    """In a between-graph task that trains (chief or worker of a cluster with ps): arms its end of the job."""
+    from strategies import _shutdown
+
+    cfg = task_config(server)
+    cluster = tf2_cluster(cfg.cluster)
+    job = tf2_job(cfg.task_type)
+    if job not in ("chief", "worker") or not cluster.get("ps"):
+        return
+    ending = _shutdown.between_graph_ending(cluster)
+    chief = ("chief", 0) if cluster.get("chief") else ("worker", 0)
+    if (job, cfg.task_index) == chief:
+        _shutdown.expect_trainers(cluster, chief, ending.trainers)
+        _shutdown.arm(ending)
+    else:
+        _shutdown.arm_report(cluster, (job, cfg.task_index), chief)
+
+
+def _greet(strategy: tf.distribute.Strategy) -> None:
+    from strategies._shutdown import greet
+
+    greet(strategy)
+
+
+def install() -> None:
+    """Makes TensorFlow's ``Server.join()`` and ``ParameterServerStrategy`` speak the protocol (once)."""
+    import tensorflow as tf
+
+    server_class, strategy_class = tf.distribute.Server, tf.distribute.ParameterServerStrategy
+    if getattr(server_class, _PATCHED, False):
+        return
+    server_init, strategy_init = server_class.__init__, strategy_class.__init__
+
+    def init_server(self: Any, *args: Any, **kwargs: Any) -> None:
+        server_init(self, *args, **kwargs)
+        prepare(self)
+
+    def init_strategy(self: Any, *args: Any, **kwargs: Any) -> None:
+        strategy_init(self, *args, **kwargs)
+        _greet(self)
+
+    server_class.__init__ = init_server
+    server_class.join = join
+    strategy_class.__init__ = init_strategy
+    setattr(server_class, _PATCHED, True)
+    logger.info("tf.distribute.Server.join() and ParameterServerStrategy end with the chief's goodbye")
+
+
+class _Loader(importlib.abc.Loader):
+    """TensorFlow's own loader, then ``install()``."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        install()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Waits for ``import tensorflow`` (without importing it: a task that never does pays nothing)."""
+
+    def find_spec(self, name: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def install_after_import() -> None:
+    """Calls ``install()`` as soon as TensorFlow is imported (now, if it already is)."""
+    if "tensorflow" in sys.modules and hasattr(sys.modules["tensorflow"], "distribute"):
+        install()
+    elif not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport())
+
+
+@functools.cache
+def server_class() -> type:
+    """``tf.distribute.Server`` whose ``join()`` ends with the job and whose training tasks arm its end."""
+    import tensorflow as tf
+
+    class TF1Server(tf.distribute.Server):  # type: ignore[misc, name-defined]
+        """``tf.train.Server`` for TF1 scripts: ``join()`` returns when the job's training is done."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            prepare(self)
+            arm_trainer(self)
+
+        def join(self) -> None:
+            join(self)
+
+    TF1Server.__name__ = TF1Server.__qualname__ = "Server"
+    TF1Server.__module__ = "toolkit.compat.v1"
+    return TF1Server
