@@ -87,8 +87,7 @@ def arm_trainer(server: tf.distribute.Server) -> None:
     job = tf2_job(cfg.task_type)
     if job not in ("chief", "worker") or not cluster.get("ps"):
         return
-    ending = _shutdown.between_graph_ending(cluster)
-    chief = ("chief", 0) if cluster.get("chief") else ("worker", 0)
+    ending, chief = _shutdown.between_graph_ending(cluster), _shutdown.chief_of(cluster)
     if (job, cfg.task_index) == chief:
         _shutdown.expect_trainers(cluster, chief, ending.trainers)
         _shutdown.arm(ending)

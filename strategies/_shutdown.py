@@ -206,7 +206,7 @@ def end_job(ending: Ending, exit_code: object = 0, *, options: ServeOptions | No
     if code == 0 and ending.strategy is not None:
         _stop_coordinator(ending.strategy, options.goodbye_timeout)
     if code == 0 and ending.trainers:
-        chief = _chief_task(ending.cluster)
+        chief = chief_of(ending.cluster)
         wait_for_trainers(ending.cluster, chief, ending.trainers, timeout=options.workers_done_timeout)
     reached = say_goodbye(ending.cluster, ending.servers, code, timeout=options.goodbye_timeout)
     logger.info("told %s to exit with code %d", ", ".join(reached) or "no server", code)
@@ -258,8 +258,8 @@ def arm_report(cluster: Mapping[str, Sequence[str]], task: Task, chief: Task) ->
     _arm(f"done:{cluster_token(cluster)}:{task[0]}:{task[1]}", (dict(cluster), task, chief))
 
 
-def _chief_task(cluster: Mapping[str, Sequence[str]]) -> Task:
-    """The chief: the ``chief`` job, or worker 0 in TF1's layout without one."""
+def chief_of(cluster: Mapping[str, Sequence[str]]) -> Task:
+    """The task that ends the job: the ``chief``, or worker 0 in TF1's layout without one."""
     return ("chief", 0) if cluster.get("chief") else ("worker", 0)
 
 
@@ -286,7 +286,7 @@ def pss_ending(target: GoodbyeTarget) -> Ending | None:
 
 def between_graph_ending(cluster: Mapping[str, Sequence[str]]) -> Ending:
     """The ``Ending`` of a between-graph chief: wait for the other workers, then end every ps."""
-    chief = _chief_task(cluster)
+    chief = chief_of(cluster)
     trainers = tuple(("worker", i) for i in range(len(cluster.get("worker", []))) if ("worker", i) != chief)
     return Ending(dict(cluster), tuple(("ps", i) for i in range(len(cluster.get("ps", [])))), trainers)
 

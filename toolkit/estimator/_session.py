@@ -73,8 +73,10 @@ def chief_starts(config: Any) -> None:
 
 def worker_done(config: Any, target: str) -> None:
     """On a non-chief worker after training: tells the chief, which ends the ps once every worker is done."""
+    from strategies._shutdown import chief_of
+
     cluster = training_cluster(config)
-    between_graph.report_done(cluster, job_and_task(config), ("chief", 0) if cluster.get("chief") else ("worker", 0))
+    between_graph.report_done(cluster, job_and_task(config), chief_of(cluster))
 
 
 def release_sync_workers(spec: Any, config: Any) -> list[Any]:
