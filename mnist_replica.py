@@ -53,6 +53,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sync_replicas", action="store_true", help="aggregate gradients before applying them")
     parser.add_argument("--replicas_to_aggregate", type=int, default=None,
                         help="contributions per update (default: number of workers)")
+    parser.add_argument("--checkpoint_dir", default=None, help="worker 0 checkpoints here and resumes from it; "
+                        "a preemption (SIGTERM) checkpoints at the step reached and exits 143")
     parser.add_argument("--data_dir", default=None, help="TFDS directory holding a prepared 'mnist'")
     parser.add_argument("--worker_wait_secs", type=float, default=60.0,
                         help="chief: how long to wait for the other workers to finish before ending the ps tasks")
@@ -152,6 +154,26 @@ def _placement(run_metadata, variables) -> list[str]:
     return sorted(lines)
 
 
+def _preemption_hooks(args: argparse.Namespace, scaffold: object) -> list:
+    """Stop after the step in flight on SIGTERM (docs/preemption.md); worker 0 saves then, as the session closes."""
+    import tensorflow as tf
+
+    from toolkit.estimator._preemption import PreemptionHook
+
+    hooks: list = [PreemptionHook()]
+    if args.checkpoint_dir and args.task_index == 0:
+        every = max(args.train_steps // 4, 1)
+        hooks.append(tf.compat.v1.train.CheckpointSaverHook(args.checkpoint_dir, save_steps=every, scaffold=scaffold))
+    return hooks
+
+
+def _end_if_preempted(args: argparse.Namespace) -> None:
+    """Exits 143 once the session has closed (and worker 0 has checkpointed) if this worker was preempted."""
+    from toolkit.estimator._preemption import raise_if_preempted
+
+    raise_if_preempted(args.checkpoint_dir, f"worker-{args.task_index}")
+
+
 def _train(args: argparse.Namespace, cluster: dict) -> int:
     import numpy as np
     import tensorflow as tf
@@ -169,12 +191,14 @@ def _train(args: argparse.Namespace, cluster: dict) -> int:
         ops = _build(args, cluster, x.shape[1], classes)
         scaffold = v1.train.Scaffold()
         proto = between_graph.session_config("worker", args.task_index)
-        creator = (v1.train.ChiefSessionCreator(scaffold=scaffold, master=target, config=proto) if is_chief
+        creator = (v1.train.ChiefSessionCreator(scaffold=scaffold, master=target, config=proto,
+                                                checkpoint_dir=args.checkpoint_dir) if is_chief
                    else between_graph.FastWorkerSessionCreator(scaffold, target, proto))
         rng = np.random.RandomState(args.task_index)
         local_step, step, started = 0, 0, time.monotonic()
         # the sync chief's queue runner may wait for gradients that will never come: don't give it TF's 120 s
-        with v1.train.MonitoredSession(session_creator=creator, hooks=ops["hooks"],
+        hooks = [*ops["hooks"], *_preemption_hooks(args, scaffold)]
+        with v1.train.MonitoredSession(session_creator=creator, hooks=hooks,
                                        stop_grace_period_secs=between_graph.STOP_GRACE_SECS) as sess:
             print(f"worker {args.task_index}: session ready after {time.monotonic() - started:.1f} s", flush=True)
             options = v1.RunOptions(output_partition_graphs=True)
@@ -191,14 +215,21 @@ def _train(args: argparse.Namespace, cluster: dict) -> int:
                 if local_step % 100 == 0:
                     print(f"{time.time():f}: Worker {args.task_index}: training step {local_step} done "
                           f"(global step: {step})", flush=True)
-                if step >= args.train_steps:
+                if step >= args.train_steps or sess.should_stop():  # should_stop: preempted
                     break
-            if ops["release"] is not None:  # the others' last steps may wait for a token: hand them one each
+            preempted = step < args.train_steps  # the PreemptionHook stopped the session: it runs no more steps
+            # the others' last steps may wait for a token: hand them one each
+            if ops["release"] is not None and not preempted:
                 try:
                     sess.run(ops["release"])
                 except tf.errors.CancelledError:  # the chief has finished and closed the queue: nobody waits
                     logger.info("sync tokens not released: the chief has closed the token queue")
-            loss, accuracy = sess.run([ops["loss"], ops["acc"]], feed_dict={ops["x"]: tx, ops["y"]: ty})
+            if preempted:
+                loss, accuracy = float("nan"), float("nan")
+            else:
+                loss, accuracy = sess.run([ops["loss"], ops["acc"]], feed_dict={ops["x"]: tx, ops["y"]: ty})
+    if preempted:  # after the session closed, so worker 0 has saved
+        _end_if_preempted(args)
     mode = f"sync aggregate={args.replicas_to_aggregate or num_workers}" if args.sync_replicas else "async"
     print(f"worker {args.task_index}: training done ({mode}): local_steps={local_step} global_step={step}", flush=True)
     print(f"After {args.train_steps} training step(s), validation cross entropy = {loss:g}, "
