@@ -330,7 +330,8 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape = JobSha
 
 # ------------------------------------------------------------------ preemption
 
-_STOPPED_AT = re.compile(r"preempted \([^)]*\): checkpoint at step (\d+) written")
+_STOPPED_AT = re.compile(r"preempted \([^)]*\): "
+                         r"(?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
 _GOES_ON = re.compile(r"preempted: checkpoint at step (\d+) written")
 _RESTORED = re.compile(r"restored \S+ at global step (\d+)")
 _COUNTED = re.compile(r"\S+ was preempted \((?:code (\d+)|signal \w+ \((-?\d+)\))\)")
@@ -346,7 +347,7 @@ def _check_preemption(job_dir: Path, result: RunResult) -> None:
     """
     chief = "\n".join(p.read_text(errors="replace") for p in (job_dir / "logs").glob("*.log")
                       if p.name.startswith(("chief-", "worker-0")))
-    stopped = [int(s) for s in _STOPPED_AT.findall(chief)]
+    stopped = [int(written or already) for written, already in _STOPPED_AT.findall(chief)]
     restored = [int(s) for s in _RESTORED.findall(chief)]
     if stopped and restored:
         result.steps_redone = stopped[0] - restored[-1]
