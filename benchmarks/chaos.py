@@ -332,7 +332,7 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape = JobSha
 
 _STOPPED_AT = re.compile(r"preempted \([^)]*\): "
                          r"(?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
-_GOES_ON = re.compile(r"preempted: checkpoint at step (\d+) written")
+_GOES_ON = re.compile(r"preempted: (?:checkpoint at step \d+ written|step \d+ is checkpointed already)")
 _RESTORED = re.compile(r"restored \S+ at global step (\d+)")
 _COUNTED = re.compile(r"\S+ was preempted \((?:code (\d+)|signal \w+ \((-?\d+)\))\)")
 
