@@ -175,6 +175,8 @@ class Estimator:
 
     def _local_session_config(self) -> Any:
         """Evaluation and prediction run in this process: the user's session_config, else soft placement."""
+        if getattr(self._config, "_session_config_derived", False):  # TF's cluster default filters remote devices
+            return v1.ConfigProto(allow_soft_placement=True)
         return self._config.session_config or v1.ConfigProto(allow_soft_placement=True)
 
     # ---- checkpoints ------------------------------------------------------------

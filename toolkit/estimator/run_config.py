@@ -29,16 +29,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from tf_config import Problem, TFConfig, TFConfigError
-from tf_config.checks import check_int, check_number
+from tf_config.checks import check_number
 from tf_config.errors import FieldError
+from toolkit.estimator._run_config_checks import (
+    REPLACEABLE,
+    USE_DEFAULT,
+    check_fields,
+    check_service,
+    default_session_config,
+    resolve_checkpoint_every,
+)
 
-__all__ = ["ClusterSpecDict", "RunConfig", "RunConfigError"]
-
-_DEFAULT_CHECKPOINT_SECS = 600
-
+__all__ = ["ClusterSpecDict", "RunConfig", "RunConfigError", "RunConfigTypeError"]
 
 class RunConfigError(FieldError):
     """A RunConfig argument (not TF_CONFIG) is invalid; ``.field`` names it."""
+
+
+class RunConfigTypeError(RunConfigError, TypeError):
+    """A RunConfig argument of the wrong type (where ``tf.estimator`` raised ``TypeError``)."""
 
 
 class ClusterSpecDict(dict):
@@ -61,13 +70,6 @@ class ClusterSpecDict(dict):
 
     def job_tasks(self, job_name: str) -> list[str]:
         return list(self[job_name])
-
-
-def _check_count(field: str, value: Any, *, optional: bool = False, zero: bool = False) -> None:
-    if optional and value is None:
-        return
-    check_int(value, field=field, minimum=0 if zero else 1, error=RunConfigError, owner="RunConfig", example=100,
-              optional=optional)
 
 
 def _as_tf_config(value: Any) -> tuple[TFConfig, dict[str, Any]]:
@@ -105,7 +107,13 @@ def _text(raw: Mapping[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-@dataclasses.dataclass(frozen=True)
+def _read_only(obj: Any, name: str) -> bool:
+    """A property without a setter on the object's class (a subclass may make a field one, as TF allowed)."""
+    attribute = getattr(type(obj), name, None)
+    return isinstance(attribute, property) and attribute.fset is None
+
+
+@dataclasses.dataclass
 class RunConfig:
     """Where to write and how often, and this task's place in the cluster (TF's ``RunConfig``).
 
@@ -116,9 +124,11 @@ class RunConfig:
         tf_random_seed: graph-level seed set in every graph the Estimator builds.
         save_summary_steps: summaries every this many global steps.
         save_checkpoints_steps / save_checkpoints_secs: at most one of them;
-            neither means every 600 s (TF's default).
-        session_config: a ``tf.compat.v1.ConfigProto``; None picks TF's
-            distributed default (device filters to the ps and this task).
+            neither means every 600 s (TF's default: ``save_checkpoints_secs``
+            reads 600); both None explicitly, no checkpoints.
+        session_config: a ``tf.compat.v1.ConfigProto``; None: in a cluster,
+            TF's between-graph default (soft placement, device filters to the
+            ps and this task), which ``session_config`` then reads.
         keep_checkpoint_max: checkpoints kept on disk.
         keep_checkpoint_every_n_hours: as ``tf.compat.v1.train.Saver``.
         log_step_count_steps: loss and steps/s are logged every this many steps.
@@ -130,13 +140,16 @@ class RunConfig:
             chief that never came up / that went silent before it exits (None:
             ``strategies.ServeOptions``' defaults, 900 and 6, or the launcher's).
         tf_config: a ``TFConfig``, JSON text or dict; None reads TF_CONFIG.
+
+    Like TF's, the fields read as attributes but are not assigned (``replace``
+    makes a changed copy); other attributes may be set freely.
     """
 
     model_dir: str | None = None
     tf_random_seed: int | None = None
     save_summary_steps: int = 100
-    save_checkpoints_steps: int | None = None
-    save_checkpoints_secs: int | None = None
+    save_checkpoints_steps: Any = USE_DEFAULT
+    save_checkpoints_secs: Any = USE_DEFAULT
     session_config: Any = None
     keep_checkpoint_max: int = 5
     keep_checkpoint_every_n_hours: float = 10000
@@ -145,30 +158,43 @@ class RunConfig:
     device_fn: Any = None
     protocol: str | None = None
     eval_distribute: Any = None
+    experimental_distribute: Any = None
+    experimental_max_worker_delay_secs: int | None = None
     session_creation_timeout_secs: int = 7200
     checkpoint_save_graph_def: bool = True
     chief_start_timeout: float | None = None
     chief_lost_after: float | None = None
     tf_config: Any = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if _read_only(self, name):
+            if not self.__dict__.get("_initialised"):
+                return  # a subclass property answers for this field (TF's FakeConfig pattern)
+            raise AttributeError(f"RunConfig `{name}` is read-only; use config.replace({name}=...) for a copy.")
+        if self.__dict__.get("_initialised") and name in self.__dataclass_fields__:
+            raise AttributeError(f"RunConfig `{name}` is read-only, as in TF; use config.replace({name}=...) for a "
+                                 "changed copy.")
+        object.__setattr__(self, name, value)
+
+    def _set(self, name: str, value: Any) -> None:
+        if not _read_only(self, name):
+            object.__setattr__(self, name, value)
+
     def __post_init__(self) -> None:
         cfg, raw = _as_tf_config(self.tf_config)
         _estimator_rules(cfg)
-        object.__setattr__(self, "tf_config", cfg)
+        self._set("tf_config", cfg)
         object.__setattr__(self, "_raw", raw)
         self._check_model_dir(_text(raw, "model_dir"))
-        for name in ("save_summary_steps", "log_step_count_steps"):
-            _check_count(name, getattr(self, name), zero=True)
-        _check_count("keep_checkpoint_max", self.keep_checkpoint_max, zero=True)
-        _check_count("session_creation_timeout_secs", self.session_creation_timeout_secs)
-        _check_count("tf_random_seed", self.tf_random_seed, optional=True, zero=True)
-        _check_count("save_checkpoints_steps", self.save_checkpoints_steps, optional=True)
-        _check_count("save_checkpoints_secs", self.save_checkpoints_secs, optional=True)
-        if self.save_checkpoints_steps is not None and self.save_checkpoints_secs is not None:
-            raise RunConfigError("RunConfig got both `save_checkpoints_steps` "
-                                 f"({self.save_checkpoints_steps}) and `save_checkpoints_secs` "
-                                 f"({self.save_checkpoints_secs}); pass at most one of them.",
-                                 field="save_checkpoints_steps")
+        steps, secs = resolve_checkpoint_every(self.save_checkpoints_steps, self.save_checkpoints_secs)
+        self._set("save_checkpoints_steps", steps)
+        self._set("save_checkpoints_secs", secs)
+        check_fields(self)
+        check_service(raw)
+        derived = self.session_config is None and not self.is_local and not self.is_evaluator
+        object.__setattr__(self, "_session_config_derived", derived)
+        if derived:
+            self._set("session_config", default_session_config(self.task_type, self.task_id))
         for name in ("train_distribute", "eval_distribute"):
             if getattr(self, name) is not None:
                 raise RunConfigError(f"RunConfig `{name}` is {getattr(self, name)!r}; this Estimator "
@@ -178,24 +204,23 @@ class RunConfig:
         for name in ("chief_start_timeout", "chief_lost_after"):
             check_number(getattr(self, name), field=name, optional=True, error=RunConfigError, owner="RunConfig",
                          unit="seconds", example=60)
-        if self.device_fn is not None and not callable(self.device_fn):
-            raise RunConfigError(f"RunConfig `device_fn` is {self.device_fn!r}; expected a "
-                                 "function op -> device string, or None.", field="device_fn")
+        object.__setattr__(self, "_initialised", True)
 
     def _check_model_dir(self, from_tf_config: str | None) -> None:
         model_dir = self.model_dir
         if model_dir is not None:
             if not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir):
-                raise RunConfigError(f"RunConfig `model_dir` is {model_dir!r}; expected a "
-                                     "non-empty path such as 'runs/digits'.", field="model_dir")
+                raise RunConfigError(f"RunConfig `model_dir` is {model_dir!r}; model_dir should be non-empty: "
+                                     "expected a path such as 'runs/digits'.", field="model_dir")
             model_dir = os.fspath(model_dir)
         if from_tf_config is not None:
             if model_dir is not None and model_dir != from_tf_config:
                 raise RunConfigError(f"RunConfig `model_dir` is {model_dir!r} but TF_CONFIG's "
-                                     f"`model_dir` is {from_tf_config!r}; pass the same path, or only one.",
-                                     field="model_dir")
+                                     f"`model_dir` is {from_tf_config!r}; pass the same path, or only one. "
+                                     "(`model_dir` provided in RunConfig construct, if set, must have the same "
+                                     "value as the model_dir in TF_CONFIG. )", field="model_dir")
             model_dir = from_tf_config
-        object.__setattr__(self, "model_dir", model_dir)
+        self._set("model_dir", model_dir)
 
     # ---- the task's place in the cluster (TF's names) --------------------------------
     @property
@@ -272,15 +297,34 @@ class RunConfig:
         chiefs = sum(len(self.tf_config.cluster.get(job, ())) for job in ("chief", "master"))
         return chiefs + self.task_id
 
+    @property
+    def service(self) -> Any:
+        """TF_CONFIG's ``service`` dict (e.g. a Cloud ML Engine service), or None."""
+        return self._raw.get("service")  # type: ignore[attr-defined]
+
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with ``changes`` applied (validated again), like TF's ``RunConfig.replace``."""
+        """A copy with ``changes`` applied (validated again), like TF's ``RunConfig.replace``.
+
+        Only TF's replaceable arguments (and this toolkit's own) may change; setting one of
+        ``save_checkpoints_steps`` / ``save_checkpoints_secs`` clears the other, as in TF.
+        """
+        unknown = sorted(set(changes) - REPLACEABLE)
+        if unknown:
+            raise RunConfigError(f"Replacing {', '.join(unknown)} is not supported: RunConfig.replace changes "
+                                 f"only {', '.join(sorted(REPLACEABLE))}.", field=unknown[0])
         changes.setdefault("tf_config", self._raw or self.tf_config)  # type: ignore[attr-defined]
-        return dataclasses.replace(self, **changes)
+        if "session_config" not in changes and self._session_config_derived:  # type: ignore[attr-defined]
+            changes["session_config"] = None  # derived again for the copy
+        steps_given, secs_given = "save_checkpoints_steps" in changes, "save_checkpoints_secs" in changes
+        if steps_given and not secs_given and changes["save_checkpoints_steps"] is not None:
+            changes["save_checkpoints_secs"] = None
+        elif secs_given and not steps_given and changes["save_checkpoints_secs"] is not None:
+            changes["save_checkpoints_steps"] = None
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return type(self)(**{**values, **changes})
 
     @property
     def checkpoint_every(self) -> dict[str, int | None]:
-        """``{"save_checkpoints_steps": ..., "save_checkpoints_secs": ...}`` with TF's 600 s default."""
-        if self.save_checkpoints_steps is None and self.save_checkpoints_secs is None:
-            return {"save_checkpoints_steps": None, "save_checkpoints_secs": _DEFAULT_CHECKPOINT_SECS}
+        """``{"save_checkpoints_steps": ..., "save_checkpoints_secs": ...}`` (both None: no checkpoints)."""
         return {"save_checkpoints_steps": self.save_checkpoints_steps,
                 "save_checkpoints_secs": self.save_checkpoints_secs}

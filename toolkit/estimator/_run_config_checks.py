@@ -1,0 +1,143 @@
+"""``RunConfig``'s argument checks with tf.estimator's key phrases, its ``replace`` rules and TF's session config.
+
+Each message names the argument and the value (house style) and carries the
+phrase TF's RunConfig used ("save_summary_steps should be >= 0", ...), so code
+that matched TF's messages still matches. Pure Python except
+``default_session_config``, which builds a ``ConfigProto`` (only for a cluster).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+__all__ = ["REPLACEABLE", "USE_DEFAULT", "check_fields", "check_service", "default_session_config",
+           "resolve_checkpoint_every"]
+
+#: what ``RunConfig.replace`` may change: TF's list, plus this toolkit's own arguments
+REPLACEABLE = frozenset((
+    "model_dir", "tf_random_seed", "save_summary_steps", "save_checkpoints_steps", "save_checkpoints_secs",
+    "session_config", "keep_checkpoint_max", "keep_checkpoint_every_n_hours", "log_step_count_steps",
+    "train_distribute", "device_fn", "protocol", "eval_distribute", "experimental_distribute",
+    "experimental_max_worker_delay_secs", "session_creation_timeout_secs", "checkpoint_save_graph_def",
+    "chief_start_timeout", "chief_lost_after", "tf_config",
+))
+
+
+class _UseDefault:
+    def __repr__(self) -> str:
+        return "USE_DEFAULT"
+
+
+USE_DEFAULT: Any = _UseDefault()
+_DEFAULT_CHECKPOINT_SECS = 600
+
+
+def _error(message: str, field: str) -> Exception:
+    from toolkit.estimator.run_config import RunConfigError
+
+    return RunConfigError(message, field=field)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(config: Any, field: str, tf_phrase: str, minimum: int, example: str) -> None:
+    value = getattr(config, field)
+    if value is None:
+        return
+    if not _is_int(value) or value < minimum:
+        raise _error(f"RunConfig `{field}` is {value!r}; {tf_phrase}: expected an integer >= {minimum}, e.g. "
+                     f"{field}={example}, or None.", field)
+
+
+def check_fields(config: Any) -> None:
+    """TF's checks of every argument (None passes each, as in TF), with the phrases TF's messages had."""
+    model_dir = config.model_dir
+    if model_dir is not None and (not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir)):
+        raise _error(f"RunConfig `model_dir` is {model_dir!r}; model_dir should be non-empty: expected a path "
+                     "such as 'runs/digits', or None.", "model_dir")
+    _count(config, "save_summary_steps", "save_summary_steps should be >= 0", 0, "100")
+    _count(config, "save_checkpoints_steps", "save_checkpoints_steps should be >= 0 (and >= 1: a checkpoint "
+           "every 0 steps is none)", 1, "1000")
+    _count(config, "save_checkpoints_secs", "save_checkpoints_secs should be >= 0 (and >= 1: a checkpoint "
+           "every 0 seconds is none)", 1, "600")
+    _count(config, "keep_checkpoint_max", "keep_checkpoint_max should be >= 0", 0, "5")
+    _count(config, "log_step_count_steps", "log_step_count_steps should be >= 0", 0, "100")
+    _count(config, "session_creation_timeout_secs", "session_creation_timeout_secs should be > 0", 1, "7200")
+    hours = config.keep_checkpoint_every_n_hours
+    if hours is not None and (isinstance(hours, bool) or not isinstance(hours, (int, float)) or hours <= 0):
+        raise _error(f"RunConfig `keep_checkpoint_every_n_hours` is {hours!r}; keep_checkpoint_every_n_hours "
+                     "should be > 0: expected a number of hours, e.g. 10000.", "keep_checkpoint_every_n_hours")
+    seed = config.tf_random_seed
+    if seed is not None and (not _is_int(seed) or seed < 0):
+        raise _error(f"RunConfig `tf_random_seed` is {seed!r}; tf_random_seed must be integer (>= 0), e.g. "
+                     "tf_random_seed=42.", "tf_random_seed")
+    delay = config.experimental_max_worker_delay_secs
+    if delay is not None and not _is_int(delay):
+        raise _error(f"RunConfig `experimental_max_worker_delay_secs` is {delay!r}; "
+                     "experimental_max_worker_delay_secs must be an integer if set.",
+                     "experimental_max_worker_delay_secs")
+    session_config = config.session_config
+    if session_config is not None and type(session_config).__name__ != "ConfigProto":
+        raise _error(f"RunConfig `session_config` is {type(session_config).__name__} {session_config!r:.60}; "
+                     "session_config must be instance of ConfigProto: pass tf.compat.v1.ConfigProto(...) or None.",
+                     "session_config")
+    _check_device_fn(config.device_fn)
+
+
+def _check_device_fn(device_fn: Any) -> None:
+    if device_fn is None:
+        return
+    message = (f"RunConfig `device_fn` is {device_fn!r}; device_fn must be callable with exactly one argument "
+               '"op". Pass a function op -> device string, or None.')
+    if not callable(device_fn):
+        raise _error(message, "device_fn")
+    try:
+        params = inspect.signature(device_fn).parameters
+    except (TypeError, ValueError):
+        return
+    names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if len(names) != 1:
+        raise _error(message, "device_fn")
+
+
+def resolve_checkpoint_every(steps: Any, secs: Any) -> tuple[Any, Any]:
+    """TF's rule: neither given means every 600 s; both None (explicitly) means no checkpoints."""
+    if secs is USE_DEFAULT:
+        secs = _DEFAULT_CHECKPOINT_SECS if steps in (None, USE_DEFAULT) else None
+    if steps is USE_DEFAULT:
+        steps = None
+    if steps is not None and secs is not None:
+        raise _error(f"RunConfig got both `save_checkpoints_steps` ({steps}) and `save_checkpoints_secs` ({secs}); "
+                     "`save_checkpoints_steps` and `save_checkpoints_secs` cannot be both set: pass at most one "
+                     "of them.", "save_checkpoints_steps")
+    return steps, secs
+
+
+def default_session_config(task_type: str, task_id: int) -> Any:
+    """TF's between-graph default for a cluster task: soft placement, one graph-rewrite pass, device filters."""
+    filters = {
+        "master": ["/job:ps", "/job:master"],
+        "chief": ["/job:ps", "/job:chief"],
+        "worker": ["/job:ps", f"/job:worker/task:{task_id}"],
+        "ps": ["/job:ps", "/job:worker", "/job:chief", "/job:master"],
+    }.get(task_type)
+    if filters is None:
+        return None
+    import tensorflow as tf
+
+    proto = tf.compat.v1.ConfigProto(allow_soft_placement=True, device_filters=filters)
+    proto.graph_options.rewrite_options.meta_optimizer_iterations = 1  # RewriterConfig.ONE
+    return proto
+
+
+def check_service(raw: Any) -> Any:
+    service = raw.get("service") if isinstance(raw, dict) else None
+    if service is not None and not isinstance(service, dict):
+        from toolkit.estimator.run_config import RunConfigTypeError
+
+        raise RunConfigTypeError(f'If "service" is set in TF_CONFIG, it must be a dict. Given {service!r}: TF_CONFIG '
+                                 '`service` should be a JSON object.', field="service")
+    return service
