@@ -49,6 +49,8 @@ def _study(**fields):
      "received nan; expected a finite number"),
     ({"trainingInput": {"pythonModule": "t.m", "jobDir": "out\x00put"}}, "trainingInput.jobDir",
      "expected text without a NUL byte"),
+    ({"trainingInput": {"pythonModule": "t.m", "packagePath": "a" * 300}}, "trainingInput.packagePath",
+     "expected a path of at most 4,096 bytes, each name in it at most 255"),
     ({"trainingInput": {"pythonModule": "t.m", "labels": {"a": 10 ** 400}}}, "trainingInput.labels.a",
      "received <an integer of about 401 digits>; expected a number of at most 9,223,372,036,854,775,807"),
 ])

@@ -24,15 +24,18 @@ __all__ = ["MAX_INT", "check_values"]
 
 MAX_INT = 2 ** 63 - 1  # what an int64 field (CMLE's counts, Kubernetes' replicas) can hold
 _BAD_TEXT = re.compile(r"[\x00\ud800-\udfff]")
+# Fields that name files or directories, and what Linux allows of one (PATH_MAX, NAME_MAX).
+_PATH_KEYS = frozenset({"jobDir", "packagePath", "packageUris", "outputUriPrefix", "baseOutputDirectory"})
+_PATH_BYTES, _NAME_BYTES = 4096, 255
 
 
 def check_values(doc: object, root: str = "") -> list[Problem]:
     """Every value in ``doc`` no field can use, as errors naming its path; empty when all is well."""
     problems: list[Problem] = []
     seen = 0
-    stack: list[tuple[object, str, int]] = [(doc, root, 0)]
+    stack: list[tuple[object, str, int, bool]] = [(doc, root, 0, False)]
     while stack and len(problems) < 20:
-        value, path, depth = stack.pop()
+        value, path, depth, is_path = stack.pop()
         seen += 1
         if seen > MAX_YAML_NODES:
             problems.append(_problem(root or "job config", value, f"a config of at most {MAX_YAML_NODES:,} values",
@@ -49,13 +52,13 @@ def check_values(doc: object, root: str = "") -> list[Problem]:
             for key, child in reversed(items[:MAX_LIST_ITEMS]):
                 if isinstance(key, str):
                     problems += _text(f"{where} key", key)
-                stack.append((child, f"{path}.{key}" if path else str(key), depth + 1))
+                stack.append((child, f"{path}.{key}" if path else str(key), depth + 1, key in _PATH_KEYS))
         elif isinstance(value, (list, tuple)):
             problems += _too_many(where, value, len(value))
-            stack.extend((child, f"{path}[{i}]", depth + 1)
+            stack.extend((child, f"{path}[{i}]", depth + 1, is_path)
                          for i, child in reversed(list(enumerate(value[:MAX_LIST_ITEMS]))))
         elif isinstance(value, str):
-            problems += _text(where, value)
+            problems += _text(where, value) or (_path(where, value) if is_path else [])
         elif isinstance(value, bool):
             continue
         elif isinstance(value, int) and abs(value) > MAX_INT:
@@ -82,6 +85,14 @@ def _text(where: str, text: str) -> list[Problem]:
     what = "a NUL byte" if bad.group() == "\x00" else "a lone surrogate (not valid Unicode)"
     return [_problem(where, text, f"text without {what}", "Remove the character; no path, argument "
                      "or name can carry it.")]
+
+
+def _path(where: str, text: str) -> list[Problem]:
+    data = text.encode("utf-8")
+    if len(data) <= _PATH_BYTES and all(len(part) <= _NAME_BYTES for part in data.split(b"/")):
+        return []
+    return [_problem(where, text, f"a path of at most {_PATH_BYTES:,} bytes, each name in it at most "
+                     f"{_NAME_BYTES}", "Shorten the path.")]
 
 
 def _problem(where: str, value: Any, expected: str, fix: str) -> Problem:
