@@ -102,6 +102,7 @@ def test_trial_names_are_reserved_with_the_tuning_job(tmp_path):
     with pytest.raises(JobExistsError, match="reserved for a trial of tuning job 'hp'"):
         store.create("hp-trial-1", backend="local", spec={})
     store.create("hp-trial-1", backend="local", spec={}, parent_job="hp")  # the study's own trial
+    assert "reservedNames" not in store.get("hp").details  # kept in the store's table, not in every describe
     with pytest.raises(JobExistsError, match="'hp-trial-2' is reserved for a trial of tuning job 'hp'"):
         store.create("other", backend="local", spec={}, details={"reservedNames": ["hp-trial-2"]})
 

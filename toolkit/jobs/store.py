@@ -135,16 +135,18 @@ class JobStore:
         """
         job_dir = self.job_dir(name)
         now = time.time()
+        kept = {k: v for k, v in (details or {}).items() if k != "reservedNames"}  # the table keeps those
+        reserved = list((details or {}).get("reservedNames", ()))
         try:
             with self._write() as conn:
                 conn.execute(
                     "INSERT INTO jobs (name, backend, state, spec, job_dir, created_at, updated_at, "
                     "warnings, details, parent_job) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (name, backend, JobState.QUEUED.value, json.dumps(dict(spec)), str(job_dir), now, now,
-                     json.dumps(list(warnings)), json.dumps(dict(details or {})), parent_job))
+                     json.dumps(list(warnings)), json.dumps(kept), parent_job))
                 conn.execute("INSERT INTO history (job, state, at, message) VALUES (?, ?, ?, ?)",
                              (name, JobState.QUEUED.value, now, "submitted"))
-                _reserve(conn, name, list((details or {}).get("reservedNames", ())), parent_job)
+                _reserve(conn, name, reserved, parent_job)
         except sqlite3.IntegrityError as exc:
             raise JobExistsError(f"a job named {name!r} already exists (state {self.get(name).state}); "
                                  "job names are unique. Pick another name.") from exc

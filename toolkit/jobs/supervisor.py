@@ -151,8 +151,11 @@ class _Cancelled(BaseException):
 
 def _private_output() -> None:
     """``supervisor.log`` (this process's stdout, opened by whoever started it) becomes 0600 too."""
-    fd = sys.stdout.fileno()
-    info = os.fstat(fd)
+    try:
+        fd = sys.stdout.fileno()
+        info = os.fstat(fd)
+    except (AttributeError, ValueError, OSError):  # no stdout, or not a real file: nothing to protect
+        return
     if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
         os.fchmod(fd, 0o600)
 
