@@ -62,6 +62,7 @@ SHOWN = {
     "toolkit.estimator.inputs.pandas_io": "unit/test_estimator_inputs.py",
     "toolkit.estimator.extenders": "unit/test_estimator_core.py",
     "toolkit.estimator.hooks.early_stopping": "unit/test_estimator_hooks.py",
+    "toolkit.estimator.tpu": "unit/test_estimator_tpu.py",
 }
 
 
