@@ -273,3 +273,17 @@ def test_vertex_tpu_pools_are_refused_naming_the_backends():
         "replicaCount": 1, "pythonPackageSpec": {"pythonModule": "trainer.task"}}]})
     for field in ("workerPoolSpecs[0].machineSpec.machineType", "workerPoolSpecs[0].machineSpec.acceleratorType"):
         assert "TPU jobs cannot run on the local and kubernetes backends" in errors[field]
+
+
+@pytest.mark.parametrize("count, shown", [("²", "'²'"), ("1" + "0" * 30, "'1000000000000000000000000000000'"),
+                                          (2.5, "2.5"), ("NaN", "'NaN'")])
+def test_counts_cmle_writes_as_text_are_read_only_when_they_are_whole_numbers(count, shown):
+    errors = _errors({"trainingInput": {"scaleTier": "CUSTOM", "masterType": "standard", "workerType": "standard",
+                                        "workerCount": count, "pythonModule": "trainer.task"}})
+    assert f"received {shown}; expected an integer >= 0" in errors["trainingInput.workerCount"]
+
+
+def test_a_yaml_date_is_the_text_written(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("trainingInput:\n  pythonModule: trainer.task\n  region: 2001-12-01\n  runtimeVersion: '2.21'\n")
+    assert JobSpec.from_file(path, job_id="dated").training_input.region == "2001-12-01"
