@@ -41,3 +41,10 @@ def test_kmeans_refuses_bad_arguments():
         KMeans(2, distance_metric="manhattan")
     with pytest.raises(CannedError, match="KMeans `num_clusters` is 0; expected a positive int"):
         KMeans(0)
+
+
+def test_kmeans_stops_once_the_loss_settles(tmp_path):
+    km = KMeans(3, model_dir=str(tmp_path), use_mini_batch=False, initial_clusters=CENTERS, relative_tolerance=1e-4)
+    km.train(lambda: tf.constant(POINTS), steps=50)
+    # seeded at the blobs' centres, Lloyd's steps settle at once: training ends long before 50 steps
+    assert km.get_variable_value("global_step") < 6

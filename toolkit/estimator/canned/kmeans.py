@@ -54,11 +54,12 @@ def _distances(points: tf.Tensor, centers: tf.Tensor, metric: str) -> tf.Tensor:
             + tf.expand_dims(tf.reduce_sum(tf.square(centers), 1), 0))
 
 
-class _RelativeToleranceHook(v1.train.SessionRunHook):
+class _RelativeToleranceHook(tf.compat.v1.train.SessionRunHook):
     """Stops training once the loss changes by less than ``tolerance`` (relative) between steps."""
 
     def __init__(self, loss: tf.Tensor, tolerance: float) -> None:
-        self._loss, self._tolerance, self._previous = loss, tolerance, None
+        self._loss, self._tolerance = loss, tolerance
+        self._previous: float | None = None
 
     def before_run(self, run_context: Any) -> Any:
         return v1.train.SessionRunArgs(self._loss)
