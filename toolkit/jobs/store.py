@@ -44,8 +44,8 @@ __all__ = ["JobStore", "SupervisorInfo", "default_home"]
 
 _log = logging.getLogger(__name__)
 _warned: set[Path] = set()
-# Task states that are already final; any other row is closed when its job ends (see ``transition``).
-_FINAL_TASK_STATES = ("SUCCEEDED", "FAILED", "STOPPED")
+# The launcher's task states that are not final yet; such rows are closed when their job ends (``transition``).
+_LIVE_TASK_STATES = ("RUNNING", "EXITED")
 
 # 2: the unused placeholder `trials` table gave its name to Optuna's (tasks.reason is added in place)
 SCHEMA_VERSION = 2
@@ -302,9 +302,9 @@ def _close_tasks(conn: sqlite3.Connection, job: str, why: str, now: float) -> No
     A supervisor that dies leaves rows saying RUNNING (or EXITED, with no exit
     code); once the job has an end state, so do they: STOPPED, and why.
     """
-    marks = ", ".join("?" * len(_FINAL_TASK_STATES))
-    rows = conn.execute(f"SELECT name, state FROM tasks WHERE job = ? AND state NOT IN ({marks})",
-                        (job, *_FINAL_TASK_STATES)).fetchall()
+    marks = ", ".join("?" * len(_LIVE_TASK_STATES))
+    rows = conn.execute(f"SELECT name, state FROM tasks WHERE job = ? AND state IN ({marks})",
+                        (job, *_LIVE_TASK_STATES)).fetchall()
     for row in rows:
         reason = why if row["state"] != "EXITED" else f"its process had ended but its exit code was lost; {why}"
         conn.execute("UPDATE tasks SET state = 'STOPPED', reason = ?, updated_at = ? WHERE job = ? AND name = ?",
