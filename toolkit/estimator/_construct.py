@@ -111,11 +111,15 @@ def resolve_config(config: Any, model_dir: Any, run_config_cls: Any) -> Any:
         if config_.model_dir != model_dir:
             config_ = config_.replace(model_dir=model_dir)
     elif config_.model_dir is None:
-        if not config_.is_local:
+        if config_.is_evaluator:  # it would wait forever for checkpoints in a directory nobody writes
             from toolkit.estimator.run_config import RunConfigError
 
-            raise RunConfigError("RunConfig `model_dir` is None but TF_CONFIG describes a cluster; every task "
-                                 "must share one directory. Pass model_dir='runs/my-job'.", field="model_dir")
+            raise RunConfigError("RunConfig `model_dir` is None on the evaluator; it evaluates the chief's "
+                                 "checkpoints, so every task must share one directory. Pass model_dir='runs/my-job'.",
+                                 field="model_dir")
+        if not config_.is_local:
+            logger.warning("model_dir is None in a TF_CONFIG cluster: this task uses its own temporary directory, "
+                           "which the other tasks do not see. Pass model_dir= (the same path in every task).")
         model_dir = tempfile.mkdtemp()
         logger.warning("Using temporary folder as model directory: %s", model_dir)
         config_ = config_.replace(model_dir=model_dir)

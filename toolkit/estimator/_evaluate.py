@@ -1,6 +1,7 @@
 """Running an EVAL or PREDICT graph against one checkpoint, as ``tf.estimator`` did."""
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -14,6 +15,7 @@ from toolkit.estimator.spec import EstimatorSpec, SpecError
 __all__ = ["check_eval_name", "run_evaluation", "run_prediction", "write_eval_summary"]
 
 v1 = tf.compat.v1
+logger = logging.getLogger(__name__)
 
 
 class _StopAfterHook(tf.compat.v1.train.SessionRunHook):
@@ -108,12 +110,36 @@ def _batch_length(batch: Any) -> int:
     return length or 0
 
 
-def write_eval_summary(directory: str, metrics: dict[str, Any]) -> None:
-    """Scalar metrics as TensorBoard events in ``directory`` (``model_dir/eval`` by default)."""
+def _summary_values(key: str, value: Any) -> list[Any]:
+    """The Summary values TF wrote for one metric: a number, a serialized Summary, or an array as a tensor."""
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        return [v1.Summary.Value(tag=key, simple_value=float(value))]
+    if isinstance(value, bytes):
+        try:
+            parsed = v1.Summary.FromString(value)
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError is not public; any bytes that do not parse
+            logger.warning("Skipping summary for %s: bytes that are not a serialized Summary.", key)
+            return []
+        out = []
+        for i, item in enumerate(parsed.value):
+            item.tag = f"{key}/{i}"
+            out.append(item)
+        return out
+    if isinstance(value, np.ndarray):
+        return [v1.Summary.Value(tag=key, tensor=tf.make_tensor_proto(value))]
+    logger.warning("Skipping summary for %s, must be a float, np.float32, np.int64, np.int32 or int or a serialized "
+                   "string of Summary.", key)
+    return []
+
+
+def write_eval_summary(directory: str, metrics: dict[str, Any], checkpoint_path: str | None = None) -> None:
+    """The metrics as TensorBoard events in ``directory`` (``model_dir/eval`` by default), as TF wrote them."""
     os.makedirs(directory, exist_ok=True)
-    summary = v1.Summary(value=[v1.Summary.Value(tag=key, simple_value=float(value))
-                                for key, value in metrics.items()
-                                if key != "global_step" and np.ndim(value) == 0])
+    values = [item for key, value in metrics.items() if key != "global_step" for item in _summary_values(key, value)]
+    if checkpoint_path:
+        values.append(v1.Summary.Value(tag="checkpoint_path",
+                                       tensor=tf.make_tensor_proto(checkpoint_path, dtype=tf.string)))
+    summary = v1.Summary(value=values)
     with tf.Graph().as_default():  # FileWriter refuses eager mode
         # one writer per directory for the process (TF's FileWriterCache): writers opened in the same
         # second would share an event file name, and the later one would replace the earlier's events

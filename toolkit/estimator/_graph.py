@@ -27,28 +27,9 @@ def _is_tensor_like(value: Any) -> bool:
     return isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor, tf.Variable))
 
 
-def _as_tensor(value: Any, what: str) -> Any:
-    """A NumPy array, list or Python number becomes a constant tensor, as TF's ops would have made it."""
-    if _is_tensor_like(value):
-        return value
-    try:
-        return tf.convert_to_tensor(value)
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"input_fn's {what} hold {type(value).__name__} {value!r:.60}, which is not a tensor "
-                        f"and cannot become one ({str(exc).splitlines()[0]}); return tensors, NumPy arrays or "
-                        "numbers, a dict of them, or a tf.data.Dataset yielding them.", field="input_fn") from exc
-
-
-def _convert(value: Any, what: str) -> Any:
-    """Tensors as they are; a dict's values and a lone value converted (a list is one value, as in TF)."""
-    if isinstance(value, dict):
-        return {key: _convert(item, what) for key, item in value.items()}
-    return _as_tensor(value, what)
-
-
 def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
                   input_context: Any = None) -> tuple[Any, Any]:
-    """``(features, labels or None)`` as graph tensors from ``input_fn``'s Dataset or values."""
+    """``(features, labels or None)`` from ``input_fn``'s Dataset, tensors or plain values."""
     if not callable(input_fn):
         raise SpecError(f"`input_fn` is {type(input_fn).__name__}; expected a function returning a "
                         "tf.data.Dataset of (features, labels), or a (features, labels) tuple of tensors.",
@@ -73,9 +54,7 @@ def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, confi
         raise SpecError(f"input_fn returned {type(result).__name__} {result!r}; expected a "
                         "tf.data.Dataset of (features, labels), or a (features, labels) tuple of tensors.",
                         field="input_fn")
-    features = _convert(features, "features")
-    if labels is not None:
-        labels = _convert(labels, "labels")
+    # NumPy arrays, lists and numbers reach model_fn as they are, as in TF: its ops convert them
     return features, labels
 
 

@@ -346,7 +346,7 @@ class Estimator:
             metrics = run_evaluation(spec, self._saver_scaffold(spec), path, steps=steps, hooks=all_hooks,
                                      master=self._config.evaluation_master,
                                      error=_restore_error, config=self._local_session_config())
-        write_eval_summary(self.eval_dir(name), metrics)
+        write_eval_summary(self.eval_dir(name), metrics, checkpoint_path=path)
         logger.info("evaluation at step %d: %s", metrics["global_step"],
                     " ".join(f"{k}={v}" for k, v in metrics.items() if k != "global_step"))
         return metrics

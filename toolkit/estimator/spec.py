@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tf_config.checks import check_int, check_number
 from tf_config.errors import FieldError
 
 __all__ = ["EstimatorSpec", "EvalSpec", "ModeKeys", "SpecError", "SpecTypeError", "TrainSpec"]
@@ -126,15 +125,68 @@ class EstimatorSpec:
 
 def _check_input_fn(owner: str, input_fn: Any) -> None:
     if not callable(input_fn):
-        raise SpecError(f"{owner} `input_fn` is {type(input_fn).__name__}; expected a function "
-                        "returning a tf.data.Dataset of (features, labels) batches.", field="input_fn")
+        raise SpecTypeError(f"`input_fn` must be callable, given: {input_fn!r:.80}. {owner} `input_fn` is "
+                            f"{type(input_fn).__name__}; expected a function returning a tf.data.Dataset of "
+                            "(features, labels) batches.", field="input_fn")
 
 
 def _check_hook_list(owner: str, hooks: Any) -> tuple[Any, ...]:
     hooks = tuple(hooks or ())
-    if any(not hasattr(h, "before_run") for h in hooks):
-        raise SpecError(f"{owner} `hooks` is {hooks!r}; expected SessionRunHook objects.", field="hooks")
+    for hook in hooks:
+        if not hasattr(hook, "before_run") or not hasattr(hook, "after_run"):
+            raise SpecTypeError(f"All hooks must be `SessionRunHook` instances, given: {hook!r}. {owner} `hooks` "
+                                "should list tf.compat.v1.train.SessionRunHook objects.", field="hooks")
     return hooks
+
+
+def _check_listeners(listeners: Any) -> tuple[Any, ...]:
+    listeners = tuple(listeners or ())
+    for listener in listeners:
+        if not hasattr(listener, "after_save"):
+            raise SpecTypeError(f"All saving_listeners must be `CheckpointSaverListener` instances, given: "
+                                f"{listener!r}. Subclass tf.compat.v1.train.CheckpointSaverListener.",
+                                field="saving_listeners")
+    return listeners
+
+
+def _check_positive(owner: str, field: str, value: Any, *, minimum: int = 1) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecTypeError(f"{owner} `{field}` is {type(value).__name__} {value!r}; expected a number.", field=field)
+    if value < minimum:
+        relation = "> 0" if minimum == 1 else ">= 0"
+        raise SpecError(f"Must specify {field} {relation}, given: {value}. {owner} `{field}` should be {relation}.",
+                        field=field)
+
+
+def _check_exporters(exporters: Any) -> tuple[Any, ...]:
+    """TF's rules: an Exporter or an iterable of them, each with a unique, non-empty string name."""
+    from toolkit.estimator.exporters import Exporter
+
+    if not exporters:
+        return ()
+    if isinstance(exporters, Exporter):
+        exporters = [exporters]
+    try:
+        exporters = tuple(exporters)
+    except TypeError:
+        exporters = (None,)
+    if any(not isinstance(e, Exporter) for e in exporters):
+        raise SpecTypeError(f"`exporters` must be an Exporter, an iterable of Exporter, or `None`, found "
+                            f"{exporters!r:.120}. Pass LatestExporter, BestExporter or FinalExporter objects.",
+                            field="exporters")
+    names = [e.name for e in exporters]
+    for name in names:
+        if not name:
+            raise SpecError(f"An Exporter cannot have a name that is `None` or empty. All exporter names: {names}.",
+                            field="exporters")
+        if not isinstance(name, str):
+            raise SpecError(f"An Exporter must have a string name. Given: {type(name)}.", field="exporters")
+    if len(set(names)) != len(names):
+        raise SpecError(f"`exporters` must have unique names. All exporter names: {names}: EvalSpec `exporters` "
+                        "have repeated names; give each a unique name.", field="exporters")
+    return exporters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,16 +197,19 @@ class TrainSpec:
         input_fn: returns a Dataset of ``(features, labels)`` (or a tuple of tensors).
         max_steps: the global step at which training stops (None: until the input ends).
         hooks: extra ``SessionRunHook`` objects for training.
+        saving_listeners: ``CheckpointSaverListener`` objects called around each checkpoint save.
     """
 
     input_fn: Callable[..., Any]
     max_steps: int | None = None
     hooks: Sequence[Any] = ()
+    saving_listeners: Sequence[Any] = ()
 
     def __post_init__(self) -> None:
         _check_input_fn("TrainSpec", self.input_fn)
-        check_int(self.max_steps, field="max_steps", optional=True, error=SpecError, owner="TrainSpec", example=1000)
+        _check_positive("TrainSpec", "max_steps", self.max_steps)
         object.__setattr__(self, "hooks", _check_hook_list("TrainSpec", self.hooks))
+        object.__setattr__(self, "saving_listeners", _check_listeners(self.saving_listeners))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +219,7 @@ class EvalSpec:
     Attributes:
         input_fn: evaluation batches.
         steps: evaluation batches per evaluation (None: until the input ends); TF's default 100.
-        name: evaluation name; summaries go to ``model_dir/eval_<name>``.
+        name: evaluation name (any string without '/'); summaries go to ``model_dir/eval_<name>``.
         hooks: ``SessionRunHook`` objects for evaluation.
         exporters: ``LatestExporter`` / ``BestExporter`` / ``FinalExporter`` (or a list of them).
         start_delay_secs: the evaluator waits this long before its first evaluation.
@@ -181,24 +236,15 @@ class EvalSpec:
 
     def __post_init__(self) -> None:
         _check_input_fn("EvalSpec", self.input_fn)
-        check_int(self.steps, field="steps", optional=True, error=SpecError, owner="EvalSpec",
-                  fix="None evaluates the whole dataset.", example=None)
-        for field in ("start_delay_secs", "throttle_secs"):
-            check_number(getattr(self, field), field=field, strict=False, error=SpecError, owner="EvalSpec",
-                         unit="seconds", example=10)
-        bad_name = not isinstance(self.name, str) or not self.name or "/" in self.name or "\\" in self.name \
-            or self.name in (".", "..")
-        if self.name is not None and bad_name:
+        _check_positive("EvalSpec", "steps", self.steps)
+        if self.name is not None and not isinstance(self.name, str):
+            raise SpecTypeError(f"`name` must be string, given: {self.name!r}. EvalSpec `name` names the directory "
+                                "model_dir/eval_<name>, e.g. 'census-eval'.", field="name")
+        if self.name is not None and (not self.name or "/" in self.name or "\\" in self.name
+                                      or self.name in (".", "..")):
             raise SpecError(f"EvalSpec `name` is {self.name!r}; expected a non-empty string without '/' (it names "
                             "the directory model_dir/eval_<name>), e.g. 'census-eval'.", field="name")
+        for field in ("start_delay_secs", "throttle_secs"):
+            _check_positive("EvalSpec", field, getattr(self, field), minimum=0)
         object.__setattr__(self, "hooks", _check_hook_list("EvalSpec", self.hooks))
-        exporters = self.exporters
-        exporters = (exporters,) if hasattr(exporters, "export") else tuple(exporters or ())
-        if any(not callable(getattr(e, "export", None)) for e in exporters):
-            raise SpecError(f"EvalSpec `exporters` is {self.exporters!r}; expected LatestExporter, "
-                            "BestExporter or FinalExporter objects.", field="exporters")
-        names = [e.name for e in exporters]
-        if len(set(names)) != len(names):
-            raise SpecError(f"EvalSpec `exporters` have repeated names {names}; give each a unique name.",
-                field="exporters")
-        object.__setattr__(self, "exporters", exporters)
+        object.__setattr__(self, "exporters", _check_exporters(self.exporters))

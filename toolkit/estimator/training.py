@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolkit.estimator._roles import role_of, serve_if_ps
-from toolkit.estimator.spec import EvalSpec, SpecError, TrainSpec
+from toolkit.estimator.spec import EvalSpec, SpecError, SpecTypeError, TrainSpec
 
 __all__ = ["ROLES", "train_and_evaluate"]
 
@@ -50,7 +50,7 @@ def _evaluate_and_export(estimator: Any, eval_spec: EvalSpec, path: str, final: 
 
 def _train(estimator: Any, train_spec: TrainSpec, saving_listeners: list[Any] | None = None) -> None:
     estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps,
-                    saving_listeners=saving_listeners)
+                    saving_listeners=[*train_spec.saving_listeners, *(saving_listeners or ())])
 
 
 def _run_local(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
@@ -145,13 +145,12 @@ def train_and_evaluate(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpe
     """
     from toolkit.estimator.estimator import Estimator
 
-    if not isinstance(estimator, Estimator):
-        raise SpecError(f"`estimator` is {type(estimator).__name__}; expected a toolkit.estimator.Estimator.",
-            field="estimator")
-    if not isinstance(train_spec, TrainSpec):
-        raise SpecError(f"`train_spec` is {type(train_spec).__name__}; expected a TrainSpec.", field="train_spec")
-    if not isinstance(eval_spec, EvalSpec):
-        raise SpecError(f"`eval_spec` is {type(eval_spec).__name__}; expected an EvalSpec.", field="eval_spec")
+    for field, value, cls, what in (("estimator", estimator, Estimator, "tf.estimator.Estimator"),
+                                    ("train_spec", train_spec, TrainSpec, "tf.estimator.TrainSpec"),
+                                    ("eval_spec", eval_spec, EvalSpec, "tf.estimator.EvalSpec")):
+        if not isinstance(value, cls):
+            raise SpecTypeError(f"`{field}` must have type `{what}`. Got: {type(value)}. Pass a "
+                                f"toolkit.estimator.{cls.__name__}.", field=field)
     role = role_of(estimator.config)
     if role == "chief" and estimator.config.task_type == "master":
         role = "master"
