@@ -119,13 +119,17 @@ def _yaml(configs: list[TFConfig]) -> str:
 
     shared = _Shared(configs)
     indent = "" if len(configs) == 1 else "  "
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's writer: the same text, 5x faster
+
+    def dump(data: object) -> str:
+        return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False)
 
     def cluster_text(token: str, cluster: dict[str, list[str]]) -> tuple[str, str]:
-        block = yaml.safe_dump(cluster, sort_keys=False, default_flow_style=False)
+        block = dump(cluster)
         nested = "".join(f"{indent}  {line}\n" for line in block.splitlines())
         return f"\n{indent}cluster: {token}\n", f"\n{indent}cluster:\n{nested}"
 
-    text = "\n" + yaml.safe_dump(shared.structure(), sort_keys=False, default_flow_style=False)
+    text = "\n" + dump(shared.structure())
     return shared.splice(text, cluster_text)[1:]
 
 

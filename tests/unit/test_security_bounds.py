@@ -128,7 +128,7 @@ def test_rendering_the_shared_cluster_once_writes_the_same_text(fmt):
               generate(chief=1, workers=2, ps=1, dialect="cmle", hosts=["a.example", "b:2300"]),
               generate(chief=1, workers=1, ps=1, dialect="tfjob", job_name="mnist", namespace="ml"),
               [TFConfig.from_dict({"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1},
-                                   "model_dir": "/runs/it's", "rpc_layer": "grpc"}), TFConfig()]]
+                                   "model_dir": "/runs/it's/é \\ yes", "rpc_layer": "grpc"}), TFConfig()]]
     for configs in groups:
         for part in (configs, configs[:1]):
             assert render(part, fmt) == _reference(part, fmt)
