@@ -26,6 +26,11 @@ import tensorflow as tf
 from strategies.between_graph import STOP_GRACE_SECS
 from toolkit._graph_packing import pack_transfers
 from toolkit.estimator import _session
+from toolkit.estimator._args import check_hooks as _hooks
+from toolkit.estimator._args import check_listeners as _listeners
+from toolkit.estimator._args import check_positive as _positive
+from toolkit.estimator._args import receiver as _receiver
+from toolkit.estimator._args import restore_error as _restore_error
 from toolkit.estimator._construct import (
     EstimatorError,
     EstimatorTypeError,
@@ -53,43 +58,6 @@ class WarmStartSettings:
     vars_to_warm_start: Any = ".*"
     var_name_to_vocab_info: Mapping[str, Any] | None = None
     var_name_to_prev_var_name: Mapping[str, str] | None = None
-
-
-def _positive(field: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise EstimatorTypeError(f"`{field}` is {type(value).__name__} {value!r}; expected an integer > 0, "
-                                 f"e.g. {field}=100.", field=field)
-    if value <= 0:
-        raise EstimatorError(f"Must specify {field} > 0, given: {value}. Pass a positive count, e.g. "
-                             f"{field}=100, or None.", field=field)
-
-
-def _hooks(field: str, hooks: Any) -> list[Any]:
-    hooks = list(hooks or [])
-    for hook in hooks:
-        if not isinstance(hook, v1.train.SessionRunHook):
-            raise EstimatorTypeError(f"Hooks must be a SessionRunHook, given: {hook!r}. `{field}` should list "
-                                     "tf.compat.v1.train.SessionRunHook instances.", field=field)
-    return hooks
-
-
-def _listeners(listeners: Any) -> list[Any]:
-    listeners = list(listeners or [])
-    for listener in listeners:
-        if not isinstance(listener, v1.train.CheckpointSaverListener):
-            raise EstimatorTypeError(f"saving_listeners must be a list of CheckpointSaverListener, given: "
-                                     f"{listener!r}. Subclass tf.compat.v1.train.CheckpointSaverListener.",
-                                     field="saving_listeners")
-    return listeners
-
-
-def _restore_error(path: str, exc: Exception) -> EstimatorError:
-    first = str(exc).splitlines()[0]
-    return EstimatorError(f"checkpoint {path} does not match the graph model_fn builds ({first}). "
-                          "It was written by another model: point model_dir (or checkpoint_path) at this "
-                          "model's checkpoints, or use a fresh model_dir.", field="checkpoint_path")
 
 
 class Estimator:
@@ -417,19 +385,3 @@ class EstimatorV1(Estimator):
         del strip_default_attrs  # exports always strip default attributes
         return self.export_saved_model(export_dir_base, serving_input_receiver_fn, assets_extra=assets_extra,
                                        as_text=as_text, checkpoint_path=checkpoint_path)
-
-
-def _receiver(serving_input_receiver_fn: Any) -> Any:
-    from toolkit.estimator.export import ServingInputReceiver
-
-    if not callable(serving_input_receiver_fn):
-        raise EstimatorError(f"`serving_input_receiver_fn` is "
-                             f"{serving_input_receiver_fn!r}; expected a function returning a ServingInputReceiver, "
-                             "e.g. build_parsing_serving_input_receiver_fn(feature_spec).",
-                             field="serving_input_receiver_fn")
-    receiver = serving_input_receiver_fn()
-    if not isinstance(receiver, ServingInputReceiver):
-        raise EstimatorError(f"serving_input_receiver_fn returned "
-                             f"{type(receiver).__name__}; expected a ServingInputReceiver(features, receiver_tensors).",
-                             field="serving_input_receiver_fn")
-    return receiver

@@ -45,8 +45,9 @@ class InMemoryEvaluatorHook(v1.train.SessionRunHook):
 
     def __init__(self, estimator: Any, input_fn: Any, steps: int | None = None, hooks: Any = None,
                  name: str | None = None, every_n_iter: int = 100) -> None:
+        from toolkit.estimator._args import check_hooks as _hooks
+        from toolkit.estimator._args import check_positive as _positive
         from toolkit.estimator._construct import EstimatorError
-        from toolkit.estimator.estimator import _hooks, _positive
 
         if every_n_iter is None or isinstance(every_n_iter, bool) or not isinstance(every_n_iter, int) \
                 or every_n_iter <= 0:
