@@ -133,6 +133,19 @@ def _legacy_twin(optimizer: Any) -> Callable[[], Any] | None:
     return lambda: cls(**kept)
 
 
+def _fresh(optimizer: Any) -> Any:
+    """A new optimizer with the same settings, for one more graph (Keras 2 keeps its variables' graph).
+
+    Each Estimator call builds a new graph; the optimizer's slots come back from
+    the checkpoint by name. A class whose constructor cannot take its own
+    config is used as given (then it trains in one graph only, as in TF).
+    """
+    try:
+        return type(optimizer).from_config(optimizer.get_config())
+    except (TypeError, ValueError):
+        return optimizer
+
+
 def graph_keras_optimizer(optimizer: Any) -> Callable[[], KerasUpdates] | None:
     """How a Keras optimizer of any class trains in a graph: its own ``get_updates`` (Keras 2), else its Keras 2 twin.
 
@@ -140,7 +153,7 @@ def graph_keras_optimizer(optimizer: Any) -> Callable[[], KerasUpdates] | None:
     (weight decay, EMA, a schedule object) Keras 2's class cannot take.
     """
     if callable(getattr(optimizer, "get_updates", None)):
-        return lambda: KerasUpdates(optimizer)
+        return lambda: KerasUpdates(_fresh(optimizer))
     twin = _legacy_twin(optimizer)
     if twin is None:
         return None
