@@ -28,9 +28,11 @@ def auto_strategy(cluster: dict, *, num_local_gpus: int = 0) -> tuple[str, str]:
     """The strategy ``auto`` picks for this cluster, and the reason in words."""
     workers, ps = _counts(cluster)
     if ps:
-        return "parameter_server", (
-            f"the cluster has {_plural(ps, 'ps')} and {_plural(workers, 'worker')} (chief included)"
-        )
+        reason = f"the cluster has {_plural(ps, 'ps')} and {_plural(workers, 'worker')} (chief included)"
+        if not cluster.get("chief") and not cluster.get("master"):
+            reason += (", but no chief: TF1's between-graph layout, which TF1 graph scripts run; "
+                       "TF2's ParameterServerStrategy would need a chief")
+        return "parameter_server", reason
     if workers > 1:
         return "multi_worker_mirrored", (
             f"the cluster has {_plural(workers, 'worker')} (chief included) and no ps task"

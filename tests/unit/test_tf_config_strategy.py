@@ -29,6 +29,9 @@ def test_parameter_server_needs_a_worker_and_a_chief():
     doc = {"cluster": {"ps": ["a:1"], "worker": ["a:2"]}, "task": {"type": "ps", "index": 0}}
     msg = _messages(doc, "parameter_server", "cluster.chief")[0]
     assert "coordinator" in msg and "`tf_config.generate(chief=1)`" in msg
+    assert recommend_strategy(TFConfig.from_dict(doc))[1].endswith(
+        "but no chief: TF1's between-graph layout, which TF1 graph scripts run; TF2's ParameterServerStrategy "
+        "would need a chief")
     # TF1's between-graph layout (and Kubeflow's usual TFJob) is named, with who can run it and the fix
     assert "TF1's between-graph layout (ps and workers, worker 0 the chief)" in msg
     assert "only TF1 graph scripts (`replica_device_setter`, `MonitoredTrainingSession`) can run" in msg
