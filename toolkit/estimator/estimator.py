@@ -230,7 +230,8 @@ class Estimator:
                 saved = pack_transfers(v1.get_default_graph(), [spec.train_op, spec.loss])
                 logger.info("%s-%d: %d fewer transfers per step (packed)", self._config.task_type,
                             self._config.task_id, saved)
-            all_hooks = [PreemptionHook(), stop, v1.train.NanTensorHook(spec.loss), *spec.training_hooks, *hooks,
+            # TF's order: the caller's hooks, the stop, model_fn's hooks, then the NaN check
+            all_hooks = [PreemptionHook(), *hooks, stop, *spec.training_hooks, v1.train.NanTensorHook(spec.loss),
                          *_session.release_sync_workers(spec, self._config)]
             self._run_training(spec, all_hooks, saving_listeners, target)
         raise_if_preempted(self._config.model_dir, f"{self._config.task_type}-{self._config.task_id}")
