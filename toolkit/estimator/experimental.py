@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "call_logit_fn": "toolkit.estimator.canned.helpers",
     "dnn_logit_fn_builder": "toolkit.estimator.canned.helpers",      # TF1's tf.compat.v1.estimator.experimental
     "linear_logit_fn_builder": "toolkit.estimator.canned.helpers",   # TF1's tf.compat.v1.estimator.experimental
+    "KMeans": "toolkit.estimator.canned.kmeans",
 }
 
 __all__ = sorted(_EXPORTS)
