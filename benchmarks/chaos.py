@@ -332,7 +332,7 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape = JobSha
 
 _STOPPED_AT = re.compile(r"preempted \([^)]*\): "
                          r"(?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
-_GOES_ON = re.compile(r"preempted: (?:checkpoint at step \d+ written|step \d+ is checkpointed already)")
+_GOES_ON = re.compile(r"preempted: (?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
 _RESTORED = re.compile(r"restored \S+ at global step (\d+)")
 _COUNTED = re.compile(r"\S+ was preempted \((?:code (\d+)|signal \w+ \((-?\d+)\))\)")
 
@@ -343,17 +343,24 @@ def _check_preemption(job_dir: Path, result: RunResult) -> None:
     The job stopped at the step of its preemption checkpoint (``_STOPPED_AT`` in the chief's log), or
     went on without the task (``_GOES_ON``: nothing to redo); the restarted run resumed from the step
     ``_RESTORED`` names. Signal-to-checkpoint time is the harness's time from the SIGTERM to that
-    checkpoint's index file (``recover_seconds``).
+    checkpoint's index file (``recover_seconds``), or 0 when the step the job stopped at was
+    checkpointed before the signal.
     """
     chief = "\n".join(p.read_text(errors="replace") for p in (job_dir / "logs").glob("*.log")
                       if p.name.startswith(("chief-", "worker-0")))
     stopped = [int(written or already) for written, already in _STOPPED_AT.findall(chief)]
     restored = [int(s) for s in _RESTORED.findall(chief)]
+    went_on = [int(written or already) for written, already in _GOES_ON.findall(chief)]
     if stopped and restored:
         result.steps_redone = stopped[0] - restored[-1]
-    elif _GOES_ON.search(chief):
+    elif went_on:
         result.steps_redone = 0
-    result.signal_to_checkpoint = result.recover_seconds[0] if result.recover_seconds else None
+    saved_at = (stopped or went_on or [None])[0]
+    before = int(result.kills[0].rsplit("@ckpt-", 1)[1])
+    if saved_at is not None and saved_at <= before:
+        result.signal_to_checkpoint = 0.0  # the step it stopped at was saved before the signal
+    elif saved_at is not None and result.recover_seconds:  # the evaluator's preemption causes none
+        result.signal_to_checkpoint = result.recover_seconds[0]
     launcher = (job_dir.parent / f"{job_dir.name}-launcher.log").read_text(errors="replace")
     result.exit_codes = [int(code or killed) for code, killed in _COUNTED.findall(launcher)]
     result.counted = ("failure" if re.search(r"exited with [^;]*; restarting", launcher)
