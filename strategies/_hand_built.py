@@ -6,13 +6,14 @@ from ``TFConfigClusterResolver`` without any shutdown call. Two entry points
 bring such scripts into the protocol without a tfdist call in them:
 
 * ``toolkit.compat.v1``'s ``train.Server`` (a TF1 script's one changed import)
-  is ``Server`` below: ``join()`` serves until the chief's goodbye, and in a
+  is ``server_class()``: ``join()`` serves until the chief's goodbye, and in a
   training task the server arms the between-graph ending (the chief, or
   worker 0 without one, waits for the other workers and then ends the ps
   tasks; every other worker reports done when its process exits).
 * Under ``tfdist launch`` each Python task loads the launcher's
-  ``sitecustomize``, which calls ``install_after_import()``: once the script
-  imports TensorFlow, TensorFlow's own ``Server.join()`` serves until the
+  ``sitecustomize``, which calls ``install()`` once the script has imported
+  TensorFlow (a task forked from a preload process calls
+  ``install_if_imported()``): TensorFlow's own ``Server.join()`` serves until the
   goodbye, and a ``ParameterServerStrategy`` built by hand greets its servers
   and says goodbye at exit, as one from ``make_strategy`` does.
 
@@ -22,11 +23,8 @@ with any other code (the chief's failure, ``EXIT_CHIEF_LOST``, ...).
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import logging
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from strategies._cluster import tf2_cluster, tf2_job
@@ -36,7 +34,7 @@ if TYPE_CHECKING:
 
     from tf_config import TFConfig
 
-__all__ = ["ENV_HAND_BUILT", "arm_trainer", "install", "install_after_import", "join", "prepare"]
+__all__ = ["ENV_HAND_BUILT", "arm_trainer", "install", "install_if_imported", "join", "prepare", "server_class"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,39 +123,10 @@ def install() -> None:
     logger.info("tf.distribute.Server.join() and ParameterServerStrategy end with the chief's goodbye")
 
 
-class _Loader(importlib.abc.Loader):
-    """TensorFlow's own loader, then ``install()``."""
-
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-
-    def create_module(self, spec: Any) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self.loader.exec_module(module)
+def install_if_imported() -> None:
+    """``install()`` if TensorFlow is already imported (a task forked from a preload process)."""
+    if "tensorflow" in sys.modules:
         install()
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Waits for ``import tensorflow`` (without importing it: a task that never does pays nothing)."""
-
-    def find_spec(self, name: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if name != "tensorflow":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader)
-        return spec
-
-
-def install_after_import() -> None:
-    """Calls ``install()`` as soon as TensorFlow is imported (now, if it already is)."""
-    if "tensorflow" in sys.modules and hasattr(sys.modules["tensorflow"], "distribute"):
-        install()
-    elif not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
 
 
 @functools.cache

@@ -153,9 +153,9 @@ def _become_task(request: dict[str, Any], out_fd: int) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     if os.environ.get("TFDIST_HAND_BUILT"):  # what the launcher's sitecustomize does in a fresh interpreter
-        from strategies._hand_built import install_after_import
+        from strategies._hand_built import install_if_imported
 
-        install_after_import()
+        install_if_imported()
 
 
 def _user_frames(tb: Any) -> Any:

@@ -1,18 +1,51 @@
 """Loaded by Python at start-up in every task ``tfdist launch`` starts (this directory leads its PYTHONPATH).
 
 It lets scripts written as TensorFlow's tutorials write them end cleanly:
-once the script imports TensorFlow, ``server.join()`` returns when the chief
-says goodbye and a ``ParameterServerStrategy`` built by hand says goodbye at
-exit (``strategies._hand_built``). TensorFlow itself is not imported here, so
-a task that never uses it pays nothing. The ``sitecustomize`` this one
-shadows (e.g. the system Python's) is run after it, as if it came first.
+once the script has imported TensorFlow, ``server.join()`` returns when the
+chief says goodbye and a ``ParameterServerStrategy`` built by hand says
+goodbye at exit (``strategies._hand_built.install``). Until then only the
+standard library is used, so a task that never imports TensorFlow pays
+nothing. The ``sitecustomize`` this one shadows (e.g. the system Python's) is
+run after it, as if it came first.
 """
+import importlib.abc
 import importlib.util
 import os
 import sys
 
 
-def _run_shadowed() -> None:
+class _Loader(importlib.abc.Loader):
+    """TensorFlow's own loader, then tfdist's ``install()``."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        try:
+            from strategies._hand_built import install
+        except ImportError:  # an interpreter without tfdist (the task runs another Python): nothing to arm
+            return
+        install()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Waits for ``import tensorflow`` without importing it."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def _run_shadowed():
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
         candidate = os.path.join(os.path.abspath(entry or os.curdir), "sitecustomize.py")
@@ -23,13 +56,5 @@ def _run_shadowed() -> None:
             return
 
 
-def _arm() -> None:
-    try:
-        from strategies._hand_built import install_after_import
-    except ImportError:  # an interpreter without tfdist (the task runs another Python): nothing to arm
-        return
-    install_after_import()
-
-
-_arm()
+sys.meta_path.insert(0, _AfterImport())
 _run_shadowed()
