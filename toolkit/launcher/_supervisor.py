@@ -121,6 +121,10 @@ class Job:
             (job_dir / "tasks" / task.name).mkdir(parents=True, exist_ok=True)
             task.log_path.write_bytes(b"")
         self.chief = next(self.tasks[n] for n, c in self.configs.items() if c.is_chief and not c.is_evaluator)
+        self._start_counts()
+
+    def _start_counts(self) -> None:
+        """The job's restart and preemption counts, zero at its start (every kind of job keeps them)."""
         self.task_restarts = dict.fromkeys(self.tasks, 0)  # after failures (the max_restarts budget)
         self.task_preemptions = dict.fromkeys(self.tasks, 0)
         self.cluster_restarts = 0

@@ -92,10 +92,7 @@ class RayJob(Job):
             raise
         self.chief = next(self.tasks[n]  # type: ignore[assignment]  # a RayTask, as above
                           for n, c in self.configs.items() if c.is_chief and not c.is_evaluator)
-        self.task_restarts = dict.fromkeys(self.tasks, 0)
-        self.cluster_restarts = 0
-        self.deaths: list[tuple[str, int | None, list[str]]] = []
-        self.signal: int | None = None
+        self._start_counts()
 
     def _actor_factory(self, name: str, bundle: int) -> Callable[[], ActorHandle]:
         """Makes the task's actor in its bundle; Ray restarts a parameter-server worker's actor itself."""
