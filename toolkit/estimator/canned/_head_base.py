@@ -15,22 +15,29 @@ import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
 from toolkit.estimator.export import PredictOutput
+from toolkit.estimator.head.base import (  # one set of signature and mode names for both kinds of head
+    CLASSIFY_SERVING_KEY,
+    DEFAULT_SERVING_KEY,
+    EVAL,
+    PREDICT,
+    PREDICT_SERVING_KEY,
+    REGRESS_SERVING_KEY,
+    TRAIN,
+)
 
 __all__ = [
     "CLASSIFY_SERVING_KEY",
     "DEFAULT_SERVING_KEY",
+    "EVAL",
+    "PREDICT",
     "PREDICT_SERVING_KEY",
     "REGRESS_SERVING_KEY",
+    "TRAIN",
     "Head",
     "make_spec",
 ]
 
 v1 = tf.compat.v1
-DEFAULT_SERVING_KEY = "serving_default"
-CLASSIFY_SERVING_KEY = "classification"
-REGRESS_SERVING_KEY = "regression"
-PREDICT_SERVING_KEY = "predict"
-TRAIN, EVAL, PREDICT = "train", "eval", "infer"
 
 
 def make_spec(**fields: Any) -> Any:

@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -27,7 +27,8 @@ import tensorflow as tf
 from toolkit.estimator.head import _checks
 from toolkit.estimator.head._checks import HeadError
 
-__all__ = ["CLASSIFY_SERVING_KEY", "DEFAULT_SERVING_KEY", "PREDICT_SERVING_KEY", "REGRESS_SERVING_KEY", "Head"]
+__all__ = ["CLASSIFY_SERVING_KEY", "DEFAULT_SERVING_KEY", "PREDICT_SERVING_KEY", "REGRESS_SERVING_KEY", "Head",
+           "SingleHead"]
 
 v1 = tf.compat.v1
 DEFAULT_SERVING_KEY = "serving_default"
@@ -105,21 +106,26 @@ class Head(abc.ABC):
         output = PredictOutput(dict(predictions))
         return {DEFAULT_SERVING_KEY: output, PREDICT_SERVING_KEY: output}
 
+    _default_scope = "head"
+
     def _summary_key(self, key: str) -> str:
         return f"{key}/{self.name}" if self.name else key
+
+    def _train_summary_key(self, key: str) -> str:
+        """The tag of the training-loss summaries (``loss/<name>`` for a named head)."""
+        return self._summary_key(key)
 
     def create_estimator_spec(self, features: Any, mode: str, logits: Any, labels: Any = None, optimizer: Any = None,
                               trainable_variables: Any = None, train_op_fn: Any = None, update_ops: Any = None,
                               regularization_losses: Sequence[Any] | None = None) -> Any:
         """The ``EstimatorSpec`` for ``mode`` (exactly one of ``optimizer`` and ``train_op_fn`` in TRAIN)."""
         from toolkit.estimator import EstimatorSpec
-        with v1.name_scope(self.name, default_name="head"):
+        with v1.name_scope(self.name, default_name=self._default_scope):
             predictions = self.predictions(logits)
             if mode == PREDICT:
                 return EstimatorSpec(mode=mode, predictions=predictions,
                                      export_outputs=self.export_outputs(predictions), scaffold=v1.train.Scaffold())
-            loss = self.loss(labels=labels, logits=logits, features=features, mode=mode,
-                             regularization_losses=regularization_losses)
+            loss = self.loss(labels, logits, features, mode, regularization_losses)
             if mode == EVAL:
                 metrics = self.update_metrics(self.metrics(regularization_losses=regularization_losses), features,
                                               logits, labels, regularization_losses=regularization_losses)
@@ -131,6 +137,47 @@ class Head(abc.ABC):
                                 "PREDICT. Pass the mode model_fn received.", field="mode")
             op = _checks.train_op(loss=loss, optimizer=optimizer, trainable_variables=trainable_variables,
                                   train_op_fn=train_op_fn, update_ops=update_ops, loss_reduction=self.loss_reduction)
-        _checks.write_summaries(loss, regularization_losses, self._summary_key)
+        _checks.write_summaries(loss, regularization_losses, self._train_summary_key)
         return EstimatorSpec(mode=mode, predictions=predictions, loss=loss, train_op=op,
                              scaffold=v1.train.Scaffold())
+
+
+class SingleHead(Head):
+    """A head over one kind of label: the shared arguments, properties and ``loss``.
+
+    Subclasses define ``_loss_and_weights(logits, labels, features)`` returning
+    ``(logits, processed labels, unweighted loss, weights)``.
+    """
+
+    def __init__(self, *, weight_column: Any, loss_reduction: str, loss_fn: Callable[..., Any] | None,
+                 name: str | None) -> None:
+        _checks.check_loss_reduction(loss_reduction)
+        if loss_fn:
+            _checks.check_loss_fn(loss_fn)
+        self._weight_column = weight_column
+        self._loss_reduction = loss_reduction
+        self._loss_fn = loss_fn
+        self._name = name
+
+    @property
+    def name(self) -> str | None:
+        return self._name
+
+    @property
+    def loss_reduction(self) -> str:
+        return self._loss_reduction
+
+    @property
+    def weight_column(self) -> Any:
+        return self._weight_column
+
+    def _loss_and_weights(self, logits: Any, labels: Any, features: Any) -> tuple[tf.Tensor, tf.Tensor, Any, Any]:
+        raise NotImplementedError
+
+    def loss(self, labels: Any, logits: Any, features: Any = None, mode: Any = None,
+             regularization_losses: Sequence[Any] | None = None) -> tf.Tensor:
+        del mode
+        with v1.name_scope("losses"):
+            _, _, unweighted, weights = self._loss_and_weights(logits, labels, features)
+            loss = _checks.reduce_loss(unweighted, weights, self._loss_reduction)
+            return _checks.regularized(loss, regularization_losses)

@@ -30,7 +30,7 @@ from toolkit.estimator.head.base import (
     DEFAULT_SERVING_KEY,
     PREDICT_SERVING_KEY,
     REGRESS_SERVING_KEY,
-    Head,
+    SingleHead,
     keras_metrics,
 )
 
@@ -56,7 +56,7 @@ def broadcast_update(metric: Any, values: tf.Tensor, weights: Any) -> None:
     metric.update_state(values, sample_weight=weights)
 
 
-class _ClassificationHead(Head):
+class _ClassificationHead(SingleHead):
     """What both heads share: argument checks, the vocabulary tables, class predictions."""
 
     _valid_keys: tuple[str, ...] = ()
@@ -66,28 +66,10 @@ class _ClassificationHead(Head):
         if label_vocabulary is not None and not isinstance(label_vocabulary, (list, tuple)):
             raise HeadError(f"label_vocabulary should be a list or a tuple. Given type: {type(label_vocabulary)}. "
                             "Pass the class names as a list of strings.", field="label_vocabulary")
-        _checks.check_loss_reduction(loss_reduction)
-        if loss_fn:
-            _checks.check_loss_fn(loss_fn)
+        super().__init__(weight_column=weight_column, loss_reduction=loss_reduction, loss_fn=loss_fn, name=name)
         self._n_classes = n_classes
-        self._weight_column = weight_column
         self._label_vocabulary = label_vocabulary
-        self._loss_reduction = loss_reduction
-        self._loss_fn = loss_fn
-        self._name = name
         self._tables: dict[str, Any] = {}
-
-    @property
-    def name(self) -> str | None:
-        return self._name
-
-    @property
-    def loss_reduction(self) -> str:
-        return self._loss_reduction
-
-    @property
-    def weight_column(self) -> Any:
-        return self._weight_column
 
     def _table(self, kind: str) -> Any:
         """A vocabulary lookup table: built in each graph (an Estimator builds several), once when eager."""
@@ -145,14 +127,6 @@ class _ClassificationHead(Head):
             unweighted = self._unweighted_loss(logits, label_ids, features)
         weights = _checks.weights_of(features, self._weight_column, logits)
         return logits, label_ids, unweighted, weights
-
-    def loss(self, labels: Any, logits: Any, features: Any = None, mode: Any = None,
-             regularization_losses: Sequence[Any] | None = None) -> tf.Tensor:
-        del mode
-        with v1.name_scope("losses"):
-            _, _, unweighted, weights = self._loss_and_weights(logits, labels, features)
-            loss = _checks.reduce_loss(unweighted, weights, self._loss_reduction)
-            return _checks.regularized(loss, regularization_losses)
 
     def _classification_output(self, predictions: Mapping[str, tf.Tensor]) -> Any:
         from toolkit.estimator.export import ClassificationOutput

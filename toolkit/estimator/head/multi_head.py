@@ -18,12 +18,9 @@ from toolkit.estimator.head import _checks
 from toolkit.estimator.head._checks import HeadError
 from toolkit.estimator.head.base import (
     DEFAULT_SERVING_KEY,
-    EVAL,
-    PREDICT,
     PREDICT_SERVING_KEY,
     Head,
     keras_metrics,
-    metric_ops,
 )
 
 __all__ = ["MultiHead"]
@@ -38,6 +35,11 @@ class MultiHead(Head):
         heads: ``Head`` instances, each with a ``name``.
         head_weights: one weight per head for the summed loss (default: all 1).
     """
+
+    _default_scope = "multi_head"
+
+    def _train_summary_key(self, key: str) -> str:
+        return key  # TF's MultiHead writes its training loss as plain 'loss'
 
     def __init__(self, heads: Sequence[Head], head_weights: Sequence[float] | None = None) -> None:
         if not heads:
@@ -145,24 +147,3 @@ class MultiHead(Head):
                 outputs[f"{head.name}/{key}"] = output
         outputs[PREDICT_SERVING_KEY] = PredictOutput({f"{name}/{k}": v for (name, k), v in predictions.items()})
         return outputs
-
-    def create_estimator_spec(self, features: Any, mode: str, logits: Any, labels: Any = None, optimizer: Any = None,
-                              trainable_variables: Any = None, train_op_fn: Any = None, update_ops: Any = None,
-                              regularization_losses: Sequence[Any] | None = None) -> Any:
-        from toolkit.estimator import EstimatorSpec
-        with v1.name_scope(self.name, default_name="multi_head"):
-            predictions = self.predictions(logits)
-            if mode == PREDICT:
-                return EstimatorSpec(mode=mode, predictions=predictions,
-                                     export_outputs=self.export_outputs(predictions), scaffold=v1.train.Scaffold())
-            loss = self.loss(labels, logits, features, mode, regularization_losses)
-            if mode == EVAL:
-                metrics = self.update_metrics(self.metrics(regularization_losses), features, logits, labels,
-                                              regularization_losses=regularization_losses)
-                ops = metrics if tf.executing_eagerly() else metric_ops(metrics)
-                return EstimatorSpec(mode=mode, predictions=predictions, loss=loss, eval_metric_ops=ops,
-                                     scaffold=v1.train.Scaffold())
-            op = _checks.train_op(loss=loss, optimizer=optimizer, trainable_variables=trainable_variables,
-                                  train_op_fn=train_op_fn, update_ops=update_ops, loss_reduction=self.loss_reduction)
-        _checks.write_summaries(loss, regularization_losses, lambda key: key)
-        return EstimatorSpec(mode=mode, predictions=predictions, loss=loss, train_op=op, scaffold=v1.train.Scaffold())

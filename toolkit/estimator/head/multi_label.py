@@ -22,7 +22,7 @@ from toolkit.estimator.head.base import (
     CLASSIFY_SERVING_KEY,
     DEFAULT_SERVING_KEY,
     PREDICT_SERVING_KEY,
-    Head,
+    SingleHead,
     keras_metrics,
 )
 from toolkit.estimator.head.classification import check_prediction_keys
@@ -53,7 +53,7 @@ def _class_ids(classes: Sequence[Any] | None, n_classes: int, vocabulary: Sequen
     return classes
 
 
-class MultiLabelHead(Head):
+class MultiLabelHead(SingleHead):
     """Multi-label classification with sigmoid cross-entropy.
 
     Args:
@@ -85,34 +85,16 @@ class MultiLabelHead(Head):
             if len(label_vocabulary) != n_classes:
                 raise HeadError(f"Length of label_vocabulary must be n_classes ({n_classes}). Given: "
                                 f"{len(label_vocabulary)}. List one name per class.", field="label_vocabulary")
-        if loss_fn:
-            _checks.check_loss_fn(loss_fn)
-        _checks.check_loss_reduction(loss_reduction)
+        super().__init__(weight_column=weight_column, loss_reduction=loss_reduction, loss_fn=loss_fn, name=name)
         self._n_classes = n_classes
-        self._weight_column = weight_column
         self._thresholds = thresholds
         self._label_vocabulary = label_vocabulary
-        self._loss_reduction = loss_reduction
-        self._loss_fn = loss_fn
         self._class_metrics = _class_ids(classes_for_class_based_metrics, n_classes, label_vocabulary)
-        self._name = name
         self._id_table: Any = None
-
-    @property
-    def name(self) -> str | None:
-        return self._name
 
     @property
     def logits_dimension(self) -> int:
         return self._n_classes
-
-    @property
-    def loss_reduction(self) -> str:
-        return self._loss_reduction
-
-    @property
-    def weight_column(self) -> Any:
-        return self._weight_column
 
     def _ids(self, values: tf.Tensor) -> tf.Tensor:
         if self._id_table is None or not tf.executing_eagerly():
@@ -152,14 +134,6 @@ class MultiLabelHead(Head):
             unweighted = tf.reduce_mean(per_class, axis=-1, keepdims=True)
         weights = _checks.weights_of(features, self._weight_column, logits)
         return logits, labels, unweighted, weights
-
-    def loss(self, labels: Any, logits: Any, features: Any = None, mode: Any = None,
-             regularization_losses: Sequence[Any] | None = None) -> tf.Tensor:
-        del mode
-        with v1.name_scope("losses"):
-            _, _, unweighted, weights = self._loss_and_weights(logits, labels, features)
-            loss = _checks.reduce_loss(unweighted, weights, self._loss_reduction)
-            return _checks.regularized(loss, regularization_losses)
 
     def predictions(self, logits: Any, keys: Sequence[str] | None = None) -> dict[str, tf.Tensor]:
         valid = ("logits", "probabilities", "classes")

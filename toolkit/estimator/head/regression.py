@@ -21,7 +21,7 @@ from toolkit.estimator.head.base import (
     DEFAULT_SERVING_KEY,
     PREDICT_SERVING_KEY,
     REGRESS_SERVING_KEY,
-    Head,
+    SingleHead,
     keras_metrics,
 )
 from toolkit.estimator.head.classification import broadcast_update, check_prediction_keys
@@ -31,7 +31,7 @@ __all__ = ["LogisticRegressionHead", "PoissonRegressionHead", "RegressionHead"]
 v1 = tf.compat.v1
 
 
-class RegressionHead(Head):
+class RegressionHead(SingleHead):
     """``label_dimension`` real values per example, squared error (``tf.estimator.RegressionHead``).
 
     Args:
@@ -50,31 +50,13 @@ class RegressionHead(Head):
         if label_dimension < 1:
             raise HeadError(f"Invalid label_dimension {label_dimension}. It must be at least 1 (the number of values "
                             "in each label).", field="label_dimension")
-        _checks.check_loss_reduction(loss_reduction)
-        if loss_fn:
-            _checks.check_loss_fn(loss_fn)
+        super().__init__(weight_column=weight_column, loss_reduction=loss_reduction, loss_fn=loss_fn, name=name)
         self._logits_dimension = label_dimension
-        self._weight_column = weight_column
-        self._loss_reduction = loss_reduction
-        self._loss_fn = loss_fn
         self._inverse_link_fn = inverse_link_fn
-        self._name = name
-
-    @property
-    def name(self) -> str | None:
-        return self._name
 
     @property
     def logits_dimension(self) -> int:
         return self._logits_dimension
-
-    @property
-    def loss_reduction(self) -> str:
-        return self._loss_reduction
-
-    @property
-    def weight_column(self) -> Any:
-        return self._weight_column
 
     def _loss_and_weights(self, logits: Any, labels: Any, features: Any) -> tuple[tf.Tensor, tf.Tensor, Any, Any]:
         logits = _checks.check_logits(logits, self._logits_dimension)
@@ -85,14 +67,6 @@ class RegressionHead(Head):
             unweighted = tf.math.squared_difference(logits, labels)
         weights = _checks.weights_of(features, self._weight_column, logits, per_logit=True)
         return logits, labels, unweighted, weights
-
-    def loss(self, labels: Any, logits: Any, features: Any = None, mode: Any = None,
-             regularization_losses: Sequence[Any] | None = None) -> tf.Tensor:
-        del mode
-        with v1.name_scope("losses"):
-            _, _, unweighted, weights = self._loss_and_weights(logits, labels, features)
-            loss = _checks.reduce_loss(unweighted, weights, self._loss_reduction)
-            return _checks.regularized(loss, regularization_losses)
 
     def predictions(self, logits: Any, keys: Sequence[str] | None = None) -> dict[str, tf.Tensor]:
         logits = _checks.check_logits(logits, self._logits_dimension)
