@@ -29,6 +29,7 @@ RUN = [
     "toolkit.jobs.tfjob", "toolkit.jobs.tiers", "toolkit.layers", "toolkit.layers.embedding",
     "toolkit.training", "toolkit.training.fit", "toolkit.training.state",
     "toolkit.estimator.experimental", "toolkit.estimator.inputs", "toolkit.estimator.inputs.numpy_io",
+    "toolkit.estimator.canned.helpers",
 ]
 
 SHOWN = {
@@ -59,6 +60,10 @@ SHOWN = {
     "toolkit.estimator.canned.linear": "unit/test_canned_estimators.py",
     "toolkit.estimator.canned.dnn_linear_combined": "cluster/test_canned_cluster.py",
     "toolkit.estimator.canned.v1": "unit/test_canned_estimators.py",
+    "toolkit.estimator.canned.baseline": "unit/test_canned_head_based.py",
+    "toolkit.estimator.canned.head_based": "unit/test_canned_head_based.py",
+    "toolkit.estimator.canned.kmeans": "unit/test_canned_kmeans.py",
+    "toolkit.estimator.head.base": "unit/test_heads_public.py",
     "toolkit.estimator.inputs.pandas_io": "unit/test_estimator_inputs.py",
     "toolkit.estimator.extenders": "unit/test_estimator_core.py",
     "toolkit.estimator.hooks.early_stopping": "unit/test_estimator_hooks.py",
