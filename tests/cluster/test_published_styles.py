@@ -4,8 +4,9 @@
   ``replica_device_setter``, a ``Supervisor``, ps + 2 workers and no chief (worker 0 is the chief),
   in the launcher's own dialect and in TFJob's; every process, the ps included, exits 0 by itself.
   Its one change: ``import toolkit.compat.v1 as tf``.
-- TensorFlow's "Parameter server training" tutorial, ``model.fit`` part: a ``tf.data.Dataset``, a
-  model without ``keras.Input``, ``steps_per_execution`` and the tutorial's callbacks.
+- TensorFlow's "Parameter server training" tutorial, ``model.fit`` part: the strategy built by hand,
+  servers that ``join()``, a ``tf.data.Dataset``, a model without ``keras.Input``,
+  ``steps_per_execution`` and the tutorial's callbacks.
 
 The scripts in ``_scripts/`` are written from those published examples, not from ours.
 """
@@ -68,6 +69,8 @@ def test_parameter_server_model_fit_tutorial_with_a_dataset_and_no_input_layer(t
     proc = _launch(["--workers", "2", "--ps", "1", "--job-dir", str(job_dir), "--", "python",
                     str(SCRIPTS / "ps_fit_tutorial.py"), str(out)])
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    # the strategy built by hand as the tutorial does; the servers' join() returned when the chief ended
+    assert _exits(proc.stderr) == {"ps-0": "0", "chief-0": "0", "worker-0": "0", "worker-1": "0"}
     result = json.loads((out / "result.json").read_text())
     assert result["epochs"] == [0, 1, 2, 3, 4] and len(result["history"]["loss"]) == 5
     assert result["history"]["loss"][-1] < result["history"]["loss"][0]

@@ -3,9 +3,11 @@ tutorial writes its ``model.fit`` part: a ``Sequential`` model without ``keras.I
 ``steps_per_execution``, trained on a shuffled, repeated, batched ``tf.data.Dataset`` with
 ``steps_per_epoch``, with TensorBoard, ModelCheckpoint and BackupAndRestore callbacks.
 
-Keras 3 forces three changes on the tutorial (no ``keras.optimizers.legacy``, a ``.keras`` checkpoint
-path, and labels of the output's shape: Keras 3 no longer expands rank-1 labels against a (batch, 10)
-output, in one process either); tfdist adds ``run_role()`` (the ps and workers serve there) and
+The strategy is built by hand, as the tutorial does, from ``TFConfigClusterResolver``; the ps and
+worker tasks start a ``tf.distribute.Server`` and ``join()`` it (under ``tfdist launch`` they return
+when the chief's script ends). Keras 3 forces three changes on the tutorial (no
+``keras.optimizers.legacy``, a ``.keras`` checkpoint path, and labels of the output's shape: Keras 3
+no longer expands rank-1 labels against a (batch, 10) output, in one process either); tfdist adds
 ``enable_distributed_keras()``.
 
 Usage: ps_fit_tutorial.py OUT_DIR
@@ -14,19 +16,25 @@ import json
 import sys
 from pathlib import Path
 
-from strategies import make_strategy, run_role
+import keras
+import tensorflow as tf
 
-run_role()
+import toolkit
+from toolkit.training import TrainingError
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import toolkit  # noqa: E402
-from toolkit.training import TrainingError  # noqa: E402
+cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+if cluster_resolver.task_type in ("worker", "ps"):
+    server = tf.distribute.Server(cluster_resolver.cluster_spec(), job_name=cluster_resolver.task_type,
+                                  task_index=cluster_resolver.task_id,
+                                  protocol=cluster_resolver.rpc_layer or "grpc", start=True)
+    server.join()
+    sys.exit(0)
 
 toolkit.enable_distributed_keras()
 out = Path(sys.argv[1])
-strategy = make_strategy()
+variable_partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+    min_shard_bytes=(256 << 10), max_shards=cluster_resolver.cluster_spec().num_tasks("ps"))
+strategy = tf.distribute.ParameterServerStrategy(cluster_resolver, variable_partitioner=variable_partitioner)
 
 with strategy.scope():
     model = keras.models.Sequential([keras.layers.Dense(10)])
