@@ -111,15 +111,12 @@ def resolve_config(config: Any, model_dir: Any, run_config_cls: Any) -> Any:
         if config_.model_dir != model_dir:
             config_ = config_.replace(model_dir=model_dir)
     elif config_.model_dir is None:
-        if config_.is_evaluator:  # it would wait forever for checkpoints in a directory nobody writes
+        if not config_.is_local:  # each task would get its own directory: the evaluator would wait forever
             from toolkit.estimator.run_config import RunConfigError
 
-            raise RunConfigError("RunConfig `model_dir` is None on the evaluator; it evaluates the chief's "
-                                 "checkpoints, so every task must share one directory. Pass model_dir='runs/my-job'.",
-                                 field="model_dir")
-        if not config_.is_local:
-            logger.warning("model_dir is None in a TF_CONFIG cluster: this task uses its own temporary directory, "
-                           "which the other tasks do not see. Pass model_dir= (the same path in every task).")
+            raise RunConfigError("RunConfig `model_dir` is None but TF_CONFIG describes a cluster; every task "
+                                 "must share one directory (the chief writes checkpoints there, the evaluator "
+                                 "reads them). Pass model_dir='runs/my-job'.", field="model_dir")
         model_dir = tempfile.mkdtemp()
         logger.warning("Using temporary folder as model directory: %s", model_dir)
         config_ = config_.replace(model_dir=model_dir)
