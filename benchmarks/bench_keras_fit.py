@@ -83,10 +83,10 @@ def _child(argv) -> None:
         clock = EpochClock()
         history = toolkit.fit(model, dataset_fn, loss="mse", optimizer=lambda: keras.optimizers.Adam(1e-3),
                               epochs=EPOCHS, steps_per_epoch=args.steps, steps_per_execution=args.spe,
-                              checkpoint=toolkit.CheckpointConfig(every=EPOCHS * args.steps),
-                              logs=toolkit.LogConfig(summary_every=EPOCHS * args.steps),
-                              model_dir=f"{args.model_dir}-{run}", export=False, verbose=0, strategy=strategy,
-                              callbacks=[clock])
+                              model_dir=f"{args.model_dir}-{run}", verbose=0, strategy=strategy, callbacks=[clock],
+                              options=toolkit.FitOptions(checkpoint=toolkit.CheckpointConfig(every=EPOCHS * args.steps),
+                                                         logs=toolkit.LogConfig(summary_every=EPOCHS * args.steps),
+                                                         export=False))
         rates["toolkit.fit"].append(max(clock.rates[1:], default=0.0))  # callbacks run on the chief
         return history.role == "chief"
 

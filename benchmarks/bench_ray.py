@@ -40,6 +40,7 @@ run_role()                                   # ps and workers serve until the ch
 import keras
 from models import digits_mlp
 from toolkit import data, fit
+from toolkit.training import FitOptions
 epochs, out = int(sys.argv[1]), sys.argv[2]
 train = data.load("digits", split="train")
 started = time.time()
@@ -47,7 +48,8 @@ history = fit(lambda: digits_mlp(hidden_units=(64, 64), seed=0), train.dataset_f
               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
               optimizer=lambda: keras.optimizers.Adam(0.01), epochs=epochs,
               steps_per_epoch=train.steps_per_epoch(64) * 4, steps_per_execution=5,
-              model_dir=os.path.join(os.environ["TFDIST_JOB_DIR"], "model"), export=False, verbose=0)
+              model_dir=os.path.join(os.environ["TFDIST_JOB_DIR"], "model"), verbose=0,
+              options=FitOptions(export=False))
 rates = [r["steps_per_sec"] for r in history.rates[1:]]
 with open(out, "w") as fh:
     json.dump({{"fit_called": started, "steps_per_sec": rates}}, fh)

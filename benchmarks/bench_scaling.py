@@ -76,12 +76,14 @@ def _child(argv) -> None:
     import keras
 
     from toolkit import fit
+    from toolkit.training import CheckpointConfig, FitOptions, LogConfig
 
     # steps_per_execution is left at the engine's default on purpose: that is what a user gets.
     history = fit(_model, _dataset_fn(), loss=keras.losses.BinaryCrossentropy(from_logits=True),
                   optimizer=lambda: keras.optimizers.Adam(1e-4), epochs=EPOCHS, steps_per_epoch=args.steps,
-                  log_every_steps=args.steps, checkpoint_every_steps=EPOCHS * args.steps,
-                  summary_every_steps=EPOCHS * args.steps, model_dir=args.model_dir, export=False, verbose=0)
+                  model_dir=args.model_dir, verbose=0,
+                  options=FitOptions(logs=LogConfig(every=args.steps, summary_every=EPOCHS * args.steps),
+                                     checkpoint=CheckpointConfig(every=EPOCHS * args.steps), export=False))
     best = max(history.rates[1:], key=lambda rate: rate["steps_per_sec"])
     per_ps: dict[str, int] = {}
     for variable in history.model.trainable_variables:

@@ -107,20 +107,21 @@ def _keras_fit(args) -> float:
 def _toolkit(args) -> float:
     import keras
 
+    from strategies import StrategyOptions
     from toolkit import CheckpointConfig, LogConfig, fit
-    from toolkit.training import TrainStep
+    from toolkit.training import FitOptions, TrainStep
 
     class UnpackedStep(TrainStep):
         pack_transfers = False  # one transfer per variable, as before toolkit.training.packing
 
-    options = {"logical_cpus": 2} if args.strategy == "mirrored" else None
-    history = fit(_model, _dataset_fn(), loss="mse", optimizer=lambda: keras.optimizers.Adam(1e-3),
-                  train_step=UnpackedStep if args.unpacked else None,
-                  epochs=EPOCHS, steps_per_epoch=args.steps, steps_per_execution=args.spe,  # None: the default
-                  logs=LogConfig(every=args.steps, summary_every=EPOCHS * args.steps),
-                  checkpoint=CheckpointConfig(every=EPOCHS * args.steps), model_dir=args.model_dir, export=False,
-                  verbose=0, between_graph=args.between_graph,
-                  strategy=args.strategy, strategy_options=options)
+    options = StrategyOptions(logical_cpus=2) if args.strategy == "mirrored" else None
+    history = fit(_model, _dataset_fn(), loss="mse", optimizer=lambda: keras.optimizers.Adam(1e-3), epochs=EPOCHS,
+                  steps_per_epoch=args.steps, steps_per_execution=args.spe, model_dir=args.model_dir, verbose=0,
+                  strategy=args.strategy,
+                  options=FitOptions(train_step=UnpackedStep if args.unpacked else None,
+                                     logs=LogConfig(every=args.steps, summary_every=EPOCHS * args.steps),
+                                     checkpoint=CheckpointConfig(every=EPOCHS * args.steps), export=False,
+                                     between_graph=args.between_graph, strategy=options))
     if history.role != "chief":
         return -1.0
     return max(rate["steps_per_sec"] for rate in history.rates[1:])

@@ -33,17 +33,21 @@ def main(argv: list[str]) -> int:
     import keras
 
     import models
+    from strategies import StrategyOptions
     from toolkit import CheckpointConfig, LogConfig, ValidationConfig, data, fit
+    from toolkit.training import FitOptions
 
     train, test = data.load("digits"), data.load("digits", split="test")
     history = fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(BATCH, seed=1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
                   optimizer=lambda: keras.optimizers.Adam(3e-3), epochs=args.epochs,
-                  steps_per_epoch=args.steps_per_epoch, logs=LogConfig(every=5),
-                  checkpoint=CheckpointConfig(every=args.checkpoint_every, keep=2),
+                  steps_per_epoch=args.steps_per_epoch,
                   validation_fn=test.dataset_fn(BATCH, shuffle=False, repeat=False, drop_remainder=False),
-                  model_dir=args.model_dir, export=False, verbose=0, validation=ValidationConfig(evaluator_timeout=180),
-                  strategy_options={"connect_timeout": 120})
+                  model_dir=args.model_dir, verbose=0,
+                  options=FitOptions(logs=LogConfig(every=5),
+                                     checkpoint=CheckpointConfig(every=args.checkpoint_every, keep=2), export=False,
+                                     validation=ValidationConfig(evaluator_timeout=180),
+                                     strategy=StrategyOptions(connect_timeout=120)))
     if history.role == "chief":
         result = {"global_step": history.global_step, "val_accuracy": history.history["val_accuracy"][-1]}
         (Path(args.model_dir).parent / "result.json").write_text(json.dumps(result))

@@ -18,6 +18,7 @@ _EXPORTS: dict[str, str] = {
     "History": "toolkit.training",
     "fit": "toolkit.training",
     "CheckpointConfig": "toolkit.training",
+    "FitOptions": "toolkit.training",
     "LogConfig": "toolkit.training",
     "SyncConfig": "toolkit.training",
     "ValidationConfig": "toolkit.training",

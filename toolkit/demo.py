@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None, *, callbacks: Sequence[Any] = ()) ->
     import keras
 
     from toolkit import data, fit
+    from toolkit.training import FitOptions
 
     train, test = data.load("digits", split="train"), data.load("digits", split="test")
     history = fit(
@@ -79,9 +80,8 @@ def main(argv: Sequence[str] | None = None, *, callbacks: Sequence[Any] = ()) ->
         optimizer=lambda: keras.optimizers.Adam(args.learning_rate),
         epochs=args.epochs, steps_per_epoch=train.steps_per_epoch(_BATCH),
         steps_per_execution=None if args.between_graph else args.steps_per_execution,
-        between_graph=args.between_graph,
         validation_fn=test.dataset_fn(_BATCH, shuffle=False, repeat=False, drop_remainder=False),
-        model_dir=args.model_dir, callbacks=callbacks,
+        model_dir=args.model_dir, callbacks=callbacks, options=FitOptions(between_graph=args.between_graph),
     )
     if history.role != "chief":
         return 0

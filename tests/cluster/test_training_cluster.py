@@ -72,6 +72,7 @@ def _task_main(argv) -> None:
 
     import models
     from toolkit import CheckpointConfig, ValidationConfig, data, fit
+    from toolkit.training import FitOptions
 
     digits = data.load("digits")
     train = data.ArrayData("digits", digits.features[:_EXAMPLES], digits.labels[:_EXAMPLES], 10)
@@ -113,11 +114,11 @@ def _task_main(argv) -> None:
     history = fit(lambda: models.digits_mlp(seed=11, dropout=args.dropout), train.dataset_fn(_BATCH, shuffle=False),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
                   optimizer=optimizer, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-                  steps_per_execution=args.steps_per_execution or None, between_graph=args.between_graph,
-                  checkpoint=CheckpointConfig(every=args.checkpoint_every),
-                  validation_fn=validation_fn, model_dir=args.model_dir,
-                  callbacks=[CrashOnce()] if args.crash_at_step else [],
-                  export=False, verbose=1, validation=ValidationConfig(evaluator_timeout=120))
+                  steps_per_execution=args.steps_per_execution or None, validation_fn=validation_fn,
+                  model_dir=args.model_dir, callbacks=[CrashOnce()] if args.crash_at_step else [], verbose=1,
+                  options=FitOptions(between_graph=args.between_graph,
+                                     checkpoint=CheckpointConfig(every=args.checkpoint_every), export=False,
+                                     validation=ValidationConfig(evaluator_timeout=120)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"role": history.role, "history": history.history, "epoch": history.epoch,

@@ -32,14 +32,15 @@ def _task_main(argv) -> None:
 
     import models
     from toolkit import CheckpointConfig, SyncConfig, data, fit
+    from toolkit.training import FitOptions
 
     train = data.load("digits")
     history = fit(lambda: models.digits_mlp(seed=3), train.dataset_fn(_BATCH),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
                   optimizer=lambda: keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.5, 12, 0.5)),
-                  epochs=2, steps_per_epoch=12, steps_per_execution=2, checkpoint=CheckpointConfig(every=8),
-                  model_dir=args.model_dir, export=False, verbose=0,
-                  sync=SyncConfig(replicas_to_aggregate=_AGGREGATE))
+                  epochs=2, steps_per_epoch=12, steps_per_execution=2, model_dir=args.model_dir, verbose=0,
+                  options=FitOptions(checkpoint=CheckpointConfig(every=8), export=False,
+                                     sync=SyncConfig(replicas_to_aggregate=_AGGREGATE)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"role": history.role, "history": history.history, "global_step": history.global_step,

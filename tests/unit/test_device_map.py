@@ -147,7 +147,7 @@ def _scenarios(out: Path) -> None:
             step(x[i:i + 32], y[i:i + 32])
     result["loop_loss"] = [before, full_loss()]
 
-    from toolkit.training import fit
+    from toolkit.training import FitOptions, fit
 
     fit_optimizers = []
 
@@ -159,8 +159,8 @@ def _scenarios(out: Path) -> None:
         return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
 
     trained = fit(dm.builder(_model), dataset_fn, loss=keras.losses.MeanSquaredError(), optimizer=make_optimizer,
-                  epochs=4, steps_per_epoch=8, strategy="default", model_dir=str(out.parent / "fit"),
-                  export=False, verbose=0)
+                  epochs=4, steps_per_epoch=8, strategy="default", model_dir=str(out.parent / "fit"), verbose=0,
+                  options=FitOptions(export=False))
     dm.verify(trained.model, optimizer=fit_optimizers[-1])
     result["toolkit_fit"] = {"loss": trained.history["loss"],
                              "head": [variable_device(v) for v in trained.model.get_layer("head").weights],

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import models
 from toolkit import data, fit
-from toolkit.training import CheckpointConfig, TrainingError
+from toolkit.training import CheckpointConfig, FitOptions, TrainingError
 from toolkit.training.preemption import (
     EXIT_PREEMPTED,
     PreemptionOptions,
@@ -63,8 +63,8 @@ def _fit(model_dir, callbacks=()):
     train = data.load("digits")
     return fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(32, seed=1),
                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), epochs=2,
-               steps_per_epoch=STEPS_PER_EPOCH, steps_per_execution=1, checkpoint=CheckpointConfig(every=1000),
-               model_dir=str(model_dir), export=False, verbose=0, callbacks=list(callbacks))
+               steps_per_epoch=STEPS_PER_EPOCH, steps_per_execution=1, model_dir=str(model_dir), verbose=0,
+               callbacks=list(callbacks), options=FitOptions(checkpoint=CheckpointConfig(every=1000), export=False))
 
 
 def test_a_signal_checkpoints_at_its_step_and_the_next_run_ends_exactly(tmp_path, clean_watcher, caplog):

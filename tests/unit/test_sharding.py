@@ -268,6 +268,7 @@ def test_fit_trains_a_model_with_sharded_tables_and_checkpoints_the_sparse_slots
     from models import synthetic_interactions
     from toolkit import fit
     from toolkit.layers import ShardedTrainStep, recommender
+    from toolkit.training import FitOptions
 
     features, labels = synthetic_interactions(2048, num_users=40, num_items=300, seed=1)
 
@@ -280,7 +281,7 @@ def test_fit_trains_a_model_with_sharded_tables_and_checkpoints_the_sparse_slots
     history = fit(model_fn, dataset_fn, loss=keras.losses.BinaryCrossentropy(from_logits=True), epochs=2,
                   steps_per_epoch=50, steps_per_execution=10, model_dir=str(tmp_path), verbose=0,
                   optimizer=lambda: keras.optimizers.Adam(0.01),
-                  train_step=functools.partial(ShardedTrainStep, sparse_optimizer=sparse))
+                  options=FitOptions(train_step=functools.partial(ShardedTrainStep, sparse_optimizer=sparse)))
     assert history["loss"][-1] < history["loss"][0] - 0.05
     assert int(sparse.iterations.numpy()) == history.global_step == 100
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path)))

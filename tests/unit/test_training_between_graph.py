@@ -16,7 +16,7 @@ import tensorflow as tf
 import models
 from toolkit import data, fit
 from toolkit._compat.tensorflow import named_variable
-from toolkit.training import TrainingError, TrainStep, build_state
+from toolkit.training import FitOptions, TrainingError, TrainStep, build_state
 from toolkit.training.between_graph import NamedVariables, check_supported, hyperparameters, slots_of
 from toolkit.training.between_graph_worker import fused_update
 from toolkit.training.step import make_forward
@@ -100,12 +100,13 @@ def test_the_chiefs_variables_are_named_resources_another_handle_opens():
 
 def test_fit_checks_between_graph_before_anything_starts(tmp_path):
     train = data.load("digits")
-    common = dict(loss=LOSS, epochs=1, steps_per_epoch=2, model_dir=str(tmp_path), export=False, verbose=0)
+    common = dict(loss=LOSS, epochs=1, steps_per_epoch=2, model_dir=str(tmp_path), verbose=0)
     with pytest.raises(TrainingError, match="between_graph` must be True or False") as info:
-        fit(models.digits_mlp, train.dataset_fn(64), between_graph="yes", **common)
-    assert info.value.field == "between_graph"
+        fit(models.digits_mlp, train.dataset_fn(64), options=FitOptions(between_graph="yes"), **common)
+    assert info.value.field == "FitOptions.between_graph"
     with pytest.raises(TrainingError, match="steps_per_execution=4") as info:
-        fit(models.digits_mlp, train.dataset_fn(64), between_graph=True, steps_per_execution=4, **common)
+        fit(models.digits_mlp, train.dataset_fn(64), steps_per_execution=4,
+            options=FitOptions(between_graph=True, export=False), **common)
     assert info.value.field == "steps_per_execution"
 
 

@@ -1,6 +1,7 @@
 """``toolkit.fit`` in one process (default strategy): training, chief artifacts, resume, evaluator."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -13,10 +14,11 @@ import models
 from tf_config import TFConfig
 from tf_config.ports import pick_port
 from toolkit import data, fit
-from toolkit.training import CheckpointConfig, TrainingError, ValidationConfig
+from toolkit.training import CheckpointConfig, FitOptions, TrainingError, ValidationConfig
 
 BATCH = 64
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+_OPTION_NAMES = {field.name for field in dataclasses.fields(FitOptions)}
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +27,13 @@ def digits():
 
 
 def _fit(train, model_dir, model_fn=lambda: models.digits_mlp(seed=0), **kwargs):
-    options = dict(loss=LOSS, metrics=["accuracy"], epochs=2, steps_per_epoch=train.steps_per_epoch(BATCH),
-                   steps_per_execution=5, model_dir=model_dir and str(model_dir), export=False, verbose=0,
-                   optimizer=lambda: keras.optimizers.Adam(1e-2))
-    options.update(kwargs)
-    return fit(model_fn, train.dataset_fn(BATCH, seed=1), **options)
+    arguments = dict(loss=LOSS, metrics=["accuracy"], epochs=2, steps_per_epoch=train.steps_per_epoch(BATCH),
+                     steps_per_execution=5, model_dir=model_dir and str(model_dir), verbose=0,
+                     optimizer=lambda: keras.optimizers.Adam(1e-2))
+    options = {"export": False}
+    for name, value in kwargs.items():  # FitOptions' fields go into options=
+        (options if name in _OPTION_NAMES else arguments)[name] = value
+    return fit(model_fn, train.dataset_fn(BATCH, seed=1), options=FitOptions(**options), **arguments)
 
 
 def _scalars(logdir):

@@ -25,16 +25,18 @@ def _child(out_dir: str) -> None:
     import keras
 
     import models
+    from strategies import StrategyOptions
     from toolkit import data, fit
+    from toolkit.training import FitOptions
 
     train = data.load("digits")
     results = {}
     for name, options in STRATEGIES.items():
         history = fit(lambda: models.digits_mlp(seed=3), train.dataset_fn(64, seed=4), strategy=name,
-                      strategy_options=options, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"], epochs=2, steps_per_epoch=10, steps_per_execution=4,
-                      model_dir=os.path.join(out_dir, name), export=False, verbose=0,
-                      optimizer=lambda: keras.optimizers.SGD(0.2, momentum=0.9))
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
+                      epochs=2, steps_per_epoch=10, steps_per_execution=4, model_dir=os.path.join(out_dir, name),
+                      verbose=0, optimizer=lambda: keras.optimizers.SGD(0.2, momentum=0.9),
+                      options=FitOptions(strategy=StrategyOptions(**(options or {})), export=False))
         np.savez(os.path.join(out_dir, f"{name}.npz"), *history.model.get_weights())
         results[name] = {"loss": history["loss"], "accuracy": history["accuracy"], "step": history.global_step}
     results["make_train_step"] = _hand_loop_steps()

@@ -1,12 +1,20 @@
-"""``fit``'s grouped options: each validates itself, reaches the loop's FitConfig, and the old keywords say where
-they went."""
+"""``fit``'s typed options: each group validates itself once and reaches the engine's FitConfig as it is."""
 from __future__ import annotations
 
 import pytest
 
 import toolkit
-from toolkit.training import CheckpointConfig, FitConfig, LogConfig, SyncConfig, TrainingError, ValidationConfig, fit
-from toolkit.training.options import fit_config
+from strategies import ServeOptions
+from toolkit.training import (
+    CheckpointConfig,
+    FitConfig,
+    FitOptions,
+    LogConfig,
+    SyncConfig,
+    TrainingError,
+    ValidationConfig,
+    fit,
+)
 
 
 @pytest.mark.parametrize("make, field, text", [
@@ -30,41 +38,64 @@ def test_groups_validate_themselves(make, field, text):
     assert info.value.field == field and text in str(info.value)
 
 
-def test_groups_reach_the_loop_config():
-    config = fit_config(epochs=2, steps_per_epoch=10, steps_per_execution=5, global_batch_size=64,
-                         checkpoint=CheckpointConfig(every=4, keep=7), logs=LogConfig(every=3, summary_every=9),
-                         validation=ValidationConfig(steps=2), sync=SyncConfig(replicas_to_aggregate=2))
+def test_groups_reach_the_engine_as_they_are():
+    checkpoint, logs = CheckpointConfig(every=4, keep=7), LogConfig(every=3, summary_every=9)
+    validation, sync = ValidationConfig(steps=2), SyncConfig(replicas_to_aggregate=2)
+    options = FitOptions(checkpoint=checkpoint, logs=logs, validation=validation, sync=sync, global_batch_size=64)
+    config = options.run_config(epochs=2, steps_per_epoch=10, steps_per_execution=5)
     assert config == FitConfig(epochs=2, steps_per_epoch=10, steps_per_execution=5, global_batch_size=64,
-                               checkpoint_every_steps=4, keep_checkpoints=7, log_every_steps=3,
-                               summary_every_steps=9, validation_steps=2, sync_replicas=True,
-                               replicas_to_aggregate=2)
-    plain = fit_config(epochs=1, steps_per_epoch=10, steps_per_execution=None, global_batch_size=None,
-                        checkpoint=CheckpointConfig(), logs=LogConfig(), validation=ValidationConfig(), sync=None)
-    assert plain == FitConfig(epochs=1, steps_per_epoch=10)  # the groups' defaults are the loop's
+                               checkpoint=checkpoint, logs=logs, validation=validation, sync=sync)
+    assert config.checkpoint is checkpoint and config.sync is sync  # read directly, never flattened
+    assert (config.checkpoint_interval, config.log_interval) == (4, 3)
+    plain = FitOptions().run_config(epochs=1, steps_per_epoch=10, steps_per_execution=None)
+    assert plain == FitConfig(epochs=1, steps_per_epoch=10) and plain.sync is None  # asynchronous by default
 
 
-def test_moved_keywords_name_their_new_home_before_anything_runs():
+def test_flat_keywords_of_the_old_signature_are_plain_type_errors():
     def never():
         raise AssertionError("fit must refuse its arguments before building anything")
 
-    with pytest.raises(TypeError) as info:
-        fit(never, never, loss="mse", steps_per_epoch=1, checkpoint_every_steps=10, sync_replicas=True)
-    message = str(info.value)
-    assert "checkpoint_every_steps= is now checkpoint=CheckpointConfig(every=...)" in message
-    assert "sync_replicas= is now sync=SyncConfig()" in message
-    assert "from toolkit.training import CheckpointConfig, SyncConfig" in message
-    with pytest.raises(TypeError, match=r"fit\(\) got unexpected keyword argument\(s\): epoch\."):
-        fit(never, never, loss="mse", steps_per_epoch=1, epoch=3)
+    for name in ("checkpoint_every_steps", "sync_replicas", "checkpoint", "export", "strategy_options"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
+            fit(never, never, loss="mse", steps_per_epoch=1, **{name: 10})
 
 
 def test_a_group_of_the_wrong_kind_is_refused():
     with pytest.raises(TrainingError) as info:
-        fit(lambda: None, lambda ctx: None, loss="mse", steps_per_epoch=1, checkpoint=LogConfig())
-    assert info.value.field == "checkpoint"
-    assert "`checkpoint` must be a toolkit.training.CheckpointConfig or None. Received: checkpoint=LogConfig(" in str(
-        info.value)
+        fit(lambda: None, lambda ctx: None, loss="mse", steps_per_epoch=1, options=FitOptions(checkpoint=LogConfig()))
+    assert info.value.field == "FitOptions.checkpoint"
+    assert ("`FitOptions.checkpoint` must be a toolkit.training.CheckpointConfig. Received: "
+            "FitOptions.checkpoint=LogConfig(") in str(info.value)
+    with pytest.raises(TrainingError) as info:
+        fit(lambda: None, lambda ctx: None, loss="mse", steps_per_epoch=1, options={"export": False})
+    assert info.value.field == "options" and "Pass e.g. options=FitOptions(" in str(info.value)
+
+
+@pytest.mark.parametrize("make, field, text", [
+    (lambda: FitOptions(strategy={"connect_timeout": 120}), "FitOptions.strategy",
+     "`FitOptions.strategy` must be a strategies.StrategyOptions or None. Received: strategy={'connect_timeout'"),
+    (lambda: FitOptions(serve={"chief_lost_after": 20}), "FitOptions.serve", "strategies.ServeOptions or None"),
+    (lambda: FitOptions(serve=ServeOptions(goodbye_timeout=5)), "FitOptions.serve.goodbye_timeout",
+     "`FitOptions.serve` sets goodbye_timeout=5.0, which fit does not pass to its servers. Set TFDIST_GOODBYE_TIMEOUT"),
+    (lambda: FitOptions(export="no"), "FitOptions.export", "`FitOptions.export` must be True or False"),
+    (lambda: FitOptions(sync=True), "FitOptions.sync", "Pass e.g. FitOptions(sync=SyncConfig())"),
+])
+def test_fit_options_are_typed(make, field, text):
+    with pytest.raises(TrainingError) as info:
+        make()
+    assert info.value.field == field and text in str(info.value)
+
+
+def test_typed_strategy_options_reach_make_strategy(tmp_path):
+    """An option the chosen strategy does not use is refused by make_strategy, so it got there, typed."""
+    from strategies import StrategyError, StrategyOptions
+
+    with pytest.raises(StrategyError) as info:
+        fit(lambda: None, lambda ctx: None, loss="mse", steps_per_epoch=1, strategy="default",
+            model_dir=str(tmp_path), options=FitOptions(strategy=StrategyOptions(communication="ring")))
+    assert info.value.field == "communication" and "default does not use it" in str(info.value)
 
 
 def test_the_groups_are_public_on_toolkit():
-    assert (toolkit.CheckpointConfig, toolkit.LogConfig, toolkit.SyncConfig, toolkit.ValidationConfig) == (
-        CheckpointConfig, LogConfig, SyncConfig, ValidationConfig)
+    assert (toolkit.CheckpointConfig, toolkit.LogConfig, toolkit.SyncConfig, toolkit.ValidationConfig,
+            toolkit.FitOptions) == (CheckpointConfig, LogConfig, SyncConfig, ValidationConfig, FitOptions)

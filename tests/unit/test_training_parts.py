@@ -8,7 +8,9 @@ import tensorflow as tf
 
 import models
 from toolkit.training import (
+    CheckpointConfig,
     FitConfig,
+    LogConfig,
     LoopEvent,
     TrainingError,
     TrainStep,
@@ -26,7 +28,6 @@ from toolkit.training.runners import Runner
         ({"epochs": 0}, "epochs", "`epochs` is 0; expected a positive integer. Pass e.g. epochs=5."),
         ({"steps_per_epoch": 2.5}, "steps_per_epoch", "`steps_per_epoch` is 2.5"),
         ({"steps_per_execution": True}, "steps_per_execution", "`steps_per_execution` is True"),
-        ({"checkpoint_every_steps": -3}, "checkpoint_every_steps", "a positive integer or None"),
         ({"global_batch_size": "64"}, "global_batch_size", "`global_batch_size` is '64'"),
     ],
 )
@@ -40,7 +41,8 @@ def test_config_errors_name_field_value_and_fix(kwargs, field, needle):
 def test_config_intervals():
     config = FitConfig(epochs=3, steps_per_epoch=40)
     assert (config.total_steps, config.checkpoint_interval, config.log_interval) == (120, 40, 4)
-    assert FitConfig(steps_per_epoch=40, checkpoint_every_steps=15).checkpoint_interval == 15
+    assert FitConfig(steps_per_epoch=40, checkpoint=CheckpointConfig(every=15)).checkpoint_interval == 15
+    assert FitConfig(steps_per_epoch=40, logs=LogConfig(every=7)).log_interval == 7
 
 
 def test_keras_loss_object_is_used_per_example():
@@ -146,7 +148,7 @@ class _CountingRunner(Runner):
 def test_loop_chunks_end_on_checkpoint_steps_and_epoch_ends_and_resume_mid_epoch():
     from toolkit.training.step import StatLayout
 
-    config = FitConfig(epochs=2, steps_per_epoch=10, steps_per_execution=4, checkpoint_every_steps=6)
+    config = FitConfig(epochs=2, steps_per_epoch=10, steps_per_execution=4, checkpoint=CheckpointConfig(every=6))
     runner, events = _CountingRunner(start=3), []
     record = run_loop(runner, config=config, layout=StatLayout(("m",)), start_step=3, hooks=[events.append])
     ends = [e.step for e in events if e.kind == "steps_end"]
@@ -159,7 +161,7 @@ def test_loop_chunks_end_on_checkpoint_steps_and_epoch_ends_and_resume_mid_epoch
 
 
 def test_loop_with_a_sync_interval_hands_over_whole_executions():
-    config = FitConfig(epochs=1, steps_per_epoch=50, steps_per_execution=5, log_every_steps=7)
+    config = FitConfig(epochs=1, steps_per_epoch=50, steps_per_execution=5, logs=LogConfig(every=7))
     runner = _CountingRunner(sync_every=7, width=2)
     from toolkit.training.step import StatLayout
 
@@ -172,8 +174,8 @@ def test_default_steps_per_execution_is_one_except_under_parameter_servers():
     from toolkit.training.config import PS_STEPS_PER_EXECUTION
     from toolkit.training.step import StatLayout
 
-    unset = FitConfig(epochs=2, steps_per_epoch=100, checkpoint_every_steps=25)
-    assert unset.steps_per_execution is None and unset.steps_per_call == 1
+    unset = FitConfig(epochs=2, steps_per_epoch=100, checkpoint=CheckpointConfig(every=25))
+    assert unset.steps_per_execution is None
     assert unset.resolved(parameter_server=False).steps_per_execution == 1
     ps = unset.resolved(parameter_server=True)
     assert ps.steps_per_execution == PS_STEPS_PER_EXECUTION == 32
@@ -192,7 +194,7 @@ def test_loop_follows_the_global_step_variable_not_its_own_count():
     """
     from toolkit.training.step import StatLayout
 
-    config = FitConfig(epochs=2, steps_per_epoch=10, steps_per_execution=4, checkpoint_every_steps=6)
+    config = FitConfig(epochs=2, steps_per_epoch=10, steps_per_execution=4, checkpoint=CheckpointConfig(every=6))
     runner, events = _CountingRunner(extra={1: 2, 3: -3}), []
     record = run_loop(runner, config=config, layout=StatLayout(("m",)), start_step=0, hooks=[events.append])
     ends = [e.step for e in events if e.kind == "steps_end"]

@@ -10,12 +10,9 @@ servers), so the numbers are exact and need no collective.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
-import tempfile
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
@@ -23,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_config.checks import check_int
-from toolkit.keras_dist._callbacks import Backup, split_callbacks
+from toolkit.keras_dist._callbacks import split_callbacks
 from toolkit.keras_dist._compile import CompileRecord
 from toolkit.keras_dist._inputs import (
     KerasData,
@@ -32,49 +29,25 @@ from toolkit.keras_dist._inputs import (
     training_input,
 )
 from toolkit.training import (
-    CallbackHook,
-    CheckpointHook,
+    CheckpointConfig,
     FitConfig,
-    Hook,
-    LogHook,
     LoopRecord,
-    ProgressHook,
     TrainingError,
     TrainState,
     TrainStep,
+    ValidationConfig,
     Validator,
     build_state,
-    make_runner,
-    run_loop,
-    strategy_kind,
+    engine,
 )
+from toolkit.training.engine import EngineRun, task_of
 from toolkit.training.step import Nest
 
-__all__ = ["distributed_fit", "distributed_evaluate", "distributed_predict", "Task", "task_of"]
+__all__ = ["distributed_fit", "distributed_evaluate", "distributed_predict"]
 
 logger = logging.getLogger(__name__)
 
 _states: weakref.WeakKeyDictionary[keras.Model, TrainState] = weakref.WeakKeyDictionary()
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """This process's part in the strategy's job."""
-
-    kind: str  # "parameter_server" or "sync"
-    is_chief: bool
-    workers: int  # input pipelines that split the data
-    name: str
-
-
-def task_of(strategy: tf.distribute.Strategy) -> Task:
-    from tf_config import TFConfig
-
-    cfg = TFConfig.from_env()
-    kind = strategy_kind(strategy)
-    workers = len(cfg.cluster.get("worker", ())) if kind == "parameter_server" else cfg.num_workers
-    name = "local" if cfg.is_local else f"{cfg.task_type}-{cfg.task_index}"
-    return Task(kind=kind, is_chief=cfg.is_chief or cfg.is_local, workers=max(workers, 1), name=name)
 
 
 def forget(model: keras.Model) -> None:
@@ -129,56 +102,6 @@ class KerasTrainStep(TrainStep):
         return self.optimizer.scale_loss(super().scaled_loss(per_example, regularization))
 
 
-def _restore(state: TrainState, backup: Backup) -> int | None:
-    path = tf.train.latest_checkpoint(backup.directory)
-    if path is None:
-        return None
-    status = state.checkpoint().restore(path)
-    try:
-        status.assert_existing_objects_matched()
-    except AssertionError as exc:
-        raise TrainingError(
-            f"BackupAndRestore's backup_dir holds backup {path}, which does not match this model and optimizer "
-            f"({str(exc).splitlines()[0]}). Use a new backup_dir.", field="callbacks") from exc
-    logger.info("restored the backup %s at global step %d", path, state.step)
-    return state.step
-
-
-def _validator(model: keras.Model, record: CompileRecord, validation_data: KerasData, *, batch_size: int | None,
-               steps: int | None, freq: int, first_epoch: int) -> Callable[[], Mapping[str, float]] | None:
-    if validation_data is None:
-        return None
-    check_int(freq, field="validation_freq", error=TrainingError)
-    validator = Validator(model, evaluation_input(validation_data, batch_size=batch_size, steps=steps),
-                          forward=record.forward(), metrics=record.metrics, steps=steps)
-    epochs = iter(range(first_epoch, 1 << 62))
-
-    def validate() -> Mapping[str, float]:
-        return validator() if (next(epochs) + 1) % freq == 0 else {}
-
-    return validate
-
-
-def _hooks(task: Task, state: TrainState, record: CompileRecord, *, callbacks: list[keras.callbacks.Callback],
-           backup: Backup | None, config: FitConfig, verbose: int) -> list[Hook]:
-    hooks: list[Hook] = []
-    if backup is not None:
-        # The other workers save where nobody reads: under the launcher's task directory when there is one,
-        # so a task killed mid-run leaves its scratch in the job's directory, not in /tmp.
-        directory = backup.directory if task.is_chief else tempfile.mkdtemp(
-            prefix=f"tfdist-{task.name}-", dir=os.environ.get("TFDIST_TASK_DIR") or None)
-        hooks.append(CheckpointHook(state.checkpoint(), directory, every=backup.every(config.steps_per_epoch), keep=1,
-                                    temporary=not task.is_chief))
-    if task.is_chief and verbose:
-        hooks.append(ProgressHook(epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
-                                  metric_names=list(record.metrics)))
-    if callbacks:
-        hooks.append(CallbackHook(callbacks, model=state.model, epochs=config.epochs,
-                                  steps_per_epoch=config.steps_per_epoch))
-    hooks.append(LogHook(task.name, epochs=config.epochs))
-    return hooks
-
-
 def _verbose(verbose: int | str) -> int:
     return 1 if verbose == "auto" else int(verbose)
 
@@ -208,30 +131,26 @@ def distributed_fit(model: keras.Model, record: CompileRecord, x: KerasData = No
         raise TrainingError(
             f"`validation_split` is {validation_split!r}, which Keras only supports for arrays in one process. "
             "Pass validation_data=(x_val, y_val) (or a dataset) instead.", field="validation_split")
+    check_int(validation_freq, field="validation_freq", error=TrainingError)
     data = training_input(x, y, sample_weight=sample_weight, class_weight=class_weight, batch_size=batch_size,
                           shuffle=shuffle, steps_per_epoch=steps_per_epoch, epochs=epochs,
                           initial_epoch=initial_epoch, kind=task.kind, workers=task.workers)
     run_callbacks, backup = split_callbacks(callbacks, is_chief=task.is_chief)
+    checkpoint = CheckpointConfig(every=backup.every(data.steps_per_epoch), keep=1) if backup else CheckpointConfig()
     config = FitConfig(epochs=epochs, steps_per_epoch=data.steps_per_epoch,
-                       steps_per_execution=record.steps_per_execution, validation_steps=validation_steps,
-                       checkpoint_every_steps=backup.every(data.steps_per_epoch) if backup else None)
+                       steps_per_execution=record.steps_per_execution, checkpoint=checkpoint,
+                       validation=ValidationConfig(steps=validation_steps))
     _build_on_first_batch(model, record, data.element_spec)
     state = _state(model, record)
-    restored = _restore(state, backup) if backup is not None else None
-    start = restored if restored is not None else initial_epoch * config.steps_per_epoch
-    if restored is None:
-        state.global_step.assign(start)
-    model.stop_training = False
-    step = KerasTrainStep(state, record.forward(), record.metrics)
-    sync_every = max(config.log_interval, 4 * task.workers * config.steps_per_call)
-    runner = make_runner(strategy, step, state.global_step, dataset_fn=data.source, skip_steps=restored or 0,
-                         num_workers=task.workers, sync_every=sync_every)
-    validate = _validator(model, record, validation_data, batch_size=validation_batch_size or batch_size,
-                          steps=validation_steps, freq=validation_freq, first_epoch=start // config.steps_per_epoch)
+    validation = None if validation_data is None else evaluation_input(
+        validation_data, batch_size=validation_batch_size or batch_size, steps=validation_steps)
     verbose = _verbose(verbose)
-    hooks = _hooks(task, state, record, callbacks=run_callbacks, backup=backup, config=config, verbose=verbose)
-    loop = run_loop(runner, config=config, layout=step.layout, start_step=start, hooks=hooks, validate=validate,
-                    stop_requested=lambda: bool(model.stop_training))
+    run = EngineRun(config=config, task=task, dataset_fn=data.source, forward=record.forward(),
+                    metrics=record.metrics, checkpoint_dir=backup.directory if backup else None,
+                    restore_field="BackupAndRestore.backup_dir", first_step=initial_epoch * config.steps_per_epoch,
+                    callbacks=run_callbacks, verbose=verbose, validation_data=validation,
+                    validation_freq=validation_freq)
+    loop = engine.train(run, state, KerasTrainStep(state, run.forward, run.metrics), strategy).record
     if backup is not None and backup.delete_checkpoint and task.is_chief and tf.io.gfile.exists(backup.directory):
         tf.io.gfile.rmtree(backup.directory)  # Keras deletes the backup after a run that ended normally
     return _history(model, loop, verbose=verbose, epochs=epochs, steps=config.steps_per_epoch)

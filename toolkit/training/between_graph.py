@@ -142,15 +142,12 @@ def _optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str:
     return kind
 
 
-def check_flag(value: object, steps_per_execution: int | None) -> bool:
-    """``fit``'s ``between_graph`` checked: a bool, and only with one step per execution."""
-    if not isinstance(value, bool):
-        raise TrainingError(f"`between_graph` must be True or False. Received: between_graph={value!r}.",
-                            field="between_graph")
+def check_flag(value: bool, steps_per_execution: int | None) -> bool:
+    """``FitOptions.between_graph`` (a bool, checked there) holds only with one step per execution."""
     if value and steps_per_execution not in (None, 1):
         raise TrainingError(
             f"between_graph=True runs one step per session.run on each worker, but steps_per_execution="
-            f"{steps_per_execution!r}. Drop steps_per_execution (or pass 1), or drop between_graph to run "
+            f"{steps_per_execution!r}. Drop steps_per_execution (or pass 1), or drop FitOptions.between_graph to run "
             "several steps per coordinator closure.", field="steps_per_execution")
     return value
 

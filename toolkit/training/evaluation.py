@@ -1,6 +1,6 @@
 """Evaluation: the chief's per-epoch validation and the sidecar evaluator task.
 
-Validation covers the whole validation set (or ``validation_steps`` batches)
+Validation covers the whole validation set (or ``ValidationConfig.steps`` batches)
 exactly once with the model's current variables, wherever those live:
 
 * Under parameter servers the workers evaluate (``WorkerValidator``): the
@@ -166,7 +166,7 @@ def evaluate_continuously(model_dir: str, evaluate: Callable[[str], _R], *, fina
 
     * Only the newest checkpoint is evaluated; ones written in between are skipped.
     * A checkpoint deleted between listing and reading it (the chief's
-      ``keep_checkpoints`` pruned it) is skipped with a warning, and the
+      ``CheckpointConfig.keep`` pruned it) is skipped with a warning, and the
       poller goes on with the next one: an error raised by ``evaluate`` or
       ``step_of`` while the checkpoint's files are gone is not fatal.
     * ``throttle_secs``: after an evaluation, newer checkpoints are skipped for

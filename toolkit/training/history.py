@@ -25,7 +25,7 @@ class History:
         exports: ``{"keras": path, "saved_model": path}`` on the chief.
         role: ``chief``, ``worker``, ``evaluator`` (what this task did).
         stopped_early: a callback ended training before the last epoch.
-        sync_stats: with ``sync_replicas``, on the chief: ``replicas_to_aggregate``,
+        sync_stats: with ``FitOptions.sync``, on the chief: ``replicas_to_aggregate``,
             ``contributions`` (worker steps scheduled by this call), ``updates``
             (global steps they made), ``stale`` (dropped) and ``pending``
             (accumulated, not yet applied); ``contributions ==

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from toolkit.training.config import FitConfig
+from toolkit.training.options import FitConfig
 from toolkit.training.runners import Runner
 from toolkit.training.step import StatLayout
 
@@ -99,8 +99,8 @@ def _chunk_end(step: int, epoch_end: int, config: FitConfig, runner: Runner) -> 
     """The next step at which the loop must wait: epoch end, checkpoint step, or sync point."""
     interval = config.checkpoint_interval
     next_checkpoint = (step // interval + 1) * interval
-    per_call = config.steps_per_call
-    sync = -(-(runner.sync_every or per_call) // per_call) * per_call  # whole executions only
+    per_execution = config.steps_per_execution or 1
+    sync = -(-(runner.sync_every or per_execution) // per_execution) * per_execution  # whole executions only
     return min(epoch_end, next_checkpoint, step + sync)
 
 
@@ -141,7 +141,7 @@ def run_loop(runner: Runner, *, config: FitConfig, layout: StatLayout, start_ste
             _emit(hooks, LoopEvent("steps_begin", step, epoch, step - epoch * config.steps_per_epoch))
             planned = step
             while planned < target:
-                count = min(config.steps_per_call, target - planned)
+                count = min(config.steps_per_execution or 1, target - planned)
                 runner.run(count)
                 planned += count
             chunk = runner.wait()

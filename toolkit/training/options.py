@@ -2,8 +2,9 @@
 
 The simple call stays simple (``fit(model_fn, dataset_fn, loss=..., epochs=...,
 steps_per_epoch=...)``); a caller who cares about checkpoints, logging,
-validation or synchronous updates passes one object for that concern, as Ray
-Train's ``ScalingConfig``/``CheckpointConfig``/``FailureConfig`` do:
+validation or synchronous updates passes one object for that concern inside
+``fit(options=FitOptions(...))``, as Ray Train's ``RunConfig`` carries its
+``CheckpointConfig``/``FailureConfig``:
 
     >>> CheckpointConfig(every=500, keep=5)
     CheckpointConfig(every=500, keep=5)
@@ -15,19 +16,23 @@ Train's ``ScalingConfig``/``CheckpointConfig``/``FailureConfig`` do:
     ...     print(exc.field)
     LogConfig.every
 
-``fit`` refuses the flat keywords these objects replaced with a ``TypeError``
-that names the new home (``MOVED``).
+``fit`` takes them in one ``FitOptions``; the engine reads them from ``FitConfig``
+as they are. Each value is checked once, where it is declared.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tf_config.checks import check_int, check_number
-from toolkit.training.config import FitConfig, TrainingError
+from toolkit.training.config import TrainingError, default_steps_per_execution
 
-__all__ = ["MOVED", "CheckpointConfig", "LogConfig", "SyncConfig", "ValidationConfig", "fit_config", "group",
-           "moved_keywords_error"]
+if TYPE_CHECKING:
+    from strategies import ServeOptions, StrategyOptions
+    from tf_config import TFConfig
+
+__all__ = ["CheckpointConfig", "FitConfig", "FitOptions", "LogConfig", "SyncConfig", "ValidationConfig", "group"]
 
 
 def _positive_int(owner: str, name: str, value: object, example: str, *, optional: bool = False) -> None:
@@ -110,57 +115,148 @@ class SyncConfig:
         _positive_int("SyncConfig", "replicas_to_aggregate", self.replicas_to_aggregate, "2", optional=True)
 
 
-#: the flat ``fit`` keywords the groups replaced -> how to say it now
-MOVED: dict[str, str] = {
-    "checkpoint_every_steps": "checkpoint=CheckpointConfig(every=...)",
-    "keep_checkpoints": "checkpoint=CheckpointConfig(keep=...)",
-    "log_every_steps": "logs=LogConfig(every=...)",
-    "summary_every_steps": "logs=LogConfig(summary_every=...)",
-    "validation_steps": "validation=ValidationConfig(steps=...)",
-    "evaluator_timeout": "validation=ValidationConfig(evaluator_timeout=...)",
-    "sync_replicas": "sync=SyncConfig()",
-    "replicas_to_aggregate": "sync=SyncConfig(replicas_to_aggregate=...)",
-}
-
-
-def moved_keywords_error(given: dict[str, object]) -> TypeError:
-    """The error for keywords ``fit`` does not take: the moved ones name their new home."""
-    moved = [f"{name}= is now {MOVED[name]}" for name in given if name in MOVED]
-    unknown = sorted(name for name in given if name not in MOVED)
-    parts = []
-    if moved:
-        parts.append("fit() groups its options: " + "; ".join(moved) + " (from toolkit.training import "
-                     + ", ".join(sorted({MOVED[n].split("=", 1)[1].split("(")[0] for n in given if n in MOVED}))
-                     + ").")
-    if unknown:
-        parts.append(f"fit() got unexpected keyword argument(s): {', '.join(unknown)}.")
-    return TypeError(" ".join(parts))
-
-
 _G = TypeVar("_G", CheckpointConfig, LogConfig, ValidationConfig, SyncConfig)
 
 
-def group(value: _G | None, kind: type[_G]) -> _G:
-    """``value``, or the group's defaults for None; anything else names the class to pass."""
-    if value is None:
-        return kind()
-    if not isinstance(value, kind):
-        name = {CheckpointConfig: "checkpoint", LogConfig: "logs", ValidationConfig: "validation",
-                SyncConfig: "sync"}[kind]
-        raise TrainingError(f"`{name}` must be a toolkit.training.{kind.__name__} or None. Received: "
-                            f"{name}={value!r}. Pass e.g. {name}={kind.__name__}().", field=name)
-    return value
+def group(value: object, kind: type[_G], name: str, *, optional: bool = False) -> _G | None:
+    """``value`` if it is a ``kind`` (or None when ``optional``); anything else names the class to pass."""
+    if (value is None and optional) or isinstance(value, kind):
+        return value
+    owner, _, attribute = name.rpartition(".")
+    example = f"{owner}({attribute}={kind.__name__}())" if owner else f"{name}={kind.__name__}()"
+    raise TrainingError(f"`{name}` must be a toolkit.training.{kind.__name__}{' or None' if optional else ''}. "
+                        f"Received: {name}={value!r}. Pass e.g. {example}.", field=name)
 
 
-def fit_config(*, epochs: int, steps_per_epoch: int, steps_per_execution: int | None, global_batch_size: int | None,
-                checkpoint: CheckpointConfig, logs: LogConfig, validation: ValidationConfig,
-                sync: SyncConfig | None) -> FitConfig:
-    """The loop's ``FitConfig`` from ``fit``'s arguments and groups."""
-    if sync is not None:
-        group(sync, SyncConfig)
-    return FitConfig(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
-                     checkpoint_every_steps=checkpoint.every, keep_checkpoints=checkpoint.keep,
-                     log_every_steps=logs.every, summary_every_steps=logs.summary_every,
-                     validation_steps=validation.steps, global_batch_size=global_batch_size,
-                     sync_replicas=sync is not None, replicas_to_aggregate=None if sync is None else
-                     sync.replicas_to_aggregate)
+def _positive(field: str, value: object, example: str, *, optional: bool = False) -> None:
+    check_int(value, field=field, example=example, optional=optional, error=TrainingError)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    """The run the engine trains: its schedule and the option groups, each read as it is (never flattened).
+
+    ``fit`` and Keras' ``model.fit`` (``enable_distributed_keras``) both describe their run with one.
+
+    Attributes:
+        epochs: number of epochs; an epoch is ``steps_per_epoch`` optimizer steps.
+        steps_per_epoch: optimizer steps (global batches) per epoch.
+        steps_per_execution: steps run per ``tf.function`` call (or per closure
+            scheduled on a parameter-server worker). Larger values amortise the
+            Python and RPC overhead, the main lever for small models. None lets
+            the engine choose with ``default_steps_per_execution``: 1 where every
+            step is visible to callbacks, more under parameter servers, whose
+            coordinator only sees chunks of steps anyway.
+        global_batch_size: examples per step over all replicas, used to average
+            the loss (None: inferred from the batch each replica receives).
+        checkpoint, logs, validation: the groups above.
+        sync: a ``SyncConfig`` for synchronous parameter-server updates (None: asynchronous).
+    """
+
+    epochs: int = 1
+    steps_per_epoch: int = 100
+    steps_per_execution: int | None = None
+    global_batch_size: int | None = None
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logs: LogConfig = LogConfig()
+    validation: ValidationConfig = ValidationConfig()
+    sync: SyncConfig | None = None
+
+    def __post_init__(self) -> None:
+        _positive("epochs", self.epochs, "5")
+        _positive("steps_per_epoch", self.steps_per_epoch, "len(train) // global_batch_size")
+        _positive("steps_per_execution", self.steps_per_execution, "10", optional=True)
+        _positive("global_batch_size", self.global_batch_size, "64", optional=True)
+
+    def resolved(self, *, parameter_server: bool) -> FitConfig:
+        """This config with ``steps_per_execution`` chosen if it was left None."""
+        if self.steps_per_execution is not None:
+            return self
+        chosen = default_steps_per_execution(parameter_server=parameter_server)
+        return dataclasses.replace(self, steps_per_execution=chosen)
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+    @property
+    def checkpoint_interval(self) -> int:
+        return self.checkpoint.every or self.steps_per_epoch
+
+    @property
+    def log_interval(self) -> int:
+        return self.logs.every or max(1, self.steps_per_epoch // 10)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitOptions:
+    """``fit``'s knobs beyond what to train and for how long, one name each.
+
+    Attributes:
+        checkpoint: a ``CheckpointConfig`` (default: each epoch's end, keep 3).
+        logs: a ``LogConfig`` (progress-log and TensorBoard intervals).
+        validation: a ``ValidationConfig`` (validation batches, the evaluator's patience).
+        sync: a ``SyncConfig`` turns on synchronous parameter-server updates; None (the default) is asynchronous.
+        global_batch_size: see ``FitConfig``.
+        forward: ``(model, features, labels, training) -> (per_example_loss,
+            predictions)``, replacing ``loss`` for custom objectives.
+        train_step: the per-replica step, the engine's seam: a ``TrainStep``
+            subclass or a callable ``(state, forward, metrics, *,
+            global_batch_size, sync) -> TrainStep``, called under the
+            strategy's scope. None: ``TrainStep``, or
+            ``toolkit.layers.ShardedTrainStep`` when the model has a ``ShardedEmbedding``.
+        between_graph: under parameter servers, each worker runs its own
+            graph-mode step loop on the ps variables (TF1's between-graph
+            replication) instead of the chief scheduling closures; Adam and SGD
+            only, one step per execution (``toolkit.training.between_graph``).
+        export: write ``model.keras`` and a SavedModel to ``model_dir/export``.
+        strategy: a ``strategies.StrategyOptions`` for ``make_strategy`` (None: its defaults).
+        serve: a ``strategies.ServeOptions``: the ``chief_start_timeout`` and
+            ``chief_lost_after`` of parameter-server ps/worker tasks (None: the
+            environment's, else the defaults).
+        tf_config: this task's ``TFConfig`` (None reads TF_CONFIG).
+    """
+
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    logs: LogConfig = LogConfig()
+    validation: ValidationConfig = ValidationConfig()
+    sync: SyncConfig | None = None
+    global_batch_size: int | None = None
+    forward: Callable[..., Any] | None = None
+    train_step: Callable[..., Any] | None = None
+    between_graph: bool = False
+    export: bool = True
+    strategy: StrategyOptions | None = None
+    serve: ServeOptions | None = None
+    tf_config: TFConfig | None = None
+
+    def __post_init__(self) -> None:
+        from strategies import ServeOptions, StrategyOptions
+        from tf_config import TFConfig
+
+        group(self.checkpoint, CheckpointConfig, "FitOptions.checkpoint")
+        group(self.logs, LogConfig, "FitOptions.logs")
+        group(self.validation, ValidationConfig, "FitOptions.validation")
+        group(self.sync, SyncConfig, "FitOptions.sync", optional=True)
+        for name, kind in (("strategy", StrategyOptions), ("serve", ServeOptions), ("tf_config", TFConfig)):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise TrainingError(f"`FitOptions.{name}` must be a {kind.__module__.split('.')[0]}.{kind.__name__} "
+                                    f"or None. Received: {name}={value!r}. Pass e.g. {name}={kind.__name__}(...).",
+                                    field=f"FitOptions.{name}")
+        unused = [f for f in dataclasses.fields(ServeOptions) if self.serve is not None and f.name not in
+                  ("chief_start_timeout", "chief_lost_after") and getattr(self.serve, f.name) != f.default]
+        if unused:  # the servers fit starts take two timeouts; the others are the environment's (TFDIST_<NAME>)
+            raise TrainingError(f"`FitOptions.serve` sets {unused[0].name}={getattr(self.serve, unused[0].name)!r}, "
+                                "which fit does not pass to its servers. Set TFDIST_" + unused[0].name.upper() +
+                                " in every task's environment instead.", field=f"FitOptions.serve.{unused[0].name}")
+        for name in ("between_graph", "export"):
+            if not isinstance(getattr(self, name), bool):
+                raise TrainingError(f"`FitOptions.{name}` must be True or False. Received: "
+                                    f"{name}={getattr(self, name)!r}.", field=f"FitOptions.{name}")
+
+    def run_config(self, *, epochs: int, steps_per_epoch: int, steps_per_execution: int | None) -> FitConfig:
+        """The engine's ``FitConfig`` for this run: the groups go in as they are."""
+        return FitConfig(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
+                         global_batch_size=self.global_batch_size, checkpoint=self.checkpoint, logs=self.logs,
+                         validation=self.validation, sync=self.sync)

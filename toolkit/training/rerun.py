@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 
 import tensorflow as tf
 
-from toolkit.training.config import FitConfig
 from toolkit.training.loop import LoopRecord
+from toolkit.training.options import FitConfig
 
 __all__ = ["FINAL_METRICS_FILE", "remember_or_recall"]
 

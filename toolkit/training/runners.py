@@ -11,7 +11,7 @@ They differ in who runs it:
   the function as a closure on whichever worker is free, over a per-worker
   iterator, and collects the stats from the closures' return values at
   ``wait()`` (which joins). Several steps per closure amortise the RPCs.
-* ``SyncParameterServerRunner`` (parameter_server with ``sync_replicas``):
+* ``SyncParameterServerRunner`` (parameter_server with ``FitOptions.sync``):
   the same, but each step is one contribution to a ``SyncReplicas``
   aggregator, which advances the global step itself once per
   ``replicas_to_aggregate`` fresh contributions; the runner tops up the
@@ -306,7 +306,7 @@ class SyncParameterServerRunner(ParameterServerRunner):
                  sync_every: int | None = None) -> None:
         if step.sync is None:
             raise TrainingError("SyncParameterServerRunner needs a TrainStep built with sync=SyncReplicas(...); "
-                                "pass sync_replicas=True to fit.", field="sync_replicas")
+                                "pass fit(options=FitOptions(sync=SyncConfig())).", field="sync")
         self.sync = step.sync
         self.aggregate = self.sync.replicas_to_aggregate
         # A global step consumed about N batches (stale contributions make it an estimate).

@@ -81,15 +81,18 @@ def main(argv: list[str]) -> int:
     import keras
 
     import models
+    from strategies import StrategyOptions
     from toolkit import CheckpointConfig, LogConfig, data, fit
+    from toolkit.training import FitOptions
 
     train = data.load("digits")
     history = fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(64, seed=1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
                   optimizer=lambda: keras.optimizers.Adam(3e-3), epochs=args.epochs,
-                  steps_per_epoch=args.steps_per_epoch, steps_per_execution=1, logs=LogConfig(every=5),
-                  checkpoint=CheckpointConfig(keep=10), model_dir=args.model_dir, export=False, verbose=0,
-                  callbacks=[_preempter(targets, args.steps_per_epoch)], strategy_options={"connect_timeout": 120})
+                  steps_per_epoch=args.steps_per_epoch, steps_per_execution=1, model_dir=args.model_dir, verbose=0,
+                  callbacks=[_preempter(targets, args.steps_per_epoch)],
+                  options=FitOptions(logs=LogConfig(every=5), checkpoint=CheckpointConfig(keep=10), export=False,
+                                     strategy=StrategyOptions(connect_timeout=120)))
     if history.role == "chief":
         (Path(args.model_dir).parent / "result.json").write_text(json.dumps({"global_step": history.global_step}))
     return 0

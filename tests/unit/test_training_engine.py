@@ -1,0 +1,87 @@
+"""The engine's set-up exists once: ``toolkit.fit`` and Keras' ``model.fit`` write the same run.
+
+Both front doors hand an ``EngineRun`` to ``toolkit.training.engine.train``; the same model, data,
+optimizer and schedule must give the same checkpoint (step, variable names and values) and the same
+TensorBoard summaries (tags and values), in one process under a one-worker MultiWorkerMirroredStrategy
+(the path a multi-worker job takes).
+"""
+from __future__ import annotations
+
+import glob
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import toolkit
+from toolkit.training import CheckpointConfig, FitOptions
+
+STEPS, EPOCHS = 4, 2
+_RNG = np.random.RandomState(1)
+_X = _RNG.normal(size=(64, 6)).astype("float32")
+_Y = (_X @ _RNG.normal(size=(6, 1))).astype("float32")
+
+
+def _model():
+    keras.utils.set_random_seed(5)
+    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
+
+
+def _dataset_fn(context=None):
+    return tf.data.Dataset.from_tensor_slices((_X, _Y)).repeat().batch(16)
+
+
+def _checkpoint(directory):
+    path = tf.train.latest_checkpoint(str(directory))
+    assert path is not None, f"no checkpoint in {directory}"
+    reader = tf.train.load_checkpoint(path)
+    names = {name for name in reader.get_variable_to_shape_map()
+             if "save_counter" not in name and name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+    return {name: reader.get_tensor(name) for name in names}
+
+
+def _summaries(logdir):
+    values: dict[str, list[float]] = {}
+    for path in sorted(glob.glob(f"{logdir}/**/events.out.tfevents.*", recursive=True)):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag.startswith("epoch_"):
+                    values.setdefault(value.tag, []).append(float(tf.make_ndarray(value.tensor)))
+    return values
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def test_fit_and_model_fit_write_the_same_checkpoints_and_summaries(strategy, tmp_path):
+    fitted = toolkit.fit(_model, _dataset_fn, loss="mse", optimizer=lambda: keras.optimizers.SGD(0.05),
+                         epochs=EPOCHS, steps_per_epoch=STEPS, steps_per_execution=2, strategy=strategy,
+                         model_dir=str(tmp_path / "fit"), verbose=0,
+                         callbacks=[keras.callbacks.TensorBoard(str(tmp_path / "fit-tb"))],
+                         options=FitOptions(checkpoint=CheckpointConfig(keep=1), export=False))
+    toolkit.enable_distributed_keras()
+    try:
+        with strategy.scope():
+            model = _model()
+            model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=2)
+        history = model.fit(_dataset_fn, epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0, callbacks=[
+            keras.callbacks.BackupAndRestore(str(tmp_path / "keras"), delete_checkpoint=False),
+            keras.callbacks.TensorBoard(str(tmp_path / "keras-tb"))])
+    finally:
+        toolkit.disable_distributed_keras()
+
+    assert fitted.global_step == EPOCHS * STEPS and history.epoch == list(range(EPOCHS))
+    np.testing.assert_allclose(history.history["loss"], fitted.history["loss"], rtol=1e-5)
+    by_fit, by_keras = _checkpoint(tmp_path / "fit"), _checkpoint(tmp_path / "keras")
+    assert sorted(by_fit) == sorted(by_keras) and len(by_fit) > 4
+    step = next(name for name in by_fit if name.startswith("global_step"))
+    assert int(by_fit[step]) == int(by_keras[step]) == EPOCHS * STEPS
+    for name in by_fit:
+        np.testing.assert_allclose(by_keras[name], by_fit[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    fit_summaries, keras_summaries = _summaries(tmp_path / "fit-tb"), _summaries(tmp_path / "keras-tb")
+    assert "epoch_loss" in fit_summaries and sorted(fit_summaries) == sorted(keras_summaries)
+    for tag, values in fit_summaries.items():
+        np.testing.assert_allclose(keras_summaries[tag], values, rtol=1e-5, err_msg=tag)
