@@ -104,13 +104,14 @@ def test_canned_estimators_train_with_keras_optimizers_of_any_class(config):
             Counting.calls += 1
             return super().get_updates(loss, params)
 
-    for i, optimizer in enumerate([keras.optimizers.Nadam(0.05), tf_keras.optimizers.legacy.Adamax(0.1),
-                                   Counting(0.1)]):
+    counting = Counting(0.1)
+    for i, optimizer in enumerate([keras.optimizers.Nadam(0.05), tf_keras.optimizers.legacy.Adamax(0.1), counting]):
         est = DNNRegressor([4], [X], optimizer=optimizer, config=config.replace(model_dir=f"{config.model_dir}{i}"))
         est.train(_line, steps=5)
         est.train(_line, steps=5)   # a second graph: the optimizer is rebuilt from its config
         assert est.get_variable_value("global_step") == 10
     assert Counting.calls == 2
+    assert counting.iterations.name == "global_step:0"   # as in TF: the caller's optimizer counts the global step
     with pytest.raises(CannedError, match="is the Keras optimizer Lion, which has no TF1 graph counterpart"):
         DNNRegressor([4], [X], optimizer=keras.optimizers.Lion())
 

@@ -108,7 +108,11 @@ class KerasUpdates:
 
     def minimize(self, loss: Any, global_step: Any = None, var_list: Any = None) -> Any:
         if global_step is not None:
-            self.optimizer.iterations = global_step
+            try:
+                self.optimizer.iterations = global_step
+            except RuntimeError:  # its iterations already exist (made before, or in another graph): a copy
+                self.optimizer = _fresh(self.optimizer)
+                self.optimizer.iterations = global_step
         variables = list(var_list) if var_list else tf.compat.v1.trainable_variables()
         return self.optimizer.get_updates(loss, variables)[0]
 
@@ -134,7 +138,7 @@ def _legacy_twin(optimizer: Any) -> Callable[[], Any] | None:
 
 
 def _fresh(optimizer: Any) -> Any:
-    """A new optimizer with the same settings, for one more graph (Keras 2 keeps its variables' graph).
+    """A new optimizer with the same settings, for one more graph (Keras 2 ties its variables to one graph).
 
     Each Estimator call builds a new graph; the optimizer's slots come back from
     the checkpoint by name. A class whose constructor cannot take its own
@@ -153,7 +157,14 @@ def graph_keras_optimizer(optimizer: Any) -> Callable[[], KerasUpdates] | None:
     (weight decay, EMA, a schedule object) Keras 2's class cannot take.
     """
     if callable(getattr(optimizer, "get_updates", None)):
-        return lambda: KerasUpdates(_fresh(optimizer))
+        built = [0]
+
+        def build() -> KerasUpdates:
+            """The caller's own optimizer in the first graph (TF's: its iterations become the global step)."""
+            built[0] += 1
+            return KerasUpdates(optimizer if built[0] == 1 else _fresh(optimizer))
+
+        return build
     twin = _legacy_twin(optimizer)
     if twin is None:
         return None
