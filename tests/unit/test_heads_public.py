@@ -177,3 +177,8 @@ def test_multi_head_sums_named_losses_and_merges_exports():
         MultiHead([BinaryClassHead()])
     with pytest.raises(ValueError, match=r"labels has missing values for head\(s\): \['b'\]"):
         head.loss({"a": np.array([[2]])}, logits)
+
+
+def test_binary_head_in_a_graph_refuses_labels_for_another_batch_at_once():
+    with tf.Graph().as_default(), pytest.raises(HeadError, match="logits and labels must have the same shape"):
+        BinaryClassHead().loss(np.zeros((3, 1)), np.zeros((2, 1), np.float32))

@@ -175,6 +175,9 @@ class BinaryClassHead(_ClassificationHead):
         return _checks.check_label_range(labels, 2)
 
     def _unweighted_loss(self, logits: tf.Tensor, label_ids: tf.Tensor, features: Any) -> tf.Tensor:
+        if logits.shape.is_fully_defined() and label_ids.shape.is_fully_defined() and logits.shape != label_ids.shape:
+            raise HeadError(f"logits and labels must have the same shape: logits {tuple(logits.shape)}, labels "
+                            f"{tuple(label_ids.shape)}. Return one label per row of logits.", field="labels")
         return v1.nn.sigmoid_cross_entropy_with_logits(labels=label_ids, logits=logits)
 
     def predictions(self, logits: Any, keys: Sequence[str] | None = None) -> dict[str, tf.Tensor]:
