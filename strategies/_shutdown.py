@@ -27,6 +27,7 @@ import atexit
 import contextlib
 import dataclasses
 import logging
+import signal
 import sys
 import threading
 import time
@@ -203,7 +204,9 @@ def end_job(ending: Ending, exit_code: object = 0, *, options: ServeOptions | No
     _once.add(key)
     code = exit_code_of(exit_code)
     options = ServeOptions.from_env() if options is None else options
-    if code == 0 and ending.strategy is not None:
+    # A preempted chief (128 + SIGTERM, the launcher's EXIT_PREEMPTED) also ends with a worker recovery
+    # possibly in flight: stopping the coordinator first keeps its exit from aborting.
+    if code in (0, 128 + signal.SIGTERM) and ending.strategy is not None:
         _stop_coordinator(ending.strategy, options.goodbye_timeout)
     if code == 0 and ending.trainers:
         chief = chief_of(ending.cluster)
