@@ -18,7 +18,7 @@ Three measurements, each printed against its target with met / not met:
    this is the end of the first chunk it waits for, 8 steps in the demo: a little after the
    first step). Target: launch to first step <= 1.3x the reference of (1). The chief's own
    marks (interpreter up, TensorFlow and Keras imported, strategy connected, first step) show
-   where the time goes. ``--between-graph`` runs the demo with ``fit(between_graph=True)``: the
+   where the time goes. ``--between-graph`` runs the demo with ``fit(options=FitOptions(between_graph=True))``: the
    workers build and run the steps, the chief traces none.
 
 Not a test: on a shared machine the timings are noisy, so the load average is printed with
@@ -228,8 +228,8 @@ def main() -> None:
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--skip-startup", action="store_true")
     parser.add_argument("--between-graph", action="store_true",
-                        help="also the start-up of fit(between_graph=True), interleaved with the coordinator's: "
-                             "the workers build and run the steps, the chief traces none")
+                        help="also the start-up of fit(options=FitOptions(between_graph=True)), interleaved "
+                             "with the coordinator's: the workers build and run the steps, the chief traces none")
     parser.add_argument("--no-preload", action="store_true",
                         help="also the memory of `tfdist demo --no-preload` (a fresh interpreter per task)")
     parser.add_argument("--preload", action="store_true",

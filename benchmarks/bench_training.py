@@ -10,7 +10,7 @@ batch 64, synthetic data), measured on this machine in one run:
   parameter_server also 32, ``default``: left unset, as a user would, and
   ``spe1/unpacked``, ``spe32/unpacked``: a ``TrainStep`` with
   ``pack_transfers = False``, one transfer per variable instead of one per ps,
-  and ``spe1/between_graph``: ``fit(between_graph=True)``, each worker its own
+  and ``spe1/between_graph``: ``fit(options=FitOptions(between_graph=True))``, each worker its own
   graph-mode loop, one ``session.run`` per step);
 * ``tutorial_ps``: the TensorFlow tutorial's parameter-server loop, one step per
   ``ClusterCoordinator.schedule``;

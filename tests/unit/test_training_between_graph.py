@@ -1,4 +1,4 @@
-"""``fit(between_graph=True)``'s parts that run in one process.
+"""``fit(options=FitOptions(between_graph=True))``'s parts that run in one process.
 
 The fused updates must be Keras' own updates (the workers apply them to the
 variables a Keras optimizer checkpoints); the chief's variables must be named

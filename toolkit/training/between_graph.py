@@ -1,4 +1,4 @@
-"""Between-graph steps under parameter servers, ``fit(..., between_graph=True)``: the chief's side.
+"""Between-graph steps under parameter servers, ``fit(..., options=FitOptions(between_graph=True))``: the chief's side.
 
 Under ``ClusterCoordinator`` every step is a closure the chief sends to a
 worker, which runs it as a multi-device function and answers: at one step per
@@ -286,9 +286,9 @@ class BetweenGraphRunner(Runner):
         if int(self._ready.numpy()) == 0:
             raise TrainingError(
                 f"between_graph=True, but after {_STALL_SECS:.0f} s no worker has started its own step loop, so no "
-                "step can run. Every worker must call fit(..., between_graph=True) itself: a script that serves "
-                "its workers with run_role() (or strategies.serve) before fit leaves them only serving. Call fit "
-                "in every task, or drop between_graph.", field="between_graph")
+                "step can run. Every worker must call fit(..., options=FitOptions(between_graph=True)) itself: a "
+                "script that serves its workers with run_role() (or strategies.serve) before fit leaves them only "
+                "serving. Call fit in every task, or drop FitOptions.between_graph.", field="between_graph")
 
     def close(self) -> None:
         """Ends every worker's loop (one stop token each)."""

@@ -1,4 +1,4 @@
-"""Between-graph steps under parameter servers, ``fit(..., between_graph=True)``: the worker's side.
+"""Between-graph steps under parameter servers, ``fit(..., options=FitOptions(between_graph=True))``: the worker's side.
 
 Beside its server, a worker waits for the chief's manifest (``toolkit.training.between_graph``),
 builds ``model_fn()`` in a ``tf.Graph`` with its variables pointed at the chief's named ones,
