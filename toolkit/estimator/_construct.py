@@ -8,6 +8,7 @@ model_dir when none was given.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -44,12 +45,19 @@ def model_fn_args(fn: Callable[..., Any]) -> tuple[str, ...]:
     if not inspect.isfunction(fn) and not inspect.ismethod(fn) and callable(fn) \
             and not hasattr(fn, "func"):
         target = type(fn).__call__.__get__(fn)
+    bound: set[str] = set()
+    if isinstance(fn, functools.partial):  # TF left out what the partial already binds
+        target, bound = fn.func, set(fn.keywords)
+        skip = len(fn.args)
+    else:
+        skip = 0
     try:
         params = inspect.signature(target).parameters
     except (TypeError, ValueError):
         return ()
-    return tuple(name for name, p in params.items()
-                 if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD))
+    names = [name for name, p in params.items()
+             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    return tuple(name for name in names[skip:] if name not in bound)
 
 
 def verify_model_fn_args(model_fn: Any, params: Any) -> None:

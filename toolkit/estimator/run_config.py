@@ -197,10 +197,14 @@ class RunConfig:
             self._set("session_config", default_session_config(self.task_type, self.task_id))
         for name in ("train_distribute", "eval_distribute"):
             if getattr(self, name) is not None:
-                raise RunConfigError(f"RunConfig `{name}` is {getattr(self, name)!r}; this Estimator "
-                                     "distributes between-graph, as TF1 did: start the same script in every "
-                                     "task with its TF_CONFIG and leave it None. Keras 3 models with "
-                                     "tf.distribute strategies train with toolkit.fit.", field=name)
+                value = getattr(self, name)
+                pss = type(value).__name__.startswith("ParameterServerStrategy")
+                tf_phrase = ("(TF refused TF 2's ParameterServerStrategy here too: Please use "
+                             "`tf.compat.v1.distribute.experimental.ParameterServerStrategy` instead.) ") if pss else ""
+                raise RunConfigError(f"RunConfig `{name}` is {value!r}; this Estimator distributes between-graph, "
+                                     f"as TF1 did: start the same script in every task with its TF_CONFIG and "
+                                     f"leave it None. {tf_phrase}Keras 3 models with tf.distribute strategies "
+                                     "train with toolkit.fit.", field=name)
         for name in ("chief_start_timeout", "chief_lost_after"):
             check_number(getattr(self, name), field=name, optional=True, error=RunConfigError, owner="RunConfig",
                          unit="seconds", example=60)
@@ -321,7 +325,11 @@ class RunConfig:
         elif secs_given and not steps_given and changes["save_checkpoints_secs"] is not None:
             changes["save_checkpoints_steps"] = None
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return type(self)(**{**values, **changes})
+        copied = type(self)(**{**values, **changes})
+        for key, value in self.__dict__.items():  # attributes the user set, as TF's copy kept them
+            if not key.startswith("_") and key not in values:
+                object.__setattr__(copied, key, value)
+        return copied
 
     @property
     def checkpoint_every(self) -> dict[str, int | None]:
