@@ -3,16 +3,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from _slurm_cluster import SlurmCluster, unavailable_reason
 
 from toolkit.cli import main
+from toolkit.jobs._run_parts import restart_counts
 
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("slurm-one")]
 
+_SCRIPT = Path(__file__).resolve().parent / "_scripts" / "preempt_fit.py"
 _SHOW = "import json, os; print(json.dumps(json.loads(os.environ['TF_CONFIG'])))"
 
 
@@ -50,3 +54,38 @@ def test_launch_and_run_on_one_node(slurm1, tmp_path, capsys):
     assert srun.returncode == 0, srun.stderr
     tasks = sorted((d["task"]["type"], d["task"]["index"]) for d in map(json.loads, srun.stdout.splitlines()))
     assert tasks == [("worker", 0), ("worker", 1)]
+
+
+def test_a_signalled_job_checkpoints_exits_143_and_is_submitted_again_on_the_preemption_budget(slurm1, tmp_path,
+                                                                                                 monkeypatch):
+    """Slurm's signal (scancel --signal=TERM, as --signal=TERM@N sends it before the time limit) reaches the task as
+    a preemption: it checkpoints at the step reached and exits 143; the launcher submits the job again (a
+    preemption, not a failure: max_restarts=0), which restores that step and trains to the exact end."""
+    import threading
+
+    from _polling import wait_until
+
+    from toolkit.launcher import LaunchSpec
+    from toolkit.launcher.slurm import SlurmOptions, launch_slurm
+
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    model_dir, job_dir, job_ids = tmp_path / "model", tmp_path / "job", []
+    spec = LaunchSpec(cmd=(sys.executable, str(_SCRIPT), "--model-dir", str(model_dir), "--epochs", "8"), chief=0,
+                      workers=1, max_restarts=0, restartable=True, max_preemptions=1, timeout=240)
+
+    def preempt() -> None:
+        wait_until(lambda: any(model_dir.glob("ckpt-*.index")), timeout=120, what="the first checkpoint")
+        subprocess.run(["scancel", "--signal=TERM", job_ids[0]], check=True, timeout=30)
+
+    signaller = threading.Thread(target=preempt, daemon=True)
+    result = launch_slurm(spec, job_dir=job_dir, options=SlurmOptions(nodes=1),
+                          on_submit=lambda job_id: (job_ids.append(job_id), len(job_ids) == 1 and signaller.start()))
+    log = (job_dir / "logs" / "worker-0.log").read_text()
+    assert result.ok, (result.message, log[-3000:])
+    assert (result.preemptions, result.failures, result.cluster_restarts) == (1, 0, 1), result
+    assert len(set(job_ids)) == 2  # a second sbatch, not a task restart inside the first
+    at = [int(s) for s in re.findall(r"preempted \([^)]*\): checkpoint at step (\d+) written", log)]
+    assert len(at) == 1 and 50 <= at[0] < 400, log[-3000:]
+    assert f"at global step {at[0]}" in log, log[-3000:]  # the second job restored the preempted step
+    assert json.loads((tmp_path / "result.json").read_text()) == {"global_step": 400}
+    assert restart_counts(result) == {"preemptions": 1, "failures": 0, "preemptedTasks": {"worker-0": 1}}

@@ -1,6 +1,8 @@
 """The Slurm backend's parts that need no cluster: options, the resource table, shared storage, refusals."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from toolkit.jobs import JobSpec, JobSpecError
@@ -15,8 +17,10 @@ def test_options_validate_and_become_sbatch_flags():
     options = SlurmOptions(partition="gpu", time_limit="1:00:00", nodes=3, cpus_per_task=4, mem_per_cpu_mib=3840,
                            gpus_per_node=2, sbatch_args=("--requeue",))
     assert options.sbatch_flags(timeout=None) == ["--cpus-per-task=4", "--partition=gpu", "--time=1:00:00",
-                                                  "--nodes=3", "--mem-per-cpu=3840", "--gres=gpu:2", "--requeue"]
-    assert SlurmOptions().sbatch_flags(timeout=90) == ["--cpus-per-task=1", "--time=3"]  # rounded up, plus a minute
+                                                  "--nodes=3", "--mem-per-cpu=3840", "--gres=gpu:2",
+                                                  "--signal=TERM@30", "--requeue"]
+    assert SlurmOptions().sbatch_flags(timeout=90) == ["--cpus-per-task=1", "--time=3",  # rounded up, plus a minute
+                                                       "--signal=TERM@30", "--no-requeue"]
     assert SlurmOptions.from_dict(options.to_dict()) == options
     with pytest.raises(LaunchError, match=r"`partition` is 'a b'; expected a Slurm partition name") as err:
         SlurmOptions(partition="a b")
@@ -77,3 +81,23 @@ def test_submit_refuses_when_sbatch_is_not_on_path(tmp_path, monkeypatch):
     with pytest.raises(JobSpecError, match=r"sbatch and srun and squeue and scontrol and scancel are not on PATH"):
         backend.submit(spec)
     assert not (tmp_path / "home" / "jobs" / "j").exists()
+
+
+def test_the_preemption_policy_becomes_sbatch_flags_and_the_tasks_grace():
+    """Slurm signals the tasks (not the batch shell) the grace plus a margin before the limit, and never requeues:
+    the launcher resubmits a preempted job itself, on the max_preemptions budget."""
+    assert SlurmOptions(time_limit="30").preemption_flags() == ["--signal=TERM@30", "--no-requeue"]
+    assert SlurmOptions(preemption_grace=55).preemption_flags() == ["--signal=TERM@60", "--no-requeue"]
+    assert SlurmOptions(preemption_grace=0).preemption_flags() == ["--no-requeue"]
+    own = SlurmOptions(sbatch_args=("--signal=USR1@90", "--requeue"))
+    assert own.preemption_flags() == []
+    assert own.sbatch_flags(timeout=None)[-2:] == ["--signal=USR1@90", "--requeue"]
+    assert SlurmOptions.from_dict({"partition": None}).preemption_grace == 25  # a plan stored before the field
+    for bad in (-1, 2.5, "30"):
+        with pytest.raises(LaunchError, match=r"`preemption_grace` is .*; expected an integer >= 0") as err:
+            SlurmOptions(preemption_grace=bad)  # type: ignore[arg-type]
+        assert err.value.field == "preemption_grace"
+    spec = LaunchSpec(cmd=("python", "train.py"), workers=1, ps=1)
+    layout = _layout(spec)[0]
+    first, later = (_script(spec, Path("/shared/j"), SlurmOptions(), layout, runs) for runs in (0, 2))
+    assert "--runs-before 0 " in first and "--runs-before 2 " in later

@@ -23,7 +23,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from toolkit.launcher._result import EventKind, LaunchResult, Reason, TaskEvent, TaskResult
+from toolkit.launcher._result import (
+    EXIT_PREEMPTED,
+    EventKind,
+    LaunchResult,
+    Reason,
+    TaskEvent,
+    TaskResult,
+    is_preemption,
+)
 from toolkit.launcher._spec import ENV_JOB_NONCE, LaunchError, LaunchSpec
 from toolkit.launcher.slurm import _commands as slurm
 from toolkit.launcher.slurm._options import SlurmOptions
@@ -33,6 +41,7 @@ __all__ = ["launch_slurm"]
 
 _log = logging.getLogger(__name__)
 _POLL = 0.5
+ENV_GRACE = "TFDIST_PREEMPTION_GRACE"  # toolkit.training.preemption's (not imported: it would import TensorFlow)
 
 
 def _layout(spec: LaunchSpec) -> tuple[str, list[str]]:
@@ -43,13 +52,13 @@ def _layout(spec: LaunchSpec) -> tuple[str, list[str]]:
     return f"ps={spec.ps},chief={chief},evaluator={spec.evaluator}", names
 
 
-def _script(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, layout: str) -> str:
+def _script(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, layout: str, runs_before: int = 0) -> str:
     d = spec.tf_dialect
     dialect = json.dumps({"name": d.name, "chief": d.chief, "extras": dict(d.extras),
                           "task_extras": dict(d.task_extras)})
     task = [sys.executable, "-m", "toolkit.launcher.slurm._task", "--job-dir", str(job_dir), "--layout", layout,
             "--dialect", dialect, "--max-restarts", str(spec.max_restarts),
-            "--settle-period", str(spec.settle_period)]
+            "--settle-period", str(spec.settle_period), "--runs-before", str(runs_before)]
     if options.port is not None:
         task += ["--port", str(options.port)]
     srun = ["srun", "--kill-on-bad-exit=0", "--distribution=block", *task, "--", *spec.cmd]
@@ -69,11 +78,13 @@ def _refusal(message: str, options: SlurmOptions) -> LaunchError:
 
 
 def _submit(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, env: Mapping[str, str], ntasks: int,
-            layout: str) -> str:
+            layout: str, runs_before: int = 0) -> str:
     slurm_dir = job_dir / "slurm"
     status_dir(job_dir).mkdir(parents=True, exist_ok=True)
+    for old in status_dir(job_dir).glob("*.json"):  # a resubmitted job's tasks report afresh
+        old.unlink()
     script = slurm_dir / "batch.sh"
-    script.write_text(_script(spec, job_dir, options, layout))
+    script.write_text(_script(spec, job_dir, options, layout, runs_before))
     argv = ["sbatch", "--parsable", f"--job-name=tfdist-{job_dir.name}"[:64], f"--ntasks={ntasks}",
             f"--output={slurm_dir / 'batch.log'}", f"--chdir={spec.cwd or Path.cwd()}", "--export=ALL",
             *options.sbatch_flags(timeout=spec.timeout), str(script)]
@@ -166,12 +177,40 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
     layout, names = _layout(spec)
     check_shared([str(job_dir), *shared_paths], nodes=options.nodes, asserted=options.shared_dirs)
     full_env = {**os.environ, **(env or {}), ENV_JOB_NONCE: secrets.token_hex(8)}
+    if options.preemption_grace:
+        full_env.setdefault(ENV_GRACE, str(options.preemption_grace))
     started = time.monotonic()
-    job_id = _submit(spec, job_dir, options, full_env, len(names), layout)
+    watch = _Watch(job_dir, names, stream, on_task)
+    resubmits, runs_before = 0, 0
+    while True:
+        job_id, reason = _run_once(spec, job_dir, options, full_env, names, layout, watch, started, runs_before,
+                                   on_placement=on_placement, on_submit=on_submit, should_stop=should_stop)
+        chief = (watch.status.get(names[0]) or {}).get("exit_code")
+        if reason is not Reason.SUCCEEDED or not is_preemption(chief):
+            break
+        if resubmits >= spec.max_preemptions or not spec.restartable:
+            why = ("the entrypoint is not restartable" if not spec.restartable
+                   else f"max_preemptions={spec.max_preemptions}")
+            _log.warning("Slurm job %s was preempted (%s exited %s); the job ends as preempted (%s)",
+                         job_id, names[0], chief, why)
+            break
+        _log.warning("Slurm job %s was preempted (%s exited %s); submitting it again from its checkpoint "
+                     "(preemption %d of %d)", job_id, names[0], chief, resubmits + 1, spec.max_preemptions)
+        resubmits += 1
+        runs_before += 1 + max((s.get("restarts", 0) for s in watch.status.values()), default=0)
+        watch.status.clear()
+    return _result(spec, job_dir, job_id, names, watch, reason, time.monotonic() - started, resubmits)
+
+
+def _run_once(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, env: Mapping[str, str], names: list[str],
+              layout: str, watch: _Watch, started: float, runs_before: int, *,
+              on_placement: Callable[[dict], None] | None, on_submit: Callable[[str], None] | None,
+              should_stop: Callable[[], bool] | None) -> tuple[str, Reason]:
+    """Submits the job once and watches it to its end; returns its Slurm id and why the watch ended."""
+    job_id = _submit(spec, job_dir, options, env, len(names), layout, runs_before)
     _log.info("submitted Slurm job %s: %s", job_id, ", ".join(names))
     if on_submit is not None:
         on_submit(job_id)
-    watch = _Watch(job_dir, names, stream, on_task)
     reason, finished, chief_end = Reason.SUCCEEDED, False, None
     try:
         while True:
@@ -202,19 +241,24 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
     watch.poll()
     if on_placement is not None and watch.status:
         on_placement(watch.placement())
-    return _result(spec, job_dir, job_id, names, watch, reason, time.monotonic() - started)
+    return job_id, reason
 
 
 def _result(spec: LaunchSpec, job_dir: Path, job_id: str, names: list[str], watch: _Watch, reason: Reason,
-            duration: float) -> LaunchResult:
+            duration: float, resubmits: int = 0) -> LaunchResult:
+    """The launch's outcome; ``resubmits``: how many times the job was submitted again after a preemption."""
     info = slurm.job_info(job_id)
     tasks = []
     for name in names:
         s = watch.status.get(name) or {}
         kind, _, index = name.rpartition("-")
+        preempted = is_preemption(s.get("exit_code"))
         tasks.append(TaskResult(name=name, task_type=kind, index=int(index), exit_code=s.get("exit_code"),
-                                restarts=s.get("restarts", 0), stopped=s.get("state") in (None, "STOPPED", "RUNNING"),
-                                log_path=job_dir / "logs" / f"{name}.log"))
+                                restarts=s.get("restarts", 0) + resubmits,
+                                stopped=s.get("state") in (None, "RUNNING") or (s.get("state") == "STOPPED"
+                                                                                and not preempted),
+                                log_path=job_dir / "logs" / f"{name}.log",
+                                preemptions=resubmits + int(preempted)))
     chief = tasks[0]
     where = f"Slurm job {job_id} ({info.get('JobState', 'gone')}, nodes {info.get('NodeList', '?')})"
     if reason is Reason.TIMEOUT:
@@ -227,11 +271,18 @@ def _result(spec: LaunchSpec, job_dir: Path, job_id: str, names: list[str], watc
         return LaunchResult(1, Reason.FAILED, f"{where}: {chief.name} never reported an exit code\n{tail}",
                             tuple(tasks), duration, job_dir, 0)
     code = chief.exit_code if chief.exit_code >= 0 else 128 - chief.exit_code
+    preemptions = resubmits + int(is_preemption(chief.exit_code))
     if code == 0:
         return LaunchResult(0, Reason.SUCCEEDED, f"{where}: {chief.name} finished", tuple(tasks), duration,
-                            job_dir, 0)
+                            job_dir, resubmits, preemptions=preemptions)
+    if is_preemption(chief.exit_code):
+        return LaunchResult(EXIT_PREEMPTED, Reason.PREEMPTED,
+                            f"{where}: {chief.name} was preempted (exit {code}) and the job ends as preempted "
+                            f"after {preemptions} preemption(s) (max_preemptions={spec.max_preemptions}, "
+                            f"restartable={spec.restartable})", tuple(tasks), duration, job_dir, resubmits,
+                            preemptions=preemptions)
     return LaunchResult(code, Reason.FAILED, f"{where}: {chief.name} exited with {code}\n{_tail(chief.log_path)}",
-                        tuple(tasks), duration, job_dir, 0)
+                        tuple(tasks), duration, job_dir, resubmits, preemptions=preemptions, failures=1)
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -13,7 +13,12 @@ from typing import Any
 
 from toolkit.launcher._spec import LaunchError
 
-__all__ = ["SlurmOptions"]
+__all__ = ["DEFAULT_GRACE", "SIGNAL_MARGIN", "SlurmOptions"]
+
+#: The tasks' preemption grace by default (docs/preemption.md's ``TFDIST_PREEMPTION_GRACE``).
+DEFAULT_GRACE = 25
+#: Seconds between the end of the grace and Slurm's time limit: the tasks' exit and the job's end.
+SIGNAL_MARGIN = 5
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # Slurm's --time: MIN, MIN:SEC, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED
@@ -41,7 +46,14 @@ class SlurmOptions:
             mounted at the same path on every node (a multi-node job refuses a
             local disk otherwise).
         port: the base port of the tasks' TF_CONFIG (``tf_config.from_env``'s rule).
-        sbatch_args: more ``sbatch`` flags, passed as given (e.g. ``--requeue``).
+        preemption_grace: seconds a task has from the preemption signal to its exit
+            (``TFDIST_PREEMPTION_GRACE`` in the tasks, docs/preemption.md); Slurm
+            signals the tasks ``preemption_grace + SIGNAL_MARGIN`` seconds before the
+            time limit [``--signal=TERM@N``]. 0: no early signal. The job is never
+            requeued by Slurm [``--no-requeue``]: the launcher submits a preempted job
+            again itself, on the ``max_preemptions`` budget.
+        sbatch_args: more ``sbatch`` flags, passed as given; a ``--signal`` or
+            ``--requeue`` here replaces the one above.
     """
 
     partition: str | None = None
@@ -52,6 +64,7 @@ class SlurmOptions:
     gpus_per_node: int = 0
     shared_dirs: bool = False
     port: int | None = None
+    preemption_grace: int = DEFAULT_GRACE
     sbatch_args: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -71,6 +84,7 @@ class SlurmOptions:
         _count("gpus_per_node", self.gpus_per_node, minimum=0)
         if self.port is not None and not (isinstance(self.port, int) and 1 <= self.port <= 65535):
             raise LaunchError(f"`port` is {self.port!r}; expected a port number 1..65535.", field="port")
+        _count("preemption_grace", self.preemption_grace, minimum=0)
         object.__setattr__(self, "sbatch_args", tuple(str(a) for a in self.sbatch_args))
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,4 +108,15 @@ class SlurmOptions:
             flags.append(f"--mem-per-cpu={self.mem_per_cpu_mib}")
         if self.gpus_per_node:
             flags.append(f"--gres=gpu:{self.gpus_per_node}")
-        return flags + list(self.sbatch_args)
+        return flags + self.preemption_flags() + list(self.sbatch_args)
+
+    def preemption_flags(self) -> list[str]:
+        """``--signal=TERM@N`` (to the tasks, not the batch shell) and ``--no-requeue``, unless ``sbatch_args``
+        has its own."""
+        given = {a.split("=", 1)[0] for a in self.sbatch_args}
+        flags = []
+        if self.preemption_grace and "--signal" not in given:
+            flags.append(f"--signal=TERM@{self.preemption_grace + SIGNAL_MARGIN}")
+        if not given & {"--requeue", "--no-requeue"}:
+            flags.append("--no-requeue")
+        return flags

@@ -7,7 +7,8 @@ output appended to ``<job dir>/logs/<task>.log``. It reports itself in
 ``<job dir>/slurm/tasks/<task>.json`` (node, pid, restarts, exit code), which
 the launcher reads, and restarts CMD as the launcher's ``FailurePolicy`` says
 (a parameter-server worker alone, with the same TF_CONFIG and port). SIGTERM
-(scancel, or the end of the job) is passed on to CMD.
+(scancel, Slurm's ``--signal`` before the time limit, a preemption) is passed
+on to CMD, which checkpoints and exits 143 (docs/preemption.md).
 """
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def _run_task(args: argparse.Namespace, cmd: list[str]) -> int:
     while True:
         with open(log_path, "ab") as log:
             forward.child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                             env={**env, ENV_RESTART_COUNT: str(restarts)})
+                                             env={**env, ENV_RESTART_COUNT: str(args.runs_before + restarts)})
         _write_status(status_path, {**status, "pid": forward.child.pid, "restarts": restarts})
         code = forward.child.wait()
         if code == 0 or forward.stopped:
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--max-restarts", type=int, default=0)
     parser.add_argument("--settle-period", type=float, default=10.0)
+    parser.add_argument("--runs-before", type=int, default=0, help="runs of this job before this Slurm job")
     parser.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
