@@ -87,9 +87,9 @@ def dnn_logits(features: Mapping[str, Any], mode: str, *, units: int, hidden_uni
                 net = tf.nn.dropout(net, rate=dropout)
             if batch_norm:
                 net = _batch_norm(net, training=training, scope=f"batchnorm_{i}")
-            _layer_summary(net, f"dnn/hiddenlayer_{i}")
+            _layer_summary(net, f"hiddenlayer_{i}")  # under the dnn scope: dnn/hiddenlayer_0/..., as TF
         logits = _dense(net, units, None, "logits")
-        _layer_summary(logits, "dnn/logits")
+        _layer_summary(logits, "logits")
         return logits
 
 
