@@ -41,5 +41,6 @@ def test_logit_fn_builders_and_call_logit_fn_build_the_canned_networks():
         assert "dnn/hiddenlayer_0/kernel:0" in [v.name for v in v1.trainable_variables()]
         linear = experimental.linear_logit_fn_builder(2, [fc.numeric_column("z")])
         assert experimental.call_logit_fn(linear, {"z": tf.ones((5, 1))}, "eval", {}, None).shape.as_list() == [5, 2]
+        assert v1.get_collection(v1.GraphKeys.GLOBAL_VARIABLES, "linear_model/bias_weights")  # TF's names
         with pytest.raises(ValueError, match="logit_fn should return a Tensor or a dictionary"):
             experimental.call_logit_fn(lambda features, mode: 3, {}, "train", None, None)

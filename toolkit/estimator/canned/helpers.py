@@ -23,7 +23,7 @@ import tensorflow as tf
 from toolkit._compat.tensorflow import parse_example_spec
 from toolkit.estimator.canned import _args
 from toolkit.estimator.canned._errors import CannedError
-from toolkit.estimator.canned._nets import dnn_logits, linear_logits
+from toolkit.estimator.canned._nets import dnn_logits
 
 __all__ = [
     "VocabInfo",
@@ -111,13 +111,15 @@ def dnn_logit_fn_builder(units: int, hidden_units: Iterable[int], feature_column
 
 def linear_logit_fn_builder(units: int, feature_columns: Iterable[Any],
                             sparse_combiner: str = "sum") -> Callable[[Any], tf.Tensor]:
-    """A ``logit_fn(features)`` building LinearClassifier's model (scope ``linear``) with ``units`` logits."""
+    """A ``logit_fn(features)`` building LinearClassifier's model (``linear_model/...``) with ``units`` logits."""
     units = _args.check_label_dimension(units)
     columns = _args.check_feature_columns("feature_columns", feature_columns, dense=False)
     combiner = _args.check_sparse_combiner("sparse_combiner", sparse_combiner)
 
     def linear_logit_fn(features: Any) -> tf.Tensor:
-        return linear_logits(features, units=units, feature_columns=columns, sparse_combiner=combiner)
+        # TF's builder made the variables at the caller's scope (linear_model/...); the estimator adds 'linear'
+        return tf.compat.v1.feature_column.linear_model(dict(features), list(columns), units=units,
+                                                         sparse_combiner=combiner)
 
     return linear_logit_fn
 
