@@ -28,9 +28,19 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
 
     def __init__(self) -> None:
         install(watcher().options if watcher().installed else None, role="train")
+        self._step: Any = None
+        self._stopping = False
+
+    def begin(self) -> None:
+        self._step = tf.compat.v1.train.get_global_step()
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
-        if watcher().requested:
+        w = watcher()
+        if w.requested and not self._stopping:
+            self._stopping = True
+            step = run_context.session.run(self._step) if self._step is not None else None
+            logger.warning("%s: stopping at global step %s, the step in flight when %s came (%.1f s ago)", w.task,
+                        step, w.signal_name(), w.seconds_since())
             run_context.request_stop()
 
 

@@ -1,0 +1,53 @@
+"""Preemption of a graph-mode Estimator's chief on a real ps + chief + worker cluster.
+
+The job (``_scripts/preempt_estimator.py``: a TF1 ``model_fn`` under
+``toolkit.estimator``, checkpoints every 50 steps) has its chief SIGTERM itself
+at step 70 and note the step. Asserted on the artifacts: a checkpoint off the
+50-step schedule at the signalled step plus at most the steps in flight, the
+chief's first run exiting 143, the restarted job ending exactly on the last step,
+and a launch that counted one preemption and no failure (``max_restarts=0``:
+a failure would end the job).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+_SCRIPT = Path(__file__).resolve().parent / "_scripts" / "preempt_estimator.py"
+_TOTAL, _EVERY, _AT = 150, 50, 70
+_IN_FLIGHT = 5  # the chief's own step after the signal, plus the worker's steps in between
+
+
+def _checkpoints(model_dir: Path) -> list[int]:
+    return sorted(int(p.name[len("model.ckpt-"):-len(".index")]) for p in model_dir.glob("model.ckpt-*.index"))
+
+
+@pytest.mark.cluster
+def test_estimator_chief_preempted_under_parameter_servers_resumes_at_its_checkpoint(tmp_path, quiet_tf):
+    from toolkit.launcher import launch
+
+    model_dir = tmp_path / "model"
+    cmd = ["python", str(_SCRIPT), "--model-dir", str(model_dir), "--max-steps", str(_TOTAL),
+           "--save-every", str(_EVERY), "--preempt-at", str(_AT)]
+    result = launch(cmd, job_dir=tmp_path / "job", timeout=400, echo=False, restartable=True, max_restarts=0,
+                    settle_period=2.0, preload=("tensorflow",), workers=1, ps=1)
+    chief = result.task("chief-0").log_path.read_text()
+    assert result.ok, f"{result.message}\n{chief[-3000:]}"
+    (line,) = (tmp_path / "job" / "signals.txt").read_text().splitlines()
+    sent = int(line.split()[1])
+    # the chief stopped after the step in flight and its CheckpointSaverHook saved there, off the schedule
+    found = re.findall(r"preempted \(SIGTERM [\d.]+ s ago\): chief-0 stopped after the step in flight; "
+                       r"newest checkpoint \S+model\.ckpt-(\d+); exiting with 143", chief)
+    assert len(found) == 1, chief[-3000:]
+    at = int(found[0])
+    assert sent <= at <= sent + _IN_FLIGHT and at % _EVERY, (sent, at)
+    assert at in _checkpoints(model_dir)
+    # the restarted chief resumed from that checkpoint, and the job ended exactly on the last step
+    assert f"Restoring parameters from {model_dir}/model.ckpt-{at}\n" in chief.split("exiting with 143", 1)[1], \
+        chief[-3000:]
+    assert _checkpoints(model_dir)[-1] == _TOTAL
+    assert (tmp_path / "result.json").read_text() == f'{{"global_step": {_TOTAL}}}'
+    assert (result.preemptions, result.failures) == (1, 0)
+    assert result.task("chief-0").preemptions == 1
