@@ -67,7 +67,7 @@ def test_ps_digits_job_lands_on_several_nodes_and_reaches_090(slurm3, home, tmp_
     out_dir = tmp_path / "digits-out"
     assert main(["jobs", "submit", "training", "slurm-digits", "--config", str(ROOT / "examples/jobs/digits_ps.yaml"),
                  "--package-path", str(ROOT / "examples/trainer"), "--job-dir", str(out_dir),
-                 "--backend", "slurm", "--shared-job-dir", "--", "--epochs", "8", "--learning_rate", "0.01"]) == 0
+                 "--backend", "slurm", "--shared-job-dir", "--", "--epochs", "4", "--learning_rate", "0.01"]) == 0
     capsys.readouterr()
     assert main(["jobs", "stream-logs", "slurm-digits"]) == 0
     logs = capsys.readouterr()
@@ -95,26 +95,21 @@ def test_ps_digits_job_lands_on_several_nodes_and_reaches_090(slurm3, home, tmp_
 
 def test_worker_killed_mid_training_is_restarted_and_the_step_is_exact(slurm3, tmp_path):
     job_dir = tmp_path / "kill"
-    spec = LaunchSpec(cmd=(sys.executable, str(SCRIPTS / "pss_train.py"), "--steps", "60", "--kill-worker",
-                           "worker-1", "--kill-at-step", "20"), workers=2, ps=1, max_restarts=2, timeout=240,
+    spec = LaunchSpec(cmd=(sys.executable, str(SCRIPTS / "pss_train.py"), "--steps", "40", "--kill-worker",
+                           "worker-1", "--kill-at-step", "15"), workers=2, ps=1, max_restarts=2, timeout=240,
                       settle_period=1.0)
     result = launch_slurm(spec, job_dir=job_dir, options=SlurmOptions(nodes=3, shared_dirs=True))
     assert result.ok, (result.message, (job_dir / "logs" / "chief-0.log").read_text()[-3000:])
     assert result.task("worker-1").restarts == 1 and result.task("worker-0").restarts == 0
-    assert json.loads((job_dir / "tasks" / "chief-0" / "result.json").read_text())["steps"] == 60
+    assert json.loads((job_dir / "tasks" / "chief-0" / "result.json").read_text())["steps"] == 40
     assert all(t.exit_code == 0 for t in result.tasks), [(t.name, t.exit_code) for t in result.tasks]
     assert not _processes_with(f"TFDIST_JOB_DIR={job_dir}")
 
 
 def test_mwms_job_and_cancel_leave_no_process(slurm3, home, tmp_path, capsys):
-    """An MWMS job ends with identical weights on both workers; a cancelled job leaves nothing behind."""
-    job_dir = tmp_path / "mwms"
-    assert main(["launch", "--backend", "slurm", "--nodes", "2", "--shared-dir", "--chief", "0", "--workers", "2",
-                 "--job-dir", str(job_dir), "--timeout", "240", "--quiet", "--",
-                 sys.executable, str(SCRIPTS / "mwms_train.py"), "--steps", "20"]) == 0
-    weights = [np.load(job_dir / "tasks" / f"worker-{i}" / "weights.npz") for i in range(2)]
-    assert all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0].files)
+    """An MWMS job ends with identical weights on both workers; a cancelled job leaves nothing behind.
 
+    The job to cancel is submitted first and starts while the MWMS job runs beside it on the cluster."""
     config = tmp_path / "sleepy.yaml"
     config.write_text(json.dumps({"trainingInput": {"scaleTier": "CUSTOM", "masterType": "standard",
                                                     "workerType": "standard", "workerCount": 2,
@@ -123,8 +118,16 @@ def test_mwms_job_and_cancel_leave_no_process(slurm3, home, tmp_path, capsys):
     assert main(["jobs", "submit", "training", "slurm-sleepy", "--config", str(config), "--package-path",
                  str(FIXTURES / "trainer"), "--job-dir", str(tmp_path / "sleepy-out"), "--backend", "slurm",
                  "--shared-job-dir"]) == 0
+
+    job_dir = tmp_path / "mwms"
+    assert main(["launch", "--backend", "slurm", "--nodes", "2", "--shared-dir", "--chief", "0", "--workers", "2",
+                 "--job-dir", str(job_dir), "--timeout", "240", "--quiet", "--",
+                 sys.executable, str(SCRIPTS / "mwms_train.py"), "--steps", "20"]) == 0
+    weights = [np.load(job_dir / "tasks" / f"worker-{i}" / "weights.npz") for i in range(2)]
+    assert all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0].files)
+
     wait_until(lambda: sum(t.state == "RUNNING" for t in api.describe("slurm-sleepy").tasks) == 3, timeout=60,
-               what="the three tasks to run")
+               what="the three tasks to run", every=0.1)
     record = api.describe("slurm-sleepy")
     assert len({n["node_id"] for n in record.details["nodes"].values()}) >= 2
     assert main(["jobs", "cancel", "slurm-sleepy"]) == 0
@@ -133,7 +136,7 @@ def test_mwms_job_and_cancel_leave_no_process(slurm3, home, tmp_path, capsys):
     squeue = subprocess.run(["squeue", "-h", "-j", record.details["slurm"]["job_id"]], capture_output=True, text=True)
     assert squeue.stdout.strip() == ""
     wait_until(lambda: not _processes_with(f"TFDIST_JOB_DIR={record.job_dir}"), timeout=20,
-               what="every task process of the cancelled job to be gone")
+               what="every task process of the cancelled job to be gone", every=0.1)
 
 
 def test_two_trial_tuning_job_runs_one_sbatch_per_trial(slurm3, home, tmp_path, capsys):

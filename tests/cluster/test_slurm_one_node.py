@@ -70,11 +70,12 @@ def test_a_signalled_job_checkpoints_exits_143_and_is_submitted_again_on_the_pre
 
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     model_dir, job_dir, job_ids = tmp_path / "model", tmp_path / "job", []
-    spec = LaunchSpec(cmd=(sys.executable, str(_SCRIPT), "--model-dir", str(model_dir), "--epochs", "8"), chief=0,
+    spec = LaunchSpec(cmd=(sys.executable, str(_SCRIPT), "--model-dir", str(model_dir), "--epochs", "16"), chief=0,
                       workers=1, max_restarts=0, restartable=True, max_preemptions=1, timeout=240)
 
     def preempt() -> None:
-        wait_until(lambda: any(model_dir.glob("ckpt-*.index")), timeout=120, what="the first checkpoint")
+        wait_until(lambda: any(model_dir.glob("ckpt-*.index")), timeout=120, what="the first checkpoint",
+                   every=0.05)
         subprocess.run(["scancel", "--signal=TERM", job_ids[0]], check=True, timeout=30)
 
     signaller = threading.Thread(target=preempt, daemon=True)
@@ -84,8 +85,9 @@ def test_a_signalled_job_checkpoints_exits_143_and_is_submitted_again_on_the_pre
     assert result.ok, (result.message, log[-3000:])
     assert (result.preemptions, result.failures, result.cluster_restarts) == (1, 0, 1), result
     assert len(set(job_ids)) == 2  # a second sbatch, not a task restart inside the first
-    at = [int(s) for s in re.findall(r"preempted \([^)]*\): checkpoint at step (\d+) written", log)]
-    assert len(at) == 1 and 50 <= at[0] < 400, log[-3000:]
-    assert f"at global step {at[0]}" in log, log[-3000:]  # the second job restored the preempted step
-    assert json.loads((tmp_path / "result.json").read_text()) == {"global_step": 400}
+    at = [int(s) for s in re.findall(r"preempted \([^)]*\): (?:checkpoint at )?step (\d+) (?:written|is checkp)", log)]
+    notes = [line for line in log.splitlines() if "preempt" in line or "restored" in line]
+    assert len(at) == 1 and 50 <= at[0] < 800, notes
+    assert f"at global step {at[0]}" in log, notes  # the second job restored the preempted step
+    assert json.loads((tmp_path / "result.json").read_text()) == {"global_step": 800}
     assert restart_counts(result) == {"preemptions": 1, "failures": 0, "preemptedTasks": {"worker-0": 1}}

@@ -25,6 +25,8 @@ replica counts      ``--ntasks`` = chief + workers + ps + evaluator
 maxRunningTime      ``--time`` (unless ``time_limit`` is given)
 backend options     ``partition`` -> ``--partition``, ``time_limit`` ->
                     ``--time``, ``nodes`` -> ``--nodes``, ``sbatch_args``
+preemption          ``--signal=TERM@<preemption_grace + 5>``,
+                    ``--no-requeue`` (tfdist resubmits a preempted job)
 ==================  =========================================================
 
 Everything that can be refused is refused at ``submit``, before any job
@@ -84,16 +86,19 @@ class SlurmBackend(SupervisedBackend):
         partition, time_limit, nodes, sbatch_args: passed to ``sbatch`` (see the module's table).
         shared_job_dir: the user asserts the job's directories are mounted at the same path on every node.
         port: the tasks' base port (default: derived from the Slurm job id).
+        preemption_grace: the tasks' seconds from the preemption signal to their exit; Slurm signals them
+            this plus 5 s before the time limit (``--signal=TERM@30`` by default, docs/slurm.md).
     """
 
     name = "slurm"
 
     def __init__(self, store: JobStore, *, partition: str | None = None, time_limit: str | None = None,
                  nodes: int | None = None, shared_job_dir: bool = False, port: int | None = None,
-                 sbatch_args: tuple[str, ...] = (), **kwargs: Any) -> None:
+                 sbatch_args: tuple[str, ...] = (), preemption_grace: int = 25, **kwargs: Any) -> None:
         super().__init__(store, **kwargs)
         self.options: dict[str, Any] = {"partition": partition, "time_limit": time_limit, "nodes": nodes,
-                        "shared_dirs": shared_job_dir, "port": port, "sbatch_args": tuple(sbatch_args)}
+                        "shared_dirs": shared_job_dir, "port": port, "sbatch_args": tuple(sbatch_args),
+                        "preemption_grace": preemption_grace}
 
     def engine(self, spec: JobSpec) -> dict[str, Any]:
         """The plan runs on Slurm: the sbatch options, checked against Slurm before anything is queued."""

@@ -40,7 +40,7 @@ from toolkit.launcher.slurm._shared import check_shared, status_dir
 __all__ = ["launch_slurm"]
 
 _log = logging.getLogger(__name__)
-_POLL = 0.5
+_POLL = 0.25
 ENV_GRACE = "TFDIST_PREEMPTION_GRACE"  # toolkit.training.preemption's (not imported: it would import TensorFlow)
 
 
