@@ -16,7 +16,7 @@ __all__ = ["make_stop_at_checkpoint_step_hook"]
 v1 = tf.compat.v1
 
 
-class _StopAtCheckpointStepHook(v1.train.SessionRunHook):
+class _StopAtCheckpointStepHook(tf.compat.v1.train.SessionRunHook):
     """Stops once the newest checkpoint in ``model_dir`` is at ``last_step`` or beyond."""
 
     def __init__(self, model_dir: str, last_step: int, wait_after_file_check_secs: float = 30) -> None:

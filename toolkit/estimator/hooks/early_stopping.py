@@ -112,7 +112,8 @@ def _no_improvement_hook(estimator: Any, metric_name: str, max_steps_without_imp
     better = operator.gt if higher_is_better else operator.lt
 
     def stop_if_no_improvement() -> bool:
-        best = best_step = None
+        best: float | None = None
+        best_step = 0
         for step, metrics in read_eval_metrics(eval_dir).items():
             if step < min_steps:
                 continue
@@ -171,7 +172,7 @@ def _stop_var(config: Any) -> Any:
                                collections=[v1.GraphKeys.GLOBAL_VARIABLES], trainable=False)
 
 
-class _StopOnPredicateHook(v1.train.SessionRunHook):
+class _StopOnPredicateHook(tf.compat.v1.train.SessionRunHook):
     """On the chief: asks ``should_stop_fn`` on a timer; on True sets the stop flag and stops."""
 
     def __init__(self, should_stop_fn: Callable[[], bool], run_every_secs: float | None,
@@ -196,7 +197,7 @@ class _StopOnPredicateHook(v1.train.SessionRunHook):
                 run_context.request_stop()
 
 
-class _CheckForStoppingHook(v1.train.SessionRunHook):
+class _CheckForStoppingHook(tf.compat.v1.train.SessionRunHook):
     """On the other workers: stops once the chief has set the stop flag."""
 
     def __init__(self, config: Any) -> None:

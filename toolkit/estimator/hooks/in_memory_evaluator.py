@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
 
 
-class _FeedingSessionCreator(v1.train.SessionCreator):
+class _FeedingSessionCreator(tf.compat.v1.train.SessionCreator):
     """A session on the eval graph whose variables are fed from the training session's values."""
 
     def __init__(self, graph: Any, init_ops: list[Any], feed_dict: dict[Any, Any], config: Any) -> None:
@@ -31,7 +31,7 @@ class _FeedingSessionCreator(v1.train.SessionCreator):
         return session
 
 
-class InMemoryEvaluatorHook(v1.train.SessionRunHook):
+class InMemoryEvaluatorHook(tf.compat.v1.train.SessionRunHook):
     """Runs ``estimator.evaluate(input_fn, steps, hooks, name)`` on the live training variables.
 
     Args:
