@@ -117,7 +117,8 @@ def _restore(state: TrainState, directory: str, field: str) -> int | None:
             f"`{field}` holds checkpoint {path} that does not match the model and optimizer built now "
             f"({str(exc).splitlines()[0]}). Use a new directory, or the model and optimizer that wrote it.",
             field=field) from exc
-    logger.info("restored %s at global step %d", path, state.step)
+    what = "" if field == "model_dir" else "the backup "  # Keras' BackupAndRestore
+    logger.info("restored %s%s at global step %d", what, path, state.step)
     return state.step
 
 
