@@ -104,3 +104,47 @@ def test_sync_worker_that_starts_after_the_chief_has_finished_exits_0(no_orphans
     # the chief took both contributions of every update; the latecomer's one step found the goal reached
     assert done[0][1] >= 200 and done[1][1] >= 1 and done[1][2] >= 100, done
     assert "not done after" not in logs["worker-0"]
+
+
+@pytest.mark.cluster
+def test_preempted_worker_0_checkpoints_at_the_step_reached_and_a_new_run_finishes(tmp_path, no_orphans, hand_cluster,
+                                                                                    quiet_tf):
+    """--checkpoint_dir: a SIGTERM to worker 0 (TF1's chief) saves at the step reached, exits 143; a rerun resumes."""
+    import signal
+
+    import tensorflow as tf
+
+    ckpt = tmp_path / "ckpt"
+    flags = ["--num_gpus=0", f"--ps_hosts={_hosts(1)}", f"--worker_hosts={_hosts(1)}", "--train_steps=300",
+             f"--checkpoint_dir={ckpt}"]  # worker 0 saves at its start, every 75 steps, and at a preemption
+    for job in ("ps", "worker"):
+        hand_cluster.start(f"{job}-0", [str(_ROOT / "mnist_replica.py"), f"--job_name={job}", "--task_index=0", *flags])
+    deadline = time.monotonic() + _TIMEOUT
+    while not (seen := re.search(r"training step 100 done \(global step: (\d+)\)", hand_cluster.log("worker-0"))):
+        assert time.monotonic() < deadline and hand_cluster.procs["worker-0"].poll() is None, \
+            hand_cluster.log("worker-0")[-3000:]
+        time.sleep(0.05)
+    hand_cluster.procs["worker-0"].send_signal(signal.SIGTERM)
+    code = hand_cluster.procs["worker-0"].wait(timeout=60)  # the grace period is 25 s
+    hand_cluster.kill_all()  # the ps would wait 6 s for a goodbye worker 0 does not say when preempted
+    logs = {name: hand_cluster.log(name) for name in hand_cluster.procs}
+    assert code == 143, logs["worker-0"][-3000:]
+    stopped = re.search(r"stopping at global step (\d+), the step in flight when SIGTERM came", logs["worker-0"])
+    saved = re.search(r"newest checkpoint \S+-(\d+); exiting with 143", logs["worker-0"])
+    assert stopped and saved, logs["worker-0"][-3000:]
+    at = int(saved.group(1))
+    # the step printed is read alongside the step's update, so it may lag by one
+    assert int(seen.group(1)) < at == int(stopped.group(1)) < 150, (seen.group(1), at)  # the schedule: ~76, ~151
+    assert tf.train.latest_checkpoint(str(ckpt)) == f"{ckpt}/model.ckpt-{at}" and "training done" not in \
+        logs["worker-0"]
+    # a new run on new ports resumes from that checkpoint and finishes
+    (tmp_path / "rerun").mkdir()
+    rerun = type(hand_cluster)(tmp_path / "rerun")
+    try:
+        codes, logs = _run(rerun, ps=1, workers=1, extra=["--train_steps=300", f"--checkpoint_dir={ckpt}"])
+    finally:
+        rerun.kill_all()
+    assert codes == {"ps-0": 0, "worker-0": 0}, _tails(codes, logs)
+    (_, local, step), = _done(logs, 1).values()
+    final = int(tf.train.latest_checkpoint(str(ckpt)).rsplit("-", 1)[1])
+    assert 300 <= step <= final <= 301 and local == final - at, (local, step, final, at)  # went on from `at`
