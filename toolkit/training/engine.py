@@ -25,6 +25,7 @@ from toolkit.training.evaluation import Validator, WorkerValidator
 from toolkit.training.hooks import CallbackHook, CheckpointHook, LogHook, ProgressHook, SummaryHook
 from toolkit.training.loop import Hook, LoopRecord, run_loop
 from toolkit.training.options import FitConfig
+from toolkit.training.preemption_loop import LoopPreemption
 from toolkit.training.rerun import remember_or_recall
 from toolkit.training.runners import Runner, make_runner, strategy_kind
 from toolkit.training.state import TrainState
@@ -206,8 +207,10 @@ def train(run: EngineRun, state: TrainState, step: TrainStep, strategy: tf.distr
         built = runner(strategy, step, state.global_step, skip_steps=restored or 0, num_workers=run.task.workers,
                        sync_every=sync_every)
     validate = _validator(run, state, built, first_epoch=start // config.steps_per_epoch)
-    record = run_loop(built, config=config, layout=step.layout, start_step=start, hooks=_hooks(run, state, built),
-                      validate=validate, stop_requested=lambda: bool(state.model.stop_training))
+    hooks = _hooks(run, state, built)
+    record = run_loop(built, config=config, layout=step.layout, start_step=start, hooks=hooks,
+                      validate=validate, stop_requested=lambda: bool(state.model.stop_training),
+                      check_preemption=LoopPreemption(built, hooks).check)
     if run.keep_final_metrics and run.checkpoint_dir is not None:  # a re-run on a finished directory
         record = remember_or_recall(record, model_dir=run.checkpoint_dir, start_step=start, config=config,
                                     is_chief=run.task.is_chief, validate=validate)

@@ -111,7 +111,8 @@ def _emit(hooks: Sequence[Hook], event: LoopEvent) -> None:
 
 def run_loop(runner: Runner, *, config: FitConfig, layout: StatLayout, start_step: int, hooks: Sequence[Hook],
              validate: Callable[[], Mapping[str, float]] | None = None,
-             stop_requested: Callable[[], bool] = lambda: False) -> LoopRecord:
+             stop_requested: Callable[[], bool] = lambda: False,
+             check_preemption: Callable[[int], None] = lambda step: None) -> LoopRecord:
     """Trains from ``start_step`` to ``config.total_steps`` (or until a hook asks to stop).
 
     Args:
@@ -124,13 +125,13 @@ def run_loop(runner: Runner, *, config: FitConfig, layout: StatLayout, start_ste
         stop_requested: polled after each chunk (single-controller runners) and
             at epoch ends, where multi-worker runners agree on it (a Keras
             callback setting ``model.stop_training``).
+        check_preemption: called with the global step at the start and after
+            each chunk; raises ``TrainingPreempted`` when the job must stop
+            (``toolkit.training.preemption_loop.LoopPreemption.check``).
     """
-    from toolkit.training.preemption_loop import LoopPreemption
-
     record, step = LoopRecord(final_step=start_step), start_step
     _emit(hooks, LoopEvent("train_begin", step, step // config.steps_per_epoch))
-    preemption = LoopPreemption(runner, hooks)
-    preemption.check(step)
+    check_preemption(step)
     for epoch in range(step // config.steps_per_epoch, config.epochs):
         epoch_end = (epoch + 1) * config.steps_per_epoch
         totals, clock = np.zeros([layout.width]), _Clock(step)
@@ -150,7 +151,7 @@ def run_loop(runner: Runner, *, config: FitConfig, layout: StatLayout, start_ste
             clock.examples += float(chunk[0])
             _emit(hooks, LoopEvent("steps_end", step, epoch, step - epoch * config.steps_per_epoch,
                                    layout.to_logs(totals), clock.rates(step)))
-            preemption.check(step)
+            check_preemption(step)
             stop = runner.single_controller and stop_requested()
         logs, rates = layout.to_logs(totals), clock.rates(step)
         if validate is not None:
