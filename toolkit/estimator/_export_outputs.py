@@ -7,7 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from toolkit.estimator.spec import SpecError
+from toolkit.estimator._spec_base import SpecError
 
 __all__ = ["ClassificationOutput", "EvalOutput", "ExportOutput", "PredictOutput", "RegressionOutput", "TrainOutput"]
 

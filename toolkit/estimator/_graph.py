@@ -7,7 +7,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from toolkit.estimator.spec import EstimatorSpec, SpecError, is_metric_object
+from toolkit.estimator._spec_base import is_metric_object
+from toolkit.estimator.spec import EstimatorSpec, SpecError
 
 __all__ = ["call_input_fn", "call_model_fn", "metric_ops"]
 

@@ -11,8 +11,10 @@ import inspect
 import os
 from typing import Any
 
-__all__ = ["REPLACEABLE", "USE_DEFAULT", "check_fields", "check_service", "default_session_config",
-           "resolve_checkpoint_every"]
+from tf_config.errors import FieldError
+
+__all__ = ["REPLACEABLE", "USE_DEFAULT", "RunConfigError", "RunConfigTypeError", "check_fields", "check_service",
+           "default_session_config", "resolve_checkpoint_every"]
 
 #: what ``RunConfig.replace`` may change: TF's list, plus this toolkit's own arguments
 REPLACEABLE = frozenset((
@@ -33,9 +35,15 @@ USE_DEFAULT: Any = _UseDefault()
 _DEFAULT_CHECKPOINT_SECS = 600
 
 
-def _error(message: str, field: str) -> Exception:
-    from toolkit.estimator.run_config import RunConfigError
+class RunConfigError(FieldError):
+    """A RunConfig argument (not TF_CONFIG) is invalid; ``.field`` names it."""
 
+
+class RunConfigTypeError(RunConfigError, TypeError):
+    """A RunConfig argument of the wrong type (where ``tf.estimator`` raised ``TypeError``)."""
+
+
+def _error(message: str, field: str) -> Exception:
     return RunConfigError(message, field=field)
 
 
@@ -136,8 +144,6 @@ def default_session_config(task_type: str, task_id: int) -> Any:
 def check_service(raw: Any) -> Any:
     service = raw.get("service") if isinstance(raw, dict) else None
     if service is not None and not isinstance(service, dict):
-        from toolkit.estimator.run_config import RunConfigTypeError
-
         raise RunConfigTypeError(f'If "service" is set in TF_CONFIG, it must be a dict. Given {service!r}: TF_CONFIG '
                                  '`service` should be a JSON object.', field="service")
     return service

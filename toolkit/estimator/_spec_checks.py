@@ -12,7 +12,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from toolkit.estimator.spec import ModeKeys, SpecError, SpecTypeError, is_metric_object
+from toolkit.estimator._export_outputs import ExportOutput, PredictOutput
+from toolkit.estimator._spec_base import ModeKeys, SpecError, SpecTypeError, is_metric_object
 
 __all__ = ["check_export_outputs", "check_hooks", "check_loss", "check_metrics", "check_predictions",
            "check_scaffold", "check_train_op"]
@@ -157,8 +158,6 @@ def check_export_outputs(export_outputs: Any, predictions: Any, mode: Any) -> An
     """In PREDICT: a dict of ExportOutputs with a ``serving_default`` entry (added for a single one)."""
     if mode != ModeKeys.PREDICT:
         return export_outputs
-    from toolkit.estimator.export import ExportOutput, PredictOutput
-
     if export_outputs is None:
         export_outputs = {DEFAULT_SERVING_SIGNATURE: PredictOutput(predictions)}
     if not isinstance(export_outputs, Mapping):

@@ -17,14 +17,14 @@ import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from toolkit.estimator._spec_base import SpecError, SpecTypeError
+
 __all__ = ["BestExporter", "Exporter", "FinalExporter", "LatestExporter"]
 
 logger = logging.getLogger(__name__)
 
 
 def _error(message: str, field: str, *, type_error: bool = False) -> Exception:
-    from toolkit.estimator.spec import SpecError, SpecTypeError
-
     return (SpecTypeError if type_error else SpecError)(message, field=field)
 
 

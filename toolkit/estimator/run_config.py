@@ -30,10 +30,11 @@ from typing import Any
 
 from tf_config import Problem, TFConfig, TFConfigError
 from tf_config.checks import check_number
-from tf_config.errors import FieldError
 from toolkit.estimator._run_config_checks import (
     REPLACEABLE,
     USE_DEFAULT,
+    RunConfigError,
+    RunConfigTypeError,
     check_fields,
     check_service,
     default_session_config,
@@ -41,13 +42,6 @@ from toolkit.estimator._run_config_checks import (
 )
 
 __all__ = ["ClusterSpecDict", "RunConfig", "RunConfigError", "RunConfigTypeError"]
-
-class RunConfigError(FieldError):
-    """A RunConfig argument (not TF_CONFIG) is invalid; ``.field`` names it."""
-
-
-class RunConfigTypeError(RunConfigError, TypeError):
-    """A RunConfig argument of the wrong type (where ``tf.estimator`` raised ``TypeError``)."""
 
 
 class ClusterSpecDict(dict):

@@ -14,26 +14,9 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tf_config.errors import FieldError
+from toolkit.estimator._spec_base import ModeKeys, SpecError, SpecTypeError
 
 __all__ = ["EstimatorSpec", "EvalSpec", "ModeKeys", "SpecError", "SpecTypeError", "TrainSpec"]
-
-
-class SpecError(FieldError):
-    """A spec or model_fn result is invalid; ``.field`` names the argument."""
-
-
-class SpecTypeError(SpecError, TypeError):
-    """A spec field of the wrong type (where ``tf.estimator`` raised ``TypeError``)."""
-
-
-class ModeKeys:
-    """The three modes a model_fn is called in (``tf.estimator.ModeKeys``' values)."""
-
-    TRAIN = "train"
-    EVAL = "eval"
-    PREDICT = "infer"
-    ALL = (TRAIN, EVAL, PREDICT)
 
 
 def _check_mode(mode: Any) -> None:
@@ -41,11 +24,6 @@ def _check_mode(mode: Any) -> None:
         raise SpecError(f"EstimatorSpec `mode` is {mode!r}; expected one of ModeKeys.TRAIN ('train'), "
                         "ModeKeys.EVAL ('eval'), ModeKeys.PREDICT ('infer'). Pass the `mode` model_fn received.",
                         field="mode")
-
-
-def is_metric_object(value: Any) -> bool:
-    """A Keras (tf_keras) metric object: has ``result()`` and ``update_state()``."""
-    return callable(getattr(value, "result", None)) and callable(getattr(value, "update_state", None))
 
 
 _HOOK_FIELDS = ("training_chief_hooks", "training_hooks", "evaluation_hooks", "prediction_hooks")
