@@ -132,3 +132,14 @@ def test_rendering_the_shared_cluster_once_writes_the_same_text(fmt):
     for configs in groups:
         for part in (configs, configs[:1]):
             assert render(part, fmt) == _reference(part, fmt)
+
+
+@pytest.mark.parametrize("field", ["workers", "ps"])
+def test_the_launchers_python_api_refuses_more_tasks_than_the_limit_before_starting_any(field):
+    from tf_config.limits import MAX_TASKS
+    from toolkit.launcher import LaunchError, LaunchSpec
+
+    with pytest.raises(LaunchError, match=rf"`{field}` is 1,001; expected at most 1,000") as info:
+        LaunchSpec(cmd=("python", "-c", "pass"), **{field: MAX_TASKS + 1})
+    assert info.value.field == field
+    assert LaunchSpec(cmd=("python", "-c", "pass"), workers=MAX_TASKS, ps=1).workers == MAX_TASKS

@@ -14,6 +14,7 @@ from typing import Any, TypedDict, cast
 
 from tf_config.checks import check_int, check_number
 from tf_config.errors import FieldError
+from tf_config.limits import MAX_TASKS
 from toolkit.launcher._dialect import DIALECTS, Dialect
 from toolkit.launcher._preload import command_problem, module_problem
 
@@ -182,6 +183,10 @@ class LaunchSpec:
         assert self.chief is not None
         for name in ("chief", "workers", "ps", "evaluator", "max_restarts", "max_preemptions"):
             _count(name, getattr(self, name))
+        for name in ("workers", "ps"):  # every task's TF_CONFIG lists every task: bounded, as a job spec is
+            if getattr(self, name) > MAX_TASKS:
+                raise LaunchError(f"`{name}` is {getattr(self, name):,}; expected at most {MAX_TASKS:,} tasks of a "
+                                  f"kind. Run fewer, larger tasks: pass {name}={MAX_TASKS} or less.", field=name)
         if self.chief > 1 or self.evaluator > 1:
             field = "chief" if self.chief > 1 else "evaluator"
             raise LaunchError(f"`{field}` is {getattr(self, field)}; a cluster has at most one. Pass 0 or 1.",
