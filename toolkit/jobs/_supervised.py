@@ -99,7 +99,8 @@ class SupervisedBackend:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # keep tfdist importable from any cwd
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        with open(job_dir / "supervisor.log", "ab") as out:
+        log = os.open(job_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # private, as the home
+        with open(log, "ab") as out:
             proc = subprocess.Popen(
                 [self.python, "-m", "toolkit.jobs.supervisor", name, "--home", str(self.store.home)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=job_dir, env=env,
