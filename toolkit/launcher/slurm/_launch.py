@@ -8,7 +8,10 @@ tasks write, their output from the per-task logs (echoed with ``[worker-1]``
 prefixes). The job ends when the chief ends: the servers exit on the chief's
 goodbye, and whatever is left after ``grace_period`` is cancelled. Any way out
 of here (a timeout, ``should_stop``, an exception, SIGTERM) cancels the Slurm
-job first, so no job is left running.
+job first, so no job is left running. A chief that ends preempted (143, e.g. on
+Slurm's ``--signal`` before the time limit) ends the launch as preempted, or,
+when the spec is ``restartable`` and has ``max_preemptions`` left, the job is
+submitted again and resumes from the checkpoint written at the signal.
 """
 from __future__ import annotations
 
