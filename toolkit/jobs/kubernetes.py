@@ -82,8 +82,10 @@ class KubernetesBackend:
         if spec.training_input.hyperparameters is not None:
             raise JobSpecError([Problem("error", "trainingInput.hyperparameters",
                                         "hyperparameter tuning is not supported yet on the kubernetes "
-                                        "backend. Submit with `backend='local'` to tune on this machine, or "
-                                        "remove the block to run one training job.")])
+                                        "backend's submit: tfdist does not drive Katib. Render the study as a "
+                                        "Katib Experiment (`toolkit.jobs.katib.experiment_yaml(spec)`) and apply "
+                                        "it to a cluster running Katib, tune with `backend='local'`, 'ray' or "
+                                        "'slurm', or remove the block to run one training job.")])
         text, warnings = self.render(spec)
         name = spec.required_job_id
         job_dir = self.store.job_dir(name)
