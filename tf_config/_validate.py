@@ -86,11 +86,14 @@ def _check_top_level(data: dict) -> list[Problem]:
             ))
     task = data.get("task")
     task_type = task.get("type") if isinstance(task, Mapping) else None
-    if "eval_session_master" in data and task_type != "evaluator":
+    cluster = data.get("cluster")
+    has_cluster = isinstance(cluster, Mapping) and any(cluster.values())
+    # TensorFlow's RunConfig reads it on a one-process run (no cluster) too
+    if "eval_session_master" in data and task_type != "evaluator" and has_cluster:
         problems.append(Problem(
             "error", "eval_session_master",
             f"TF_CONFIG `eval_session_master` is set but `task.type` is {show(task_type)}; "
-            "TensorFlow's RunConfig refuses it for any task but the evaluator. Remove it from "
-            "this task's TF_CONFIG.",
+            "in a cluster, TensorFlow's RunConfig refuses it for any task but the evaluator. Remove it "
+            "from this task's TF_CONFIG.",
         ))
     return problems

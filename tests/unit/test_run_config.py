@@ -191,3 +191,56 @@ def test_building_a_run_config_does_not_import_tensorflow():
     code = ("import sys; from toolkit.estimator import RunConfig, EstimatorSpec, TrainSpec; "
             "RunConfig(tf_config={}); assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("doc,field,tf_phrase", [
+    ({"cluster": {"worker": ["h:1", "h:2"]}}, "task",
+     'If "cluster" is set in TF_CONFIG, it must have one "chief" node.'),
+    ({"cluster": {"chief": ["h:1", "h:2"]}, "task": {"type": "chief", "index": 0}}, "cluster.chief",
+     'The "cluster" in TF_CONFIG must have only one "chief" node.'),
+    ({"cluster": {"master": ["h:1", "h:2"]}, "task": {"type": "master", "index": 0}}, "cluster.master",
+     'The "cluster" in TF_CONFIG must have only one "master" node.'),
+    ({"cluster": _CLUSTER, "task": {"type": "chief"}}, "task.index",
+     'If "cluster" is set in TF_CONFIG, task index must be set.'),
+    ({"cluster": _CLUSTER, "task": {"type": "worker", "index": -1}}, "task.index",
+     "Task index must be non-negative number."),
+    ({"cluster": _CLUSTER, "task": {"type": "master", "index": 0}}, "task.type",
+     "master is not a valid task_type"),
+    ({"cluster": _CLUSTER, "task": {"type": "ps", "index": 2}}, "task.index",
+     "2 is not a valid task_id for task_type ps"),
+    ({"task": {"type": "chief", "index": 0}}, "task",
+     'If "cluster" is not set in TF_CONFIG, task type must be WORKER.'),
+    ({"task": {"type": "worker", "index": 1}}, "task", 'If "cluster" is not set in TF_CONFIG, task index must be 0.'),
+    ({"cluster": {**_CLUSTER, "master": ["h:7"]}, "task": {"type": "chief", "index": 0}}, "cluster",
+     "If `master` node exists in `cluster`, job `chief` is not supported."),
+    ({"cluster": {"master": ["h:1"], "worker": ["h:2"]}, "task": {"type": "evaluator", "index": 0}}, "task.type",
+     "If `master` node exists in `cluster`, task_type `evaluator` is not supported."),
+    ({"model_dir": ""}, "model_dir", "model_dir in TF_CONFIG should be non-empty"),
+])
+def test_tf_config_errors_carry_tf_estimators_phrase_after_the_house_message(doc, field, tf_phrase):
+    with pytest.raises(ValueError) as info:
+        RunConfig(tf_config=doc)
+    assert isinstance(info.value, TFConfigError) and info.value.field.startswith(field)
+    message = str(info.value)
+    assert message.startswith("invalid TF_CONFIG") and f"(tf.estimator's RunConfig: {tf_phrase}" in message
+
+
+def test_a_service_that_is_not_an_object_is_a_type_error_as_in_tf():
+    with pytest.raises(TypeError, match='If "service" is set in TF_CONFIG, it must be a dict. Given 789') as info:
+        RunConfig(tf_config={"service": 789})
+    assert isinstance(info.value, RunConfigError) and info.value.field == "service"
+
+
+def test_a_one_process_run_reads_eval_session_master_as_tf_did():
+    config = RunConfig(tf_config={"eval_session_master": "grpc://e:1"})
+    assert (config.evaluation_master, config.master, config.is_chief) == ("grpc://e:1", "", True)
+    with pytest.raises(TFConfigError, match="refuses it for any task but the evaluator"):
+        RunConfig(tf_config={"cluster": _CLUSTER, "task": {"type": "worker", "index": 0},
+                             "eval_session_master": "grpc://e:1"})
+
+
+@pytest.mark.parametrize("device_fn", [lambda x: "/cpu:0", lambda op, other: "/cpu:0", "/cpu:0"])
+def test_device_fn_takes_one_argument_named_op_as_in_tf(device_fn):
+    with pytest.raises(RunConfigError, match='device_fn must be callable with exactly one argument "op"'):
+        RunConfig(device_fn=device_fn)
+    assert RunConfig(device_fn=lambda op: "/cpu:0").device_fn is not None

@@ -11,10 +11,11 @@ import inspect
 import os
 from typing import Any
 
-from tf_config.errors import FieldError
+from tf_config import TFConfigError
+from tf_config.errors import FieldError, Problem
 
-__all__ = ["REPLACEABLE", "USE_DEFAULT", "RunConfigError", "RunConfigTypeError", "check_fields", "check_service",
-           "default_session_config", "resolve_checkpoint_every"]
+__all__ = ["REPLACEABLE", "USE_DEFAULT", "RunConfigError", "RunConfigTFConfigError", "RunConfigTypeError",
+           "check_fields", "check_service", "default_session_config", "resolve_checkpoint_every", "tf_phrase"]
 
 #: what ``RunConfig.replace`` may change: TF's list, plus this toolkit's own arguments
 REPLACEABLE = frozenset((
@@ -41,6 +42,77 @@ class RunConfigError(FieldError):
 
 class RunConfigTypeError(RunConfigError, TypeError):
     """A RunConfig argument of the wrong type (where ``tf.estimator`` raised ``TypeError``)."""
+
+
+class RunConfigTFConfigError(TFConfigError):
+    """An invalid TF_CONFIG given to ``RunConfig``: the validator's problems, then the phrase tf.estimator's
+    RunConfig raised for the same TF_CONFIG (a ``ValueError``, as TF's), so code that matched TF's message still
+    matches."""
+
+    def __init__(self, problems: list[Problem], tf_message: str) -> None:
+        self.tf_message = tf_message
+        super().__init__(problems)
+
+    def _summary(self, errors: list[Problem]) -> str:
+        return f"{super()._summary(errors)}\n(tf.estimator's RunConfig: {self.tf_message})"
+
+
+def _index(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _tf_task_phrase(jobs: dict[str, Any], task: dict[str, Any], chief: str) -> str | None:
+    """TF's ``_validate_task_type_and_task_id``: its first complaint, in its words, or None."""
+    if chief not in jobs:
+        return f'If "cluster" is set in TF_CONFIG, it must have one "{chief}" node.'
+    if isinstance(jobs[chief], (list, tuple, dict)) and len(jobs[chief]) > 1:
+        return f'The "cluster" in TF_CONFIG must have only one "{chief}" node.'
+    task_type, task_id = task.get("type"), task.get("index")
+    if not task_type:
+        return 'If "cluster" is set in TF_CONFIG, task type must be set.'
+    if task_id is None:
+        return 'If "cluster" is set in TF_CONFIG, task index must be set.'
+    index = _index(task_id)
+    if index is not None and index < 0:
+        return "Task index must be non-negative number."
+    if task_type == "evaluator":
+        return None
+    if task_type not in jobs:
+        return f"{task_type} is not a valid task_type in the cluster_spec (jobs: {', '.join(map(str, jobs))})."
+    addresses = jobs[task_type]
+    if index is not None and isinstance(addresses, (list, tuple, dict)) and not 0 <= index < len(addresses):
+        return f"{index} is not a valid task_id for task_type {task_type} in the cluster_spec."
+    return None
+
+
+def tf_phrase(raw: Any) -> str | None:
+    """The message tf.estimator's RunConfig raised (a ``ValueError``) for this decoded TF_CONFIG, or None."""
+    if not isinstance(raw, dict):
+        return None
+    task: dict[str, Any] = raw["task"] if isinstance(raw.get("task"), dict) else {}
+    cluster = raw.get("cluster")
+    jobs = {job: hosts for job, hosts in cluster.items() if hosts} if isinstance(cluster, dict) else {}
+    if not jobs:
+        if task.get("type", "worker") != "worker":
+            return 'If "cluster" is not set in TF_CONFIG, task type must be WORKER.'
+        if _index(task.get("index", 0)) != 0:
+            return 'If "cluster" is not set in TF_CONFIG, task index must be 0.'
+        model_dir = raw.get("model_dir")
+        return "model_dir in TF_CONFIG should be non-empty" if model_dir == "" else None
+    if "master" in jobs:
+        if "chief" in jobs:
+            return "If `master` node exists in `cluster`, job `chief` is not supported."
+        phrase = _tf_task_phrase(jobs, task, "master")
+        if phrase is None and task.get("type") == "evaluator":
+            return "If `master` node exists in `cluster`, task_type `evaluator` is not supported."
+        return phrase
+    phrase = _tf_task_phrase(jobs, task, "chief")
+    if phrase is None and raw.get("model_dir") == "":
+        return "model_dir in TF_CONFIG should be non-empty"
+    return phrase
 
 
 def _error(message: str, field: str) -> Exception:
@@ -99,7 +171,7 @@ def _check_device_fn(device_fn: Any) -> None:
     if device_fn is None:
         return
     message = (f"RunConfig `device_fn` is {device_fn!r}; device_fn must be callable with exactly one argument "
-               '"op". Pass a function op -> device string, or None.')
+               '"op". Pass a function of one argument named op (op -> device string), or None.')
     if not callable(device_fn):
         raise _error(message, "device_fn")
     try:
@@ -107,7 +179,7 @@ def _check_device_fn(device_fn: Any) -> None:
     except (TypeError, ValueError):
         return
     names = [n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if len(names) != 1:
+    if names != ["op"]:  # TF compared the argument names with {"op"}
         raise _error(message, "device_fn")
 
 

@@ -34,11 +34,13 @@ from toolkit.estimator._run_config_checks import (
     REPLACEABLE,
     USE_DEFAULT,
     RunConfigError,
+    RunConfigTFConfigError,
     RunConfigTypeError,
     check_fields,
     check_service,
     default_session_config,
     resolve_checkpoint_every,
+    tf_phrase,
 )
 
 __all__ = ["ClusterSpecDict", "RunConfig", "RunConfigError", "RunConfigTypeError"]
@@ -66,8 +68,35 @@ class ClusterSpecDict(dict):
         return list(self[job_name])
 
 
+def _decoded(value: Any) -> Any:
+    """The TF_CONFIG as a dict before validation (None when it is not JSON), for TF's own checks."""
+    try:
+        if value is None:
+            text = TFConfig.env_text()
+            return json.loads(text) if text else {}
+        if isinstance(value, (str, bytes)):
+            return json.loads(value)
+    except ValueError:
+        return None
+    return dict(value) if isinstance(value, Mapping) else None
+
+
 def _as_tf_config(value: Any) -> tuple[TFConfig, dict[str, Any]]:
-    """The validated TFConfig and the raw dict (for keys TFConfig does not model)."""
+    """The validated TFConfig and the raw dict; an invalid one also gets the phrase tf.estimator raised."""
+    decoded = _decoded(value)
+    check_service(decoded)
+    try:
+        cfg, raw = _validated(value)
+        _estimator_rules(cfg)
+    except TFConfigError as error:
+        phrase = tf_phrase(decoded)
+        if phrase is None:
+            raise
+        raise RunConfigTFConfigError(error.problems, phrase) from None
+    return cfg, raw
+
+
+def _validated(value: Any) -> tuple[TFConfig, dict[str, Any]]:
     if value is None:
         text = TFConfig.env_text()
         return TFConfig.from_env(), (json.loads(text) if text else {})
@@ -176,7 +205,6 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         cfg, raw = _as_tf_config(self.tf_config)
-        _estimator_rules(cfg)
         self._set("tf_config", cfg)
         object.__setattr__(self, "_raw", raw)
         self._check_model_dir(_text(raw, "model_dir"))
@@ -184,7 +212,6 @@ class RunConfig:
         self._set("save_checkpoints_steps", steps)
         self._set("save_checkpoints_secs", secs)
         check_fields(self)
-        check_service(raw)
         derived = self.session_config is None and not self.is_local and not self.is_evaluator
         object.__setattr__(self, "_session_config_derived", derived)
         if derived:
@@ -282,8 +309,9 @@ class RunConfig:
 
     @property
     def evaluation_master(self) -> str:
-        """The evaluator's TF_CONFIG ``eval_session_master``; ``''`` (in-process) otherwise, as in TF."""
-        if not self.is_evaluator:
+        """TF_CONFIG's ``eval_session_master`` on the evaluator or a one-process run; ``''`` (in-process)
+        otherwise, as in TF."""
+        if not self.is_evaluator and not self.is_local:
             return ""
         return _text(self._raw, "eval_session_master") or ""  # type: ignore[attr-defined]
 
