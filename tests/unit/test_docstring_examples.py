@@ -63,6 +63,7 @@ SHOWN = {
     "toolkit.estimator.canned.baseline": "unit/test_canned_head_based.py",
     "toolkit.estimator.canned.head_based": "unit/test_canned_head_based.py",
     "toolkit.estimator.canned.kmeans": "unit/test_canned_kmeans.py",
+    "toolkit.estimator.canned.rnn": "unit/test_canned_rnn.py",
     "toolkit.estimator.head.base": "unit/test_heads_public.py",
     "toolkit.estimator.inputs.pandas_io": "unit/test_estimator_inputs.py",
     "toolkit.estimator.extenders": "unit/test_estimator_core.py",
