@@ -14,7 +14,7 @@ N, T = 256, 6
 LENGTHS = RNG.integers(2, T + 1, size=N)
 VALUES = RNG.normal(size=(N, T)).astype(np.float32)
 CONTEXT = RNG.normal(size=(N, 1)).astype(np.float32)
-# the class is the sign of each sequence's LAST valid step: learnable only if the padding is masked out
+# the class is the sign of each sequence's LAST valid step (lengths vary from 2 to 6)
 LAST = VALUES[np.arange(N), LENGTHS - 1]
 CLASSES = (LAST > 0).astype(np.int64).reshape(-1, 1)
 
@@ -102,3 +102,18 @@ def test_served_as_tf_estimator_experimental_and_its_compat_v1_namesake():
     from toolkit.estimator import experimental
     assert experimental.RNNClassifier is RNNClassifier and experimental.RNNEstimator is RNNEstimator
     assert v1.estimator.experimental.RNNClassifier is RNNClassifier
+
+
+def test_padding_does_not_change_a_sequences_logits(tmp_path):
+    """Steps past a sequence's length are masked: padding it to a longer neighbour's length changes nothing."""
+    est = RNNClassifier(SEQ, units=4, optimizer=_adam, model_dir=str(tmp_path))
+    est.train(_input_fn(CLASSES, repeat=True), max_steps=1)
+    short, long = [0.5, -1.0], [0.3, 0.2, -0.4, 1.5, 2.0, -2.0]
+
+    def logits(rows):
+        fn = lambda: tf.data.Dataset.from_tensor_slices(  # noqa: E731
+            {"x": tf.ragged.constant(rows, dtype=tf.float32).to_sparse()}).batch(len(rows))
+        return [float(p["logits"][0]) for p in est.predict(fn)]
+
+    alone, padded = logits([short])[0], logits([short, long])[0]
+    assert padded == pytest.approx(alone, abs=1e-5)
