@@ -78,7 +78,8 @@ def test_rnn_cell_fn_builds_the_callers_cells(tmp_path):
 @pytest.mark.parametrize("kwargs, phrase", [
     (dict(units=None), "`units` is None"),
     (dict(units=[8, 0]), "`units` is [8, 0]"),
-    (dict(units=8, cell_type="rnn"), "`cell_type` is 'rnn'; supported cell types are ['basic_rnn', 'gru', 'lstm']"),
+    (dict(units=8, cell_type="rnn"),
+     "`cell_type` is 'rnn'; supported cell types are ['basic_rnn', 'gru', 'lstm', 'simple_rnn']"),
     (dict(units=8, rnn_cell_fn=lambda: None), "units (8) and cell_type ('basic_rnn') must not be specified"),
     (dict(units=8, return_sequences=True), "`return_sequences` is True"),
     (dict(units=8, optimizer="Adamax"), "`optimizer` is 'Adamax'"),
@@ -97,11 +98,9 @@ def test_rnn_refuses_non_sequence_columns_and_bad_heads():
         RNNEstimator("regression", SEQ, units=4)
 
 
-def test_served_as_tf_estimator_experimental_and_its_compat_v1_namesake():
-    from toolkit.compat import v1
+def test_served_as_tf_estimator_experimental():
     from toolkit.estimator import experimental
     assert experimental.RNNClassifier is RNNClassifier and experimental.RNNEstimator is RNNEstimator
-    assert v1.estimator.experimental.RNNClassifier is RNNClassifier
 
 
 def test_padding_does_not_change_a_sequences_logits(tmp_path):
@@ -117,3 +116,12 @@ def test_padding_does_not_change_a_sequences_logits(tmp_path):
 
     alone, padded = logits([short])[0], logits([short, long])[0]
     assert padded == pytest.approx(alone, abs=1e-5)
+
+
+def test_named_optimizer_and_cell_class_train(tmp_path):
+    """'Adagrad' by name trains at upstream's rate (0.05, gradients clipped to 5); a cell class builds the cells."""
+    import tf_keras
+    est = RNNClassifier(SEQ, units=[8], cell_type=tf_keras.layers.GRUCell, model_dir=str(tmp_path))
+    assert isinstance(est, RNNEstimator)
+    est.train(_input_fn(CLASSES, repeat=True), max_steps=300)
+    assert est.evaluate(_input_fn(CLASSES, repeat=False, batch=64))["accuracy"] > 0.8

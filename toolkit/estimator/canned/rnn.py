@@ -35,9 +35,13 @@ __all__ = ["RNNClassifier", "RNNEstimator"]
 
 v1 = tf.compat.v1
 USE_DEFAULT = "basic_rnn"
+# an optimizer given by name: upstream's learning rate and per-gradient clip norm
+_DEFAULT_LEARNING_RATE = 0.05
+_DEFAULT_CLIP_NORM = 5.0
 # cell_type -> (one cell, whole layer), as upstream's _CELL_TYPES / _CELL_TYPE_TO_LAYER_MAPPING
 _CELLS: dict[str, tuple[Any, Any]] = {
     "basic_rnn": (tf_keras.layers.SimpleRNNCell, tf_keras.layers.SimpleRNN),
+    "simple_rnn": (tf_keras.layers.SimpleRNNCell, tf_keras.layers.SimpleRNN),
     "lstm": (tf_keras.layers.LSTMCell, tf_keras.layers.LSTM),
     "gru": (tf_keras.layers.GRUCell, tf_keras.layers.GRU),
 }
@@ -68,15 +72,18 @@ def _rnn_layer_fn(*, units: Any, cell_type: Any, rnn_cell_fn: Any, return_sequen
         raise CannedError("`units` is None and no rnn_cell_fn was given; expected the cell width, e.g. "
                           "units=[32], or an rnn_cell_fn.", field="units")
     checked = _check_units(units)
-    if not isinstance(cell_type, str) or cell_type not in _CELLS:
-        raise CannedError(f"`cell_type` is {cell_type!r}; supported cell types are {sorted(_CELLS)}. "
-                          "For another cell pass rnn_cell_fn.", field="cell_type")
-    cell_cls, layer_cls = _CELLS[cell_type]
-    if isinstance(checked, int):
+    if isinstance(cell_type, type) and callable(cell_type):   # a class producing a cell, as upstream
+        cell_cls, layer_cls = cell_type, None
+    elif isinstance(cell_type, str) and cell_type in _CELLS:
+        cell_cls, layer_cls = _CELLS[cell_type]
+    else:
+        raise CannedError(f"`cell_type` is {cell_type!r}; supported cell types are {sorted(_CELLS)}, or a "
+                          "class producing a Keras RNN cell. For anything else pass rnn_cell_fn.", field="cell_type")
+    if isinstance(checked, int) and layer_cls is not None:
         return lambda: layer_cls(units=checked, return_sequences=return_sequences)
 
     def _stacked() -> Any:
-        cells = [cell_cls(units=n) for n in checked]
+        cells = [cell_cls(units=n) for n in ([checked] if isinstance(checked, int) else checked)]
         return tf_keras.layers.RNN(cell=cells[0] if len(cells) == 1 else cells, return_sequences=return_sequences)
     return _stacked
 
@@ -142,8 +149,15 @@ def _rnn_estimator(self: Estimator, head: Any, *, sequence_feature_columns: Any,
                                         sequence_columns=sequence_columns, context_columns=context_columns)
 
         def train_op_fn(loss: tf.Tensor) -> Any:
-            opt = get_optimizer("optimizer", optimizer, learning_rate=None)
-            return _minimize(opt, loss, variables, global_step=v1.train.get_or_create_global_step())
+            opt = get_optimizer("optimizer", optimizer, learning_rate=_DEFAULT_LEARNING_RATE)
+            global_step = v1.train.get_or_create_global_step()
+            if not isinstance(optimizer, str):
+                return _minimize(opt, loss, variables, global_step=global_step)
+            # by name: each gradient clipped to norm 5.0, as upstream set clipnorm on the Keras optimizer
+            grads = [(tf.clip_by_norm(g, _DEFAULT_CLIP_NORM), v)
+                     for g, v in opt.compute_gradients(loss, var_list=variables) if g is not None]
+            with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
+                return opt.apply_gradients(grads, global_step=global_step)
 
         return _spec(head, make_spec, features=features, mode=mode, logits=logits, labels=labels,
                      train_op_fn=train_op_fn if mode == TRAIN else None)
@@ -163,12 +177,14 @@ class RNNEstimator(Estimator):
         context_feature_columns: dense per-example columns, appended to every step.
         units: the cell width (an int: one Keras SimpleRNN/LSTM/GRU layer) or a
             list of widths (stacked cells).
-        cell_type: 'basic_rnn' (default), 'lstm' or 'gru'.
+        cell_type: 'basic_rnn' (default; also 'simple_rnn'), 'lstm', 'gru', or a
+            class producing a Keras RNN cell.
         rnn_cell_fn: instead of units/cell_type, a function returning a Keras
             RNN cell or a list of cells.
         return_sequences: must be False (per-step outputs are not supported).
         model_dir: where checkpoints go (or ``config.model_dir``).
-        optimizer: a name ('Adagrad' default, Keras' default learning rate), a
+        optimizer: a name ('Adagrad' default; learning rate 0.05 and each gradient
+            clipped to norm 5.0, as upstream), a
             ``tf.compat.v1.train.Optimizer``, a Keras optimizer, or a function
             returning one.
         config: a ``RunConfig``.
@@ -185,7 +201,7 @@ class RNNEstimator(Estimator):
                        optimizer=optimizer, config=config)
 
 
-class RNNClassifier(Estimator):
+class RNNClassifier(RNNEstimator):
     """A recurrent classifier over sequence feature columns (``tf.estimator.experimental.RNNClassifier``).
 
     Args are ``RNNEstimator``'s without ``head``, plus ``n_classes`` (2: a
