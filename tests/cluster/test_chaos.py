@@ -1,6 +1,6 @@
 """The chaos benchmark's fast subset: three kinds of failure, each must end exactly right.
 
-Runs ``benchmarks/chaos.py`` (a digits job under ``tfdist launch``: 1 ps, 2
+Runs ``benchmarks/chaos.py`` (a digits job under ``tfdist launch --preload``: 1 ps, 2
 workers, a chief) three times, killing
 
 * a worker mid-step (SIGKILL; the others carry on, and the launcher restarts
@@ -33,7 +33,8 @@ def test_three_chaos_scenarios_end_exactly_right(tmp_path, no_orphans):
     proc = subprocess.run(
         [sys.executable, str(_REPO / "benchmarks" / "chaos.py"), "--runs", "3", "--scenarios", ",".join(_SCENARIOS),
          "--seed", "0", "--no-baseline", "--no-evaluator", "--epochs", "1", "--steps-per-epoch", "80",
-         "--checkpoint-every", "10", "--grace-period", "5", "--json", str(out), "--keep", str(tmp_path / "runs")],
+         "--checkpoint-every", "10", "--grace-period", "5", "--preload", "--json", str(out),
+         "--keep", str(tmp_path / "runs")],
         cwd=_REPO, capture_output=True, text=True, timeout=900, check=False)
     report = json.loads(out.read_text())
     assert proc.returncode == 0 and report["target_met"], proc.stdout[-3000:] + proc.stderr[-3000:]
