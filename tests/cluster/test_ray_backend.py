@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from _polling import wait_until
 
 from toolkit.cli import main
@@ -242,3 +243,30 @@ def test_tuning_runs_four_trials_two_at_a_time_on_ray(ray_cluster, home, tmp_pat
                    if a.started_at < b.ended_at and b.started_at < a.ended_at]
     assert overlapping
     assert max(sum(t.started_at <= s.started_at < t.ended_at for t in trials) for s in trials) == 2
+
+
+def test_early_stopping_stops_a_hopeless_trial_on_ray(ray_cluster, home, tmp_path):
+    """Trial early stopping sits on the backend protocol: the same study stops the same trial on Ray."""
+    doc = yaml.safe_load((FIXTURES / "tune_probe.yaml").read_text())
+    doc["trainingInput"]["pythonModule"] = "trainer.curve_probe"
+    doc["trainingInput"]["hyperparameters"].update(
+        maxTrials=3, enableTrialEarlyStopping=True, earlyStopping={"minMeasurements": 2},
+        params=[{"parameterName": "x", "type": "DOUBLE", "minValue": 0.5, "maxValue": 1.0}])
+    config = tmp_path / "stop.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    study = tmp_path / "study"
+    assert main(["jobs", "submit", "training", "ray-stop", "--config", str(config),
+                 "--package-path", str(FIXTURES / "trainer"), "--job-dir", str(study), "--backend", "ray",
+                 "--ray-address", ray_cluster.address, "--", "--steps", "8", "--step-seconds", "0.4",
+                 "--hopeless-trial", "3"]) == 0
+    record = wait_until(lambda: (r := api.describe("ray-stop")).is_final and r, timeout=300, what="the study")
+    assert record.state is JobState.SUCCEEDED, record.error
+    output = record.details["trainingOutput"]
+    assert (output["completedTrialCount"], output["failedTrialCount"], output["stoppedEarlyTrialCount"]) == (3, 0, 1)
+    trials = {t["trialId"]: t for t in output["trials"]}
+    assert trials["3"]["isTrialStoppedEarly"] is True and trials["3"]["stoppedAtStep"] < 8
+    assert all(trials[n]["isTrialStoppedEarly"] is False and len(trials[n]["allMetrics"]) == 8 for n in ("1", "2"))
+    job = JobStore(home).get("ray-stop-trial-3")
+    assert job.state is JobState.CANCELLED and job.backend == "ray"
+    assert not is_alive(int((study / "3" / "pid").read_text()))  # its Ray-run process is gone
+    assert not (study / "3" / "ckpt-8.index").exists()
