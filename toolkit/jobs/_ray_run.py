@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from toolkit.jobs._local_plan import LocalPlan
 from toolkit.jobs._run_parts import RunResult, dialect_of, env_of, finish
@@ -19,7 +19,7 @@ from toolkit.jobs.states import JobState
 from toolkit.jobs.store import JobStore
 
 if TYPE_CHECKING:
-    from toolkit.launcher import TaskEvent
+    from toolkit.launcher import LaunchSpec, TaskEvent
 
 __all__ = ["run_ray_tasks"]
 
@@ -42,6 +42,33 @@ def _placement_recorder(store: JobStore, job: str) -> Callable[[dict], None]:
     return on_placement
 
 
+class _Watch(NamedTuple):
+    """What a remote engine's launch reports to the store, and how it learns of a cancel (all None: no store)."""
+
+    on_task: Callable[[TaskEvent], None] | None = None
+    on_placement: Callable[[dict], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+
+
+def _watch(store: JobStore | None, job: str | None) -> _Watch:
+    if store is None or job is None:
+        return _Watch()
+    recorder_store, name = store, job
+    return _Watch(_recorder(recorder_store, name), _placement_recorder(recorder_store, name),
+                  lambda: recorder_store.get(name).state is JobState.CANCELLING)
+
+
+def _launch_spec(plan: LocalPlan, *, max_restarts: int, timeout: float | None, trial: int | None) -> LaunchSpec:
+    """The plan's cluster as one launch (a chief, its workers, ps and evaluator) for a remote engine."""
+    from toolkit.launcher import LaunchSpec
+
+    counts = plan.counts
+    return LaunchSpec(cmd=tuple(plan.argv), chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
+                      evaluator=counts.get("evaluator", 0), max_restarts=max_restarts,
+                      timeout=timeout if timeout is not None else plan.timeout,
+                      dialect=dialect_of(plan, trial), cwd=plan.cwd)
+
+
 def _job_dir_arg(args: tuple[str, ...]) -> list[str]:
     """The trainer's ``--job-dir`` (its model_dir), which every task must be able to reach."""
     return [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--job-dir"]
@@ -51,29 +78,18 @@ def run_ray_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | No
                   max_restarts: int = 0, timeout: float | None = None, stream: TextIO | None = None,
                   env: Mapping[str, str] | None = None, trial: int | None = None) -> RunResult:
     """Runs every task of ``plan`` as a Ray actor to the end of the job (the launcher's policy)."""
-    from toolkit.launcher import LaunchError, LaunchSpec
+    from toolkit.launcher import LaunchError
     from toolkit.launcher.ray import RayOptions, launch_ray
 
     assert plan.engine is not None  # run_tasks sends only Ray plans here
     options = RayOptions.from_dict(plan.engine["options"])
-    counts = plan.counts
-    on_task = on_placement = should_stop = None
-    if store is not None and job is not None:
-        recorder_store, name = store, job
-        on_task = _recorder(recorder_store, name)
-        on_placement = _placement_recorder(recorder_store, name)
-
-        def should_stop() -> bool:
-            return recorder_store.get(name).state is JobState.CANCELLING
+    watch = _watch(store, job)
     try:
-        spec = LaunchSpec(cmd=tuple(plan.argv), chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
-                          evaluator=counts.get("evaluator", 0), max_restarts=max_restarts,
-                          timeout=timeout if timeout is not None else plan.timeout,
-                          dialect=dialect_of(plan, trial), cwd=plan.cwd)
+        spec = _launch_spec(plan, max_restarts=max_restarts, timeout=timeout, trial=trial)
         result = launch_ray(
             spec, job_dir=job_dir, env={**env_of(plan), **(env or {})},
             stream=stream or sys.stdout, echo=stream is not None, options=options,
-            on_task=on_task, on_placement=on_placement, should_stop=should_stop,
+            on_task=watch.on_task, on_placement=watch.on_placement, should_stop=watch.should_stop,
             shared_paths=_job_dir_arg(plan.args))
     except LaunchError as exc:
         return RunResult(1, f"the job could not start on Ray: {exc}")

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TextIO
 
 from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._ray_run import _job_dir_arg, _placement_recorder, _recorder
-from toolkit.jobs._run_parts import RunResult, dialect_of, env_of, finish
-from toolkit.jobs.states import JobState
+from toolkit.jobs._ray_run import _job_dir_arg, _launch_spec, _watch
+from toolkit.jobs._run_parts import RunResult, env_of, finish
 from toolkit.jobs.store import JobStore
 
 __all__ = ["run_slurm_tasks"]
@@ -25,32 +24,24 @@ def run_slurm_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | 
                     max_restarts: int = 0, timeout: float | None = None, stream: TextIO | None = None,
                     env: Mapping[str, str] | None = None, trial: int | None = None) -> RunResult:
     """Runs every task of ``plan`` as one Slurm job, to the end of the job (the launcher's policy)."""
-    from toolkit.launcher import LaunchError, LaunchSpec
+    from toolkit.launcher import LaunchError
     from toolkit.launcher.slurm import SlurmOptions, launch_slurm
 
     assert plan.engine is not None  # run_tasks sends only Slurm plans here
     options = SlurmOptions.from_dict(plan.engine["options"])
-    counts = plan.counts
-    on_task = on_placement = should_stop = on_submit = None
+    watch = _watch(store, job)
+    on_submit = None
     if store is not None and job is not None:
         recorder_store, name = store, job
-        on_task = _recorder(recorder_store, name)
-        on_placement = _placement_recorder(recorder_store, name)
 
         def on_submit(job_id: str) -> None:
             recorder_store.update_details(name, slurm={"job_id": job_id})
-
-        def should_stop() -> bool:
-            return recorder_store.get(name).state is JobState.CANCELLING
     try:
-        spec = LaunchSpec(cmd=tuple(plan.argv), chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
-                          evaluator=counts.get("evaluator", 0), max_restarts=max_restarts,
-                          timeout=timeout if timeout is not None else plan.timeout,
-                          dialect=dialect_of(plan, trial), cwd=plan.cwd)
+        spec = _launch_spec(plan, max_restarts=max_restarts, timeout=timeout, trial=trial)
         result = launch_slurm(spec, job_dir=Path(job_dir or Path.cwd() / "slurm-job"),
-                              env={**env_of(plan), **(env or {})}, stream=stream,
-                              options=options, on_task=on_task, on_placement=on_placement, on_submit=on_submit,
-                              should_stop=should_stop, shared_paths=tuple(_job_dir_arg(plan.args)))
+                              env={**env_of(plan), **(env or {})}, stream=stream, options=options,
+                              on_task=watch.on_task, on_placement=watch.on_placement, on_submit=on_submit,
+                              should_stop=watch.should_stop, shared_paths=tuple(_job_dir_arg(plan.args)))
     except LaunchError as exc:
         return RunResult(1, f"the job could not start on Slurm: {exc}")
     return finish(result, store=store if job is not None else None, job=job)
