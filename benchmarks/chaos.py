@@ -45,87 +45,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _chaos_report import fmt, met_target, preemption_table, summarize, table
+from _chaos_scenarios import DEFAULT_SCENARIOS, PREEMPTION_SCENARIOS, SCENARIOS, JobShape, RunResult
+
 _REPO = Path(__file__).resolve().parents[1]
 _TASK = _REPO / "benchmarks" / "chaos_task.py"
 HANG_SECONDS = 60.0
 ORPHAN_SECONDS = 30.0
 _POLL = 0.02
-
-
-@dataclasses.dataclass(frozen=True)
-class JobShape:
-    """How long the disturbed job trains."""
-
-    epochs: int = 2
-    steps_per_epoch: int = 80
-    checkpoint_every: int = 20
-    evaluator: bool = True
-    grace_period: float = 15.0  # the launcher's: how long tasks may outlive the chief
-    preload: bool = False  # fork the tasks from one TensorFlow import (tfdist launch --preload): faster restarts
-
-    @property
-    def total_steps(self) -> int:
-        return self.epochs * self.steps_per_epoch
-
-
-@dataclasses.dataclass(frozen=True)
-class Scenario:
-    """What to kill, when, and how."""
-
-    target: str            # task name ("worker-0", "ps-0", "chief-0", "evaluator-0") or "launcher"
-    moment: str            # "startup", "step" or "checkpoint"
-    sig: int = signal.SIGKILL
-    kills: int = 1         # kills in one run (each after the job recovered from the previous one)
-    layout: str = "ps"     # "ps": chief, 2 workers, 1 ps; "mwms": 2 MultiWorkerMirrored workers (worker-0 the chief)
-
-    @property
-    def preemption(self) -> bool:
-        """A SIGTERM mid-step: the job must checkpoint at the step reached (docs/preemption.md)."""
-        return self.sig == signal.SIGTERM and self.moment == "step"
-
-
-SCENARIOS: dict[str, Scenario | None] = {
-    "none": None,  # the undisturbed run every accuracy is compared with
-    "worker-kill-step": Scenario("worker-0", "step"),
-    "worker-term-checkpoint": Scenario("worker-1", "checkpoint", signal.SIGTERM),
-    "worker-kill-twice": Scenario("worker-0", "step", kills=2),
-    "ps-kill-step": Scenario("ps-0", "step"),
-    "ps-term-checkpoint": Scenario("ps-0", "checkpoint", signal.SIGTERM),
-    "chief-kill-step": Scenario("chief-0", "step"),
-    "chief-kill-checkpoint": Scenario("chief-0", "checkpoint"),
-    "chief-term-startup": Scenario("chief-0", "startup", signal.SIGTERM),
-    "evaluator-kill-step": Scenario("evaluator-0", "step"),
-    "launcher-kill-step": Scenario("launcher", "step"),
-    # preemptions: SIGTERM at a random step; the job checkpoints there and resumes from it
-    "chief-preempt-step": Scenario("chief-0", "step", signal.SIGTERM),
-    "worker-preempt-step": Scenario("worker-0", "step", signal.SIGTERM),
-    "ps-preempt-step": Scenario("ps-0", "step", signal.SIGTERM),
-    "evaluator-preempt-step": Scenario("evaluator-0", "step", signal.SIGTERM),
-    "mwms-chief-preempt-step": Scenario("worker-0", "step", signal.SIGTERM, layout="mwms"),
-    "mwms-worker-preempt-step": Scenario("worker-1", "step", signal.SIGTERM, layout="mwms"),
-}
-PREEMPTION_SCENARIOS = [name for name, s in SCENARIOS.items() if s is not None and s.preemption]
-DEFAULT_SCENARIOS = [name for name in SCENARIOS if name != "none"]
-
-
-@dataclasses.dataclass
-class RunResult:
-    scenario: str
-    completed: bool = False
-    hung: bool = False
-    exact: bool = False
-    readable: bool = False
-    accuracy: float | None = None
-    orphans: int = 0
-    recover_seconds: list[float] = dataclasses.field(default_factory=list)
-    kills: list[str] = dataclasses.field(default_factory=list)
-    duration: float = 0.0
-    note: str = ""
-    # preemptions only
-    steps_redone: int | None = None          # the step the job stopped at minus the step it resumed from
-    signal_to_checkpoint: float | None = None  # seconds from the SIGTERM to the checkpoint it caused
-    exit_codes: list[int] = dataclasses.field(default_factory=list)  # of the preempted tasks, as the launcher saw them
-    counted: str = ""                          # "preemption" or "failure": how the launcher counted the restart
 
 
 # ------------------------------------------------------------------ processes
@@ -291,7 +218,8 @@ def _finish(proc: subprocess.Popen, job_dir: Path, model_dir: Path, watch: _Watc
     result.orphans += _reap_tasks(job_dir, ORPHAN_SECONDS)
 
 
-def run_once(name: str, root: Path, rng: random.Random, shape: JobShape = JobShape()) -> RunResult:
+def run_once(name: str, root: Path, rng: random.Random, shape: JobShape | None = None) -> RunResult:
+    shape = shape if shape is not None else JobShape()
     scenario = SCENARIOS[name]
     result, started = RunResult(name), time.monotonic()
     job_dir, model_dir = root / "job", root / "model"
@@ -413,73 +341,6 @@ def _evaluate(path: str) -> tuple[float, int]:
 
 # ------------------------------------------------------------------ report
 
-def summarize(results: list[RunResult], baseline: float | None) -> list[dict[str, Any]]:
-    rows = []
-    for name in dict.fromkeys(r.scenario for r in results):
-        runs = [r for r in results if r.scenario == name]
-        completed = [r for r in runs if r.completed]
-        deltas = [r.accuracy - baseline for r in completed if r.accuracy is not None and baseline is not None]
-        recover = [s for r in runs for s in r.recover_seconds]
-        rows.append({
-            "scenario": name, "runs": len(runs), "completed": len(completed),
-            "hung": sum(r.hung for r in runs), "exact": sum(r.exact for r in completed),
-            "readable": sum(r.readable for r in runs),
-            "worst_accuracy_delta": max(deltas, key=abs, default=None),
-            "orphans": sum(r.orphans for r in runs),
-            "recover_s_max": max(recover, default=None),
-            "recover_s_mean": sum(recover) / len(recover) if recover else None,
-        })
-    return rows
-
-
-def _fmt(value: Any, spec: str = "") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    header = (f"{'scenario':<24} {'runs':>4} {'completed':>9} {'hung':>4} {'exact':>5} {'readable':>8} "
-              f"{'acc delta':>9} {'orphans':>7} {'recover s (mean/max)':>20}")
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        recover = f"{_fmt(r['recover_s_mean'], '.1f')}/{_fmt(r['recover_s_max'], '.1f')}"
-        lines.append(f"{r['scenario']:<24} {r['runs']:>4} {r['completed']:>9} {r['hung']:>4} {r['exact']:>5} "
-                     f"{r['readable']:>8} {_fmt(r['worst_accuracy_delta'], '+.3f'):>9} {r['orphans']:>7} "
-                     f"{recover:>20}")
-    return "\n".join(lines)
-
-
-def preemption_table(results: list[RunResult]) -> str:
-    """Per preemption scenario: steps redone, signal-to-checkpoint time, exit codes, how the restart was counted."""
-    header = (f"{'scenario':<24} {'runs':>4} {'redone max':>10} {'sig->ckpt s (mean/max)':>22} "
-              f"{'exit codes':>12} {'counted':>12}")
-    lines = [header, "-" * len(header)]
-    for name in dict.fromkeys(r.scenario for r in results if r.scenario in PREEMPTION_SCENARIOS):
-        runs = [r for r in results if r.scenario == name]
-        redone = [r.steps_redone for r in runs if r.steps_redone is not None]
-        times = [r.signal_to_checkpoint for r in runs if r.signal_to_checkpoint is not None]
-        codes = sorted({c for r in runs for c in r.exit_codes})
-        counted = sorted({r.counted or "-" for r in runs})
-        mean = sum(times) / len(times) if times else None
-        lines.append(f"{name:<24} {len(runs):>4} {_fmt(max(redone, default=None)):>10} "
-                     f"{_fmt(mean, '.1f') + '/' + _fmt(max(times, default=None), '.1f'):>22} "
-                     f"{','.join(map(str, codes)) or '-':>12} {','.join(counted):>12}")
-    return "\n".join(lines)
-
-
-def met_target(results: list[RunResult], baseline: float | None) -> bool:
-    for r in results:
-        if r.steps_redone is not None and r.steps_redone > 0:
-            return False
-        if r.scenario in PREEMPTION_SCENARIOS and r.counted == "failure":
-            return False
-        if r.hung or r.orphans or not r.readable:
-            return False
-        if r.completed and (not r.exact or (baseline is not None and r.accuracy is not None
-                                             and abs(r.accuracy - baseline) > 0.02)):
-            return False
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=30, help="disturbed runs, spread over the scenarios (default 30)")
@@ -512,9 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         result = run_once(name, root / f"run-{i:02d}-{name}", rng, shape)
         results.append(result)
         print(f"run {i:2d} {name:<24} completed={result.completed} hung={result.hung} exact={result.exact} "
-              f"readable={result.readable} accuracy={_fmt(result.accuracy, '.3f')} orphans={result.orphans} "
+              f"readable={result.readable} accuracy={fmt(result.accuracy, '.3f')} orphans={result.orphans} "
               f"kills={','.join(result.kills) or '-'} recover={[round(s, 1) for s in result.recover_seconds]} "
-              f"redone={_fmt(result.steps_redone)} codes={result.exit_codes} counted={result.counted or '-'} "
+              f"redone={fmt(result.steps_redone)} codes={result.exit_codes} counted={result.counted or '-'} "
               f"{result.duration:.0f}s {result.note}", flush=True)
         if args.json:  # after every run, so an interrupted benchmark keeps what it measured
             Path(args.json).write_text(json.dumps({"runs": [dataclasses.asdict(r) for r in results]}, indent=2))
@@ -522,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     disturbed = [r for r in results if r.scenario != "none"]
     rows = summarize(disturbed, baseline)
     print()
-    print(f"undisturbed accuracy: {_fmt(baseline, '.3f')}; {len(disturbed)} disturbed runs, seed {args.seed}")
+    print(f"undisturbed accuracy: {fmt(baseline, '.3f')}; {len(disturbed)} disturbed runs, seed {args.seed}")
     print(table(rows))
     if any(r.scenario in PREEMPTION_SCENARIOS for r in disturbed):
         print()
