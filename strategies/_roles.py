@@ -124,7 +124,7 @@ def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | Non
             (None: ``ServeOptions``' default, 0.5).
         work: run in a thread beside the server, as ``work(server_target,
             stop)`` (``stop`` is set when the serving ends), e.g. a worker's
-            own training loop (``fit(..., between_graph=True)``). If it
+            own training loop (``FitOptions(between_graph=True)``). If it
             raises, the task exits with ``EXIT_WORK_FAILED``.
 
     Returns:

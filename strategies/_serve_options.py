@@ -6,7 +6,7 @@ minutes pulling its image while the ps pods already serve, so a server waits
 the chief *was* up, ``chief_lost_after`` seconds of silence on its port end
 the server (the job is restarted as a whole from the last checkpoint).
 
-Set them per call (``run_role``, ``fit(strategy_options=...)``, the Estimator's
+Set them per call (``run_role``, ``fit(options=FitOptions(serve=...))``, the Estimator's
 ``RunConfig``) or for every task of a launched job through the environment
 the launcher sets: ``TFDIST_<NAME>`` in capitals, e.g.
 ``TFDIST_CHIEF_LOST_AFTER=20`` (seconds). A new phase of the protocol (a

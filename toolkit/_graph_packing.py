@@ -16,7 +16,7 @@ TF1 control-flow contexts, whose consumers are part of the step (what the
 the update) stays out of the group, so no cycle is made; this is checked on the
 graph as rewired so far.
 
-The graph-mode Estimator and the workers of ``fit(between_graph=True)`` use it.
+The graph-mode Estimator and the workers of ``fit(options=FitOptions(between_graph=True))`` use it.
 """
 from __future__ import annotations
 

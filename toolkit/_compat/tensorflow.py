@@ -12,7 +12,7 @@
   ``while_loop``/``cond``; the Estimator's transfer packing needs both.
 * ``resource_variable_ops.BaseResourceVariable`` makes a variable object of a
   resource handle, and ``_set_handle_shapes_and_types`` gives an eager handle
-  its shape: ``fit(between_graph=True)`` names the chief's variables (TensorFlow's
+  its shape: ``fit(options=FitOptions(between_graph=True))`` names the chief's variables (TensorFlow's
   own eager variables are anonymous) and opens them by name on the workers.
 
 ``missing_symbols()`` (and its unit test) names what an upgrade removed; the

@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="stop after S seconds (default 600)")
     parser.add_argument("--between-graph", action=argparse.BooleanOptionalAction, default=True,
                         help="each worker runs its own graph-mode step loop, as TF1's between-graph replication "
-                        "does (fit(between_graph=True), the default); --no-between-graph sends every step "
+                        "does (FitOptions(between_graph=True), the default); --no-between-graph sends every step "
                         "through the chief's ClusterCoordinator (fit's own default)")
     parser.add_argument("--no-preload", action="store_true",
                         help="start every task as a fresh interpreter, instead of forking them all from one "
