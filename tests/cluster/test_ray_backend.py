@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import tempfile
 import threading
@@ -19,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from _polling import wait_until
+from _polling import processes_with, wait_until
 
 from toolkit.cli import main
 from toolkit.jobs import JobState, JobStore, api
@@ -33,21 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "_scripts"
 FIXTURES = ROOT / "tests" / "fixtures" / "jobs"
 GIB = 1024 ** 3
-
-
-def _processes_with(entry: str) -> list[int]:
-    """Live processes whose environment holds ``entry`` (e.g. ``RAY_TMPDIR=/...``) exactly."""
-    wanted, found = entry.encode(), []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if wanted in fh.read().split(b"\0"):
-                    with open(f"/proc/{pid}/stat", "rb") as stat:
-                        if stat.read().rsplit(b")", 1)[1].split()[0] != b"Z":
-                            found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -83,9 +67,9 @@ def ray_cluster():
         patch.undo()
         marker = f"RAY_TMPDIR={root}"
         try:
-            wait_until(lambda: not _processes_with(marker), timeout=60, what="every Ray process to exit")
+            wait_until(lambda: not processes_with(marker), timeout=60, what="every Ray process to exit")
         except AssertionError:
-            raise AssertionError(f"Ray processes left behind: {_processes_with(marker)}") from None
+            raise AssertionError(f"Ray processes left behind: {processes_with(marker)}") from None
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -164,7 +148,7 @@ def test_worker_actor_killed_mid_training_is_restarted_and_the_step_is_exact(ray
     log = (job_dir / "logs" / "worker-1.log").read_text()
     assert "its Ray actor died" in log and "worker-1 restarted (start #2)" in log
     assert all(_no_actor(info["actor"]) for info in placement.values())
-    assert not _processes_with(f"TFDIST_JOB_DIR={job_dir}")
+    assert not processes_with(f"TFDIST_JOB_DIR={job_dir}")
 
 
 def test_mwms_launch_from_the_cli_restarts_the_cluster_from_its_checkpoint(ray_cluster, tmp_path, capsys):
@@ -187,7 +171,7 @@ def test_mwms_launch_from_the_cli_restarts_the_cluster_from_its_checkpoint(ray_c
     placement = json.loads((job_dir / "placement.json").read_text())
     assert placement["worker-0"]["strategy"] == "STRICT_SPREAD"  # 2 tasks, 3 nodes: one task per node
     assert placement["worker-0"]["node_id"] != placement["worker-1"]["node_id"]
-    assert not _processes_with(f"TFDIST_JOB_DIR={job_dir}")
+    assert not processes_with(f"TFDIST_JOB_DIR={job_dir}")
 
 
 def test_cancel_leaves_no_actor_and_no_process(ray_cluster, home, tmp_path, capsys):
@@ -207,13 +191,13 @@ def test_cancel_leaves_no_actor_and_no_process(ray_cluster, home, tmp_path, caps
     assert sorted(nodes) == ["master-0", "ps-0", "worker-0", "worker-1"]  # CMLE's names, from the launcher itself
     assert not any(_no_actor(n["actor"]) for n in nodes.values())  # they are there while it runs
     job_dir = str(JobStore(home).job_dir("ray-long"))
-    assert len(_processes_with(f"TFDIST_JOB_DIR={job_dir}")) == 4
+    assert len(processes_with(f"TFDIST_JOB_DIR={job_dir}")) == 4
     capsys.readouterr()
     assert main(["jobs", "cancel", "ray-long"]) == 0
     assert capsys.readouterr().out.strip() == "Job [ray-long] is CANCELLED."
     assert [h.state.value for h in api.describe("ray-long").history][-2:] == ["CANCELLING", "CANCELLED"]
     assert all(_no_actor(n["actor"]) for n in nodes.values())
-    wait_until(lambda: not _processes_with(f"TFDIST_JOB_DIR={job_dir}"), timeout=30, what="the tasks to exit")
+    wait_until(lambda: not processes_with(f"TFDIST_JOB_DIR={job_dir}"), timeout=30, what="the tasks to exit")
     supervisor = JobStore(home).supervisor("ray-long")
     wait_until(lambda: not is_alive(supervisor.pid, supervisor.start_ticks), timeout=30, what="the supervisor to exit")
     assert main(["jobs", "stream-logs", "ray-long", "--task", "worker-1"]) == 4

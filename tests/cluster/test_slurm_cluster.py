@@ -8,14 +8,13 @@ shared storage would. Needs root and Debian's slurm-wlm (``make slurm``).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _polling import wait_until
+from _polling import processes_with, wait_until
 from _slurm_cluster import SlurmCluster, unavailable_reason
 
 from toolkit.cli import main
@@ -28,21 +27,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("slurm")]
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "_scripts"
 FIXTURES = ROOT / "tests" / "fixtures" / "jobs"
-
-
-def _processes_with(entry: str) -> list[int]:
-    """Live processes whose environment holds ``entry`` exactly (every node shares this pid namespace)."""
-    wanted, found = entry.encode(), []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if wanted in fh.read().split(b"\0"):
-                    with open(f"/proc/{pid}/stat", "rb") as stat:
-                        if stat.read().rsplit(b")", 1)[1].split()[0] != b"Z":
-                            found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +72,7 @@ def test_ps_digits_job_lands_on_several_nodes_and_reaches_090(slurm3, home, tmp_
     job_id = record.details["slurm"]["job_id"]
     info = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
     assert "JobState=COMPLETED" in info
-    assert not _processes_with(f"TFDIST_JOB_DIR={record.job_dir}")
+    assert not processes_with(f"TFDIST_JOB_DIR={record.job_dir}")
     assert main(["jobs", "describe", "slurm-digits"]) == 0
     assert "NODE" in capsys.readouterr().out
 
@@ -103,7 +87,7 @@ def test_worker_killed_mid_training_is_restarted_and_the_step_is_exact(slurm3, t
     assert result.task("worker-1").restarts == 1 and result.task("worker-0").restarts == 0
     assert json.loads((job_dir / "tasks" / "chief-0" / "result.json").read_text())["steps"] == 40
     assert all(t.exit_code == 0 for t in result.tasks), [(t.name, t.exit_code) for t in result.tasks]
-    assert not _processes_with(f"TFDIST_JOB_DIR={job_dir}")
+    assert not processes_with(f"TFDIST_JOB_DIR={job_dir}")
 
 
 def test_mwms_job_and_cancel_leave_no_process(slurm3, home, tmp_path, capsys):
@@ -135,7 +119,7 @@ def test_mwms_job_and_cancel_leave_no_process(slurm3, home, tmp_path, capsys):
     assert record.state is JobState.CANCELLED
     squeue = subprocess.run(["squeue", "-h", "-j", record.details["slurm"]["job_id"]], capture_output=True, text=True)
     assert squeue.stdout.strip() == ""
-    wait_until(lambda: not _processes_with(f"TFDIST_JOB_DIR={record.job_dir}"), timeout=20,
+    wait_until(lambda: not processes_with(f"TFDIST_JOB_DIR={record.job_dir}"), timeout=20,
                what="every task process of the cancelled job to be gone", every=0.1)
 
 
