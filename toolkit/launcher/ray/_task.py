@@ -71,6 +71,7 @@ class RayTask:
         self.port: int | None = None
         self.pid: int | None = None
         self.actor_restarts = 0
+        self._death_noted = False  # the log already says this actor died (by the reader or a failed start)
         self._actor_id: tuple[str, int] | None = None  # (node id, pid) of the actor process last seen
         self._seen: int | None = None      # the exit code the reader saw for the current run
         self._lost = False                 # the actor died under the current run
@@ -138,7 +139,9 @@ class RayTask:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the output pump closes it when the task ends
         if self.starts:
             log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())
-        death_logged = self._seen == ACTOR_LOST  # the reader (or a failed start) already wrote why
+        # The reader (or a failed start) already wrote why. A flag, not ``_seen == ACTOR_LOST``: a task
+        # killed by SIGKILL inside a live actor exits with the same code and leaves no note.
+        death_logged, self._death_noted = self._death_noted, False
         self.exit_code = self.ended_at = self._seen = None
         self.handled = self.stopped = False
         self.starts += 1
@@ -158,7 +161,7 @@ class RayTask:
             self._lost = True
             log.write(f"----- {self.name} could not start on Ray: {exc} -----\n".encode())
             log.close()
-            self._seen = ACTOR_LOST
+            self._seen, self._death_noted = ACTOR_LOST, True
             self._reader = None
             self._emit(EventKind.STARTED)
             return
@@ -181,7 +184,7 @@ class RayTask:
                     note = f"----- {self.name}: its Ray actor died ({type(exc).__name__}) -----"
                     log.write((note + "\n").encode())
                     self.recent.append(note)
-                    self._seen = ACTOR_LOST
+                    self._seen, self._death_noted = ACTOR_LOST, True
                     return
                 for line in lines:
                     log.write((line + "\n").encode())
