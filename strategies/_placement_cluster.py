@@ -20,7 +20,6 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import tensorflow as tf
 
@@ -94,21 +93,18 @@ def in_graph_session(cfg: TFConfig, *, timeout: float = 300.0) -> Iterator[list[
     release_devices(cfg, 0)
 
 
-def serve_devices(cfg: TFConfig, *, client_start_timeout: float | None = None,
-                  client_lost_after: float | None = None, poll_interval: float | None = None) -> int:
+def serve_devices(cfg: TFConfig, *, options: ServeOptions | None = None) -> int:
     """Hosts this task's devices until the client releases them; returns the exit code.
 
-    The same serve/goodbye protocol as parameter servers (``strategies.serve``):
-    the code is the client's (0 after success); 3 if the client was seen and
-    then stayed unreachable for ``client_lost_after`` s; 4 if it never came up
-    within ``client_start_timeout`` s (None: ``ServeOptions``' defaults).
+    The same serve/goodbye protocol, and the same ``ServeOptions``, as
+    parameter servers (``strategies.serve``; the client plays the chief): the
+    code is the client's (0 after success), ``EXIT_CHIEF_LOST`` or
+    ``EXIT_CHIEF_NEVER_STARTED``.
     """
-    options = ServeOptions.from_env(chief_start_timeout=client_start_timeout, chief_lost_after=client_lost_after,
-                                    poll_interval=poll_interval)
-    return serve_until_goodbye(cfg, options, peer="client")
+    return serve_until_goodbye(cfg, ServeOptions.from_env() if options is None else options, peer="client")
 
 
-def run_in_graph_role(tf_config: TFConfig | None = None, **serve_options: Any) -> TFConfig:
+def run_in_graph_role(tf_config: TFConfig | None = None, *, options: ServeOptions | None = None) -> TFConfig:
     """Serves and exits in host tasks; returns the ``TFConfig`` in the client.
 
     Put it at the top of a model-parallel script run on every task.
@@ -116,4 +112,4 @@ def run_in_graph_role(tf_config: TFConfig | None = None, **serve_options: Any) -
     cfg = TFConfig.from_env() if tf_config is None else tf_config
     if cfg.is_local or cfg.is_chief:
         return cfg
-    sys.exit(serve_devices(cfg, **serve_options))
+    sys.exit(serve_devices(cfg, options=options))

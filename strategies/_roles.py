@@ -109,19 +109,15 @@ def _take_exit_code(path: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and int(text) <= 255 else 1
 
 
-def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | None = None,
-          chief_lost_after: float | None = None, poll_interval: float | None = None,
+def serve(tf_config: TFConfig | None = None, *, options: ServeOptions | None = None,
           work: Callable[[str, threading.Event], object] | None = None) -> int:
     """Runs this ps/worker task's server until the chief ends the job.
 
     Args:
         tf_config: this task's ``TFConfig``; None reads TF_CONFIG.
-        chief_start_timeout: seconds to wait for the chief to appear at all
-            (None: ``ServeOptions``' default, 900, or the launcher's setting).
-        chief_lost_after: seconds the chief may be unreachable before the job
-            is considered dead (None: 6, or the launcher's setting).
-        poll_interval: seconds between checks for the chief's goodbye
-            (None: ``ServeOptions``' default, 0.5).
+        options: the protocol's timeouts (None: ``ServeOptions.from_env()``,
+            the launcher's settings or the defaults). To change one and keep
+            the environment's others, pass ``ServeOptions.from_env(chief_lost_after=20)``.
         work: run in a thread beside the server, as ``work(server_target,
             stop)`` (``stop`` is set when the serving ends), e.g. a worker's
             own training loop (``FitOptions(between_graph=True)``). If it
@@ -137,8 +133,6 @@ def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | Non
     """
     from tf_config import TFConfig
 
-    options = ServeOptions.from_env(chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after,
-                                    poll_interval=poll_interval)
     cfg = TFConfig.from_env() if tf_config is None else tf_config
     if not is_server_role(cfg):
         raise StrategyError(
@@ -146,7 +140,10 @@ def serve(tf_config: TFConfig | None = None, *, chief_start_timeout: float | Non
             "tasks, and worker tasks of a cluster with ps, serve. Call run_role(cfg), which returns for "
             "training tasks, instead of serve().", field="tf_config.task"
         )
-    return serve_until_goodbye(cfg, options, work=work)
+    if options is not None and not isinstance(options, ServeOptions):
+        raise StrategyError(f"`options` must be a strategies.ServeOptions or None. Received: options={options!r}. "
+                            "Pass e.g. options=ServeOptions(chief_lost_after=20).", field="options")
+    return serve_until_goodbye(cfg, ServeOptions.from_env() if options is None else options, work=work)
 
 
 class _Work:
@@ -228,8 +225,7 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, peer: str = "ch
         clear_signals([hello])
 
 
-def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", chief_start_timeout: float | None = None,
-             chief_lost_after: float | None = None,
+def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", options: ServeOptions | None = None,
              worker_work: Callable[[str, threading.Event], object] | None = None) -> TFConfig:
     """Serves and exits in ps/worker tasks; returns in tasks that train.
 
@@ -253,8 +249,7 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", chief
         strategy: the strategy the job uses; ``auto`` derives it from the
             cluster (ps present means parameter_server). Other names are
             checked against the TF_CONFIG first.
-        chief_start_timeout: see ``serve``.
-        chief_lost_after: see ``serve``.
+        options: see ``serve``.
         worker_work: a parameter-server *worker*'s own work beside its server
             (``serve(work=...)``); ps tasks only serve.
 
@@ -277,5 +272,5 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", chief
     work = worker_work if cfg.task_type == "worker" else None
     if work is None:  # a worker with its own work (a training loop) may need Keras & co.
         skip_imports(SERVER_UNUSED_MODULES)  # called before TensorFlow's import, a server leaves out Keras & co.
-    code = serve(cfg, chief_start_timeout=chief_start_timeout, chief_lost_after=chief_lost_after, work=work)
+    code = serve(cfg, options=options, work=work)
     sys.exit(code)

@@ -24,9 +24,10 @@ def _client_main(out: Path) -> int:
     import numpy as np
     import tensorflow as tf
 
+    from strategies import ServeOptions
     from strategies.device_map import DeviceMap, in_graph_session, run_in_graph_role
 
-    cfg = run_in_graph_role(client_start_timeout=120)  # worker 1 serves here and exits
+    cfg = run_in_graph_role(options=ServeOptions.from_env(chief_start_timeout=120))  # worker 1 serves here, exits
     tf.debugging.set_log_device_placement(True)
     with in_graph_session(cfg, timeout=120) as hosts:
         remote = hosts[0]

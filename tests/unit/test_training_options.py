@@ -99,3 +99,28 @@ def test_typed_strategy_options_reach_make_strategy(tmp_path):
 def test_the_groups_are_public_on_toolkit():
     assert (toolkit.CheckpointConfig, toolkit.LogConfig, toolkit.SyncConfig, toolkit.ValidationConfig,
             toolkit.FitOptions) == (CheckpointConfig, LogConfig, SyncConfig, ValidationConfig, FitOptions)
+
+
+def test_serve_options_reach_the_server_loop_as_one_object(monkeypatch, tmp_path):
+    """In a ps task, fit hands FitOptions.serve to the one serve loop as it is (every server-side timeout)."""
+    import strategies._roles as roles
+    from tf_config import generate
+
+    cfg = next(c for c in generate(base_port=24100, chief=1, workers=1, ps=1) if str(c.task) == "ps-0")
+    given = ServeOptions(chief_start_timeout=30, chief_lost_after=9, poll_interval=0.1, work_join_timeout=2)
+    seen = []
+    monkeypatch.setattr(roles, "serve_until_goodbye", lambda cfg, options, **kwargs: seen.append(options) or 7)
+    with pytest.raises(SystemExit) as exited:
+        fit(lambda: None, lambda ctx: None, loss="mse", steps_per_epoch=1, model_dir=str(tmp_path),
+            options=FitOptions(serve=given, tf_config=cfg))
+    assert exited.value.code == 7 and seen == [given] and seen[0] is given
+
+
+def test_serve_refuses_timeouts_that_are_not_serve_options():
+    from strategies import StrategyError, serve
+    from tf_config import generate
+
+    cfg = next(c for c in generate(base_port=24100, chief=1, workers=1, ps=1) if str(c.task) == "ps-0")
+    with pytest.raises(StrategyError) as info:
+        serve(cfg, options={"chief_lost_after": 20})
+    assert info.value.field == "options" and "Pass e.g. options=ServeOptions(chief_lost_after=20)" in str(info.value)

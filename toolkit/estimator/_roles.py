@@ -23,7 +23,8 @@ def serve_if_ps(config: Any) -> None:
     """In a ps task: serve the job's variables until the chief says goodbye, then exit with its code."""
     if role_of(config) != "ps":
         return
-    from strategies import serve
+    from strategies import ServeOptions, serve
 
-    sys.exit(serve(config.tf_config, chief_start_timeout=config.chief_start_timeout,
-                   chief_lost_after=config.chief_lost_after))
+    options = ServeOptions.from_env(chief_start_timeout=config.chief_start_timeout,
+                                    chief_lost_after=config.chief_lost_after)
+    sys.exit(serve(config.tf_config, options=options))

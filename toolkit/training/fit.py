@@ -96,10 +96,7 @@ def _task_config(options: FitOptions, strategy: str | tf.distribute.Strategy,
     cfg = TFConfig.from_env() if options.tf_config is None else options.tf_config
     if not isinstance(strategy, str):
         return cfg
-    serve = options.serve
-    return run_role(cfg, strategy=strategy, worker_work=worker_work,
-                    chief_start_timeout=None if serve is None else serve.chief_start_timeout,
-                    chief_lost_after=None if serve is None else serve.chief_lost_after)
+    return run_role(cfg, strategy=strategy, options=options.serve, worker_work=worker_work)
 
 
 def _arm_preemption(tf_config: TFConfig | None, model_dir: str | os.PathLike[str] | None) -> None:

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointConfig", "FitConfig", "FitOptions", "LogConfig", "SyncConfig", "ValidationConfig", "group"]
 
 
+#: ``ServeOptions`` the chief's end of the job reads (at interpreter exit), not the servers ``fit`` starts
+_CHIEF_SIDE = ("goodbye_timeout", "workers_done_timeout")
+
+
 def _positive_int(owner: str, name: str, value: object, example: str, *, optional: bool = False) -> None:
     check_int(value, field=f"{owner}.{name}", optional=optional, error=TrainingError,
               fix=f"Pass e.g. {owner}({name}={example}).")
@@ -211,9 +215,9 @@ class FitOptions:
             only, one step per execution (``toolkit.training.between_graph``).
         export: write ``model.keras`` and a SavedModel to ``model_dir/export``.
         strategy: a ``strategies.StrategyOptions`` for ``make_strategy`` (None: its defaults).
-        serve: a ``strategies.ServeOptions``: the ``chief_start_timeout`` and
-            ``chief_lost_after`` of parameter-server ps/worker tasks (None: the
-            environment's, else the defaults).
+        serve: a ``strategies.ServeOptions`` for the parameter-server ps and
+            worker tasks ``fit`` serves in (None: ``ServeOptions.from_env()``).
+            The chief's side of the goodbye reads the environment.
         tf_config: this task's ``TFConfig`` (None reads TF_CONFIG).
     """
 
@@ -244,12 +248,12 @@ class FitOptions:
                 raise TrainingError(f"`FitOptions.{name}` must be a {kind.__module__.split('.')[0]}.{kind.__name__} "
                                     f"or None. Received: {name}={value!r}. Pass e.g. {name}={kind.__name__}(...).",
                                     field=f"FitOptions.{name}")
-        unused = [f for f in dataclasses.fields(ServeOptions) if self.serve is not None and f.name not in
-                  ("chief_start_timeout", "chief_lost_after") and getattr(self.serve, f.name) != f.default]
-        if unused:  # the servers fit starts take two timeouts; the others are the environment's (TFDIST_<NAME>)
-            raise TrainingError(f"`FitOptions.serve` sets {unused[0].name}={getattr(self.serve, unused[0].name)!r}, "
-                                "which fit does not pass to its servers. Set TFDIST_" + unused[0].name.upper() +
-                                " in every task's environment instead.", field=f"FitOptions.serve.{unused[0].name}")
+        for name in _CHIEF_SIDE:  # the chief ends the job at exit, after fit returned: it reads TFDIST_<NAME>
+            if self.serve is not None and getattr(self.serve, name) != ServeOptions.__dataclass_fields__[name].default:
+                raise TrainingError(f"`FitOptions.serve` sets {name}={getattr(self.serve, name)!r}, which fit does "
+                                    f"not pass to its servers. Set TFDIST_{name.upper()} in every task's environment "
+                                    "instead: the chief's goodbye at exit reads it there.",
+                                    field=f"FitOptions.serve.{name}")
         for name in ("between_graph", "export"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainingError(f"`FitOptions.{name}` must be True or False. Received: "
