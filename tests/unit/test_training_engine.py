@@ -1,9 +1,9 @@
 """The engine's set-up exists once: ``toolkit.fit`` and Keras' ``model.fit`` write the same run.
 
 Both front doors hand an ``EngineRun`` to ``toolkit.training.engine.train``; the same model, data,
-optimizer and schedule must give the same checkpoint (step, variable names and values) and the same
-TensorBoard summaries (tags and values), in one process under a one-worker MultiWorkerMirroredStrategy
-(the path a multi-worker job takes).
+optimizer and schedule must give the same checkpoints (the same steps, and the last one's variable names
+and values), the same validation and the same TensorBoard summaries (tags and values), in one process
+under a one-worker MultiWorkerMirroredStrategy (the path a multi-worker job takes).
 """
 from __future__ import annotations
 
@@ -32,6 +32,22 @@ def _dataset_fn(context=None):
     return tf.data.Dataset.from_tensor_slices((_X, _Y)).repeat().batch(16)
 
 
+def _validation_fn(context=None):
+    return tf.data.Dataset.from_tensor_slices((_X[:32], _Y[:32])).batch(16)
+
+
+class _CheckpointSteps(keras.callbacks.Callback):
+    """The newest checkpoint in ``directory`` after each execution (the engine saves before callbacks run)."""
+
+    def __init__(self, directory):
+        super().__init__()
+        self.directory, self.seen = str(directory), []
+
+    def on_train_batch_end(self, batch, logs=None):
+        path = tf.train.latest_checkpoint(self.directory)
+        self.seen.append(None if path is None else int(path.rsplit("-", 1)[1]))
+
+
 def _checkpoint(directory):
     path = tf.train.latest_checkpoint(str(directory))
     assert path is not None, f"no checkpoint in {directory}"
@@ -47,7 +63,8 @@ def _summaries(logdir):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 if value.tag.startswith("epoch_"):
-                    values.setdefault(value.tag, []).append(float(tf.make_ndarray(value.tensor)))
+                    where = path.split("/")[-2]  # train/ or validation/
+                    values.setdefault(f"{where}/{value.tag}", []).append(float(tf.make_ndarray(value.tensor)))
     return values
 
 
@@ -57,24 +74,28 @@ def strategy():
 
 
 def test_fit_and_model_fit_write_the_same_checkpoints_and_summaries(strategy, tmp_path):
+    fit_steps, keras_steps = _CheckpointSteps(tmp_path / "fit"), _CheckpointSteps(tmp_path / "keras")
     fitted = toolkit.fit(_model, _dataset_fn, loss="mse", optimizer=lambda: keras.optimizers.SGD(0.05),
                          epochs=EPOCHS, steps_per_epoch=STEPS, steps_per_execution=2, strategy=strategy,
-                         model_dir=str(tmp_path / "fit"), verbose=0,
-                         callbacks=[keras.callbacks.TensorBoard(str(tmp_path / "fit-tb"))],
-                         options=FitOptions(checkpoint=CheckpointConfig(keep=1), export=False))
+                         validation_fn=_validation_fn, model_dir=str(tmp_path / "fit"), verbose=0,
+                         callbacks=[fit_steps, keras.callbacks.TensorBoard(str(tmp_path / "fit-tb"))],
+                         options=FitOptions(checkpoint=CheckpointConfig(every=2, keep=1), export=False))
     toolkit.enable_distributed_keras()
     try:
         with strategy.scope():
             model = _model()
             model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", steps_per_execution=2)
-        history = model.fit(_dataset_fn, epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0, callbacks=[
-            keras.callbacks.BackupAndRestore(str(tmp_path / "keras"), delete_checkpoint=False),
-            keras.callbacks.TensorBoard(str(tmp_path / "keras-tb"))])
+        history = model.fit(_dataset_fn, epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0,
+                            validation_data=_validation_fn(), callbacks=[
+            keras.callbacks.BackupAndRestore(str(tmp_path / "keras"), save_freq=2, delete_checkpoint=False),
+            keras_steps, keras.callbacks.TensorBoard(str(tmp_path / "keras-tb"))])
     finally:
         toolkit.disable_distributed_keras()
 
     assert fitted.global_step == EPOCHS * STEPS and history.epoch == list(range(EPOCHS))
     np.testing.assert_allclose(history.history["loss"], fitted.history["loss"], rtol=1e-5)
+    np.testing.assert_allclose(history.history["val_loss"], fitted.history["val_loss"], rtol=1e-5)
+    assert fit_steps.seen == keras_steps.seen == list(range(2, EPOCHS * STEPS + 1, 2))  # the same checkpoint steps
     by_fit, by_keras = _checkpoint(tmp_path / "fit"), _checkpoint(tmp_path / "keras")
     assert sorted(by_fit) == sorted(by_keras) and len(by_fit) > 4
     step = next(name for name in by_fit if name.startswith("global_step"))
@@ -82,6 +103,7 @@ def test_fit_and_model_fit_write_the_same_checkpoints_and_summaries(strategy, tm
     for name in by_fit:
         np.testing.assert_allclose(by_keras[name], by_fit[name], rtol=1e-5, atol=1e-6, err_msg=name)
     fit_summaries, keras_summaries = _summaries(tmp_path / "fit-tb"), _summaries(tmp_path / "keras-tb")
-    assert "epoch_loss" in fit_summaries and sorted(fit_summaries) == sorted(keras_summaries)
+    assert "train/epoch_loss" in fit_summaries and "validation/epoch_loss" in fit_summaries
+    assert sorted(fit_summaries) == sorted(keras_summaries)
     for tag, values in fit_summaries.items():
         np.testing.assert_allclose(keras_summaries[tag], values, rtol=1e-5, err_msg=tag)
