@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "dnn_logit_fn_builder": "toolkit.estimator.canned.helpers",      # TF1's tf.compat.v1.estimator.experimental
     "linear_logit_fn_builder": "toolkit.estimator.canned.helpers",   # TF1's tf.compat.v1.estimator.experimental
     "KMeans": "toolkit.estimator.canned.kmeans",
+    "LinearSDCA": "toolkit.estimator.canned.sdca",
     "RNNClassifier": "toolkit.estimator.canned.rnn",
     "RNNEstimator": "toolkit.estimator.canned.rnn",
 }

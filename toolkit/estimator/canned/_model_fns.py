@@ -14,6 +14,7 @@ from toolkit.estimator.canned._errors import CannedError
 from toolkit.estimator.canned._head_base import TRAIN, Head, make_spec
 from toolkit.estimator.canned._nets import check_features, dnn_logits, linear_logits
 from toolkit.estimator.canned.optimizers import get_optimizer
+from toolkit.estimator.canned.sdca import LinearSDCA, sdca_train_op
 
 __all__ = ["combined_model_fn", "dnn_model_fn", "linear_learning_rate", "linear_model_fn"]
 
@@ -81,8 +82,11 @@ def linear_model_fn(features: Any, labels: Any, mode: str, *, head: Any, feature
         opt = get_optimizer("optimizer", optimizer, learning_rate=_LINEAR_LEARNING_RATE)
         return _minimize(opt, loss, _scope_vars("linear"), global_step=v1.train.get_or_create_global_step())
 
-    return _spec(head, make, features=features, mode=mode, logits=logits, labels=labels,
-                 train_op_fn=train_op_fn if mode == TRAIN else None)
+    train: Callable[[tf.Tensor], Any] | None = train_op_fn if mode == TRAIN else None
+    if isinstance(optimizer, LinearSDCA) and mode == TRAIN:
+        train = sdca_train_op(optimizer, head=head, features=features, labels=labels, logits=logits,
+                              columns=feature_columns)
+    return _spec(head, make, features=features, mode=mode, logits=logits, labels=labels, train_op_fn=train)
 
 
 def combined_model_fn(features: Any, labels: Any, mode: str, *, head: Any, linear_feature_columns: Sequence[Any],

@@ -16,6 +16,7 @@ from toolkit.estimator.canned import _args
 from toolkit.estimator.canned._model_fns import linear_model_fn
 from toolkit.estimator.canned.heads import RegressionHead, classification_head
 from toolkit.estimator.canned.optimizers import check_optimizer
+from toolkit.estimator.canned.sdca import LinearSDCA, check_sdca
 
 __all__ = ["LinearClassifier", "LinearRegressor"]
 
@@ -23,8 +24,11 @@ __all__ = ["LinearClassifier", "LinearRegressor"]
 def _linear_estimator(self: Estimator, head: Any, *, feature_columns: Any, optimizer: Any, sparse_combiner: Any,
                       model_dir: Any, config: Any, warm_start_from: Any, partitioner: Any = None) -> None:
     columns = _args.check_feature_columns("feature_columns", feature_columns, dense=False)
-    optimizer = check_optimizer("optimizer", optimizer)
     combiner = _args.check_sparse_combiner("sparse_combiner", sparse_combiner)
+    if isinstance(optimizer, LinearSDCA):
+        check_sdca(head, columns, combiner, partitioner)
+    else:
+        optimizer = check_optimizer("optimizer", optimizer)
 
     def _model_fn(features: Any, labels: Any, mode: str, config: Any) -> Any:
         del config  # TF 2's canned estimators do not partition variables
@@ -45,7 +49,8 @@ class LinearClassifier(Estimator):
             warm_start_from, loss_reduction: as for ``DNNClassifier``.
         optimizer: a name (learning rate 0.2, TF's), a
             ``tf.compat.v1.train.Optimizer``, or a function returning one.
-            Default 'Ftrl'.
+            Default 'Ftrl'. An ``experimental.LinearSDCA`` trains by SDCA
+            (two classes only).
         sparse_combiner: 'sum' (default), 'mean' or 'sqrtn': how the weights
             of a multivalent categorical feature combine.
     """
