@@ -2,11 +2,12 @@
 
 The job (``_scripts/preempt_estimator.py``: a TF1 ``model_fn`` under
 ``toolkit.estimator``, checkpoints every 50 steps) has its chief SIGTERM itself
-at step 70 and note the step. Asserted on the artifacts: a checkpoint off the
-50-step schedule at the signalled step plus at most the steps in flight, the
-chief's first run exiting 143, the restarted job ending exactly on the last step,
-and a launch that counted one preemption and no failure (``max_restarts=0``:
-a failure would end the job).
+at step 70 and note the step; in the restarted run it SIGTERMs the ps at step 110.
+Asserted on the artifacts: each time a checkpoint off the 50-step schedule at the
+signalled step plus at most the steps in flight, the chief's first run exiting 143,
+the ps serving on until the chief's checkpoint landed and then exiting 143, the
+restarted job ending exactly on the last step, and a launch that counted
+preemptions and no failure (``max_restarts=0``: a failure would end the job).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 _SCRIPT = Path(__file__).resolve().parent / "_scripts" / "preempt_estimator.py"
-_TOTAL, _EVERY, _AT = 150, 50, 70
+_TOTAL, _EVERY, _AT, _PS_AT = 150, 50, 70, 110
 _IN_FLIGHT = 5  # the chief's own step after the signal, plus the worker's steps in between
 
 
@@ -30,13 +31,13 @@ def test_estimator_chief_preempted_under_parameter_servers_resumes_at_its_checkp
 
     model_dir = tmp_path / "model"
     cmd = ["python", str(_SCRIPT), "--model-dir", str(model_dir), "--max-steps", str(_TOTAL),
-           "--save-every", str(_EVERY), "--preempt-at", str(_AT)]
+           "--save-every", str(_EVERY), "--preempt-at", str(_AT), "--preempt-ps-at", str(_PS_AT)]
     result = launch(cmd, job_dir=tmp_path / "job", timeout=400, echo=False, restartable=True, max_restarts=0,
                     settle_period=2.0, preload=("tensorflow",), workers=1, ps=1)
     chief = result.task("chief-0").log_path.read_text()
     assert result.ok, f"{result.message}\n{chief[-3000:]}"
-    (line,) = (tmp_path / "job" / "signals.txt").read_text().splitlines()
-    sent = int(line.split()[1])
+    signals = dict(line.split() for line in (tmp_path / "job" / "signals.txt").read_text().splitlines())
+    sent = int(signals["chief"])
     # the chief stopped after the step in flight and its CheckpointSaverHook saved there, off the schedule
     found = re.findall(r"preempted \(SIGTERM [\d.]+ s ago\): chief-0 stopped after the step in flight; "
                        r"newest checkpoint \S+model\.ckpt-(\d+); exiting with 143", chief)
@@ -47,7 +48,18 @@ def test_estimator_chief_preempted_under_parameter_servers_resumes_at_its_checkp
     # the restarted chief resumed from that checkpoint, and the job ended exactly on the last step
     assert f"Restoring parameters from {model_dir}/model.ckpt-{at}\n" in chief.split("exiting with 143", 1)[1], \
         chief[-3000:]
+    # the ps's signal: the chief stops after the step in flight and checkpoints there; the ps serves until
+    # that checkpoint has landed, then exits 143, and the cluster resumes from it
+    ps_sent, ps = int(signals["ps-0"]), result.task("ps-0").log_path.read_text()
+    found = re.findall(r"preempted \(ps-0 preempted\): chief-0 stopped after the step in flight; "
+                       r"newest checkpoint \S+model\.ckpt-(\d+); exiting with 143", chief)
+    assert len(found) == 1, chief[-3000:]
+    ps_at = int(found[0])
+    assert ps_sent <= ps_at <= ps_sent + _IN_FLIGHT and ps_at % _EVERY and ps_at in _checkpoints(model_dir)
+    assert re.search(r"ps-0: the chief wrote its checkpoint [\d.]+ s after the signal; exiting with 143", ps), ps
+    assert f"Restoring parameters from {model_dir}/model.ckpt-{ps_at}\n" in chief, chief[-3000:]
     assert _checkpoints(model_dir)[-1] == _TOTAL
     assert (tmp_path / "result.json").read_text() == f'{{"global_step": {_TOTAL}}}'
-    assert (result.preemptions, result.failures) == (1, 0)
-    assert result.task("chief-0").preemptions == 1
+    assert (result.preemptions, result.failures) == (2, 0)
+    # the second restart is counted on whichever of the chief and the ps exited 143 first
+    assert result.task("chief-0").preemptions + result.task("ps-0").preemptions == 2

@@ -231,7 +231,8 @@ class Estimator:
                 logger.info("%s-%d: %d fewer transfers per step (packed)", self._config.task_type,
                             self._config.task_id, saved)
             # TF's order: the caller's hooks, the stop, model_fn's hooks, then the NaN check
-            all_hooks = [PreemptionHook(), *hooks, stop, *spec.training_hooks, v1.train.NanTensorHook(spec.loss),
+            preemption = PreemptionHook(self._config.model_dir if self._config.is_chief else None)
+            all_hooks = [preemption, *hooks, stop, *spec.training_hooks, v1.train.NanTensorHook(spec.loss),
                          *_session.release_sync_workers(spec, self._config)]
             self._run_training(spec, all_hooks, saving_listeners, target)
         raise_if_preempted(self._config.model_dir, f"{self._config.task_type}-{self._config.task_id}")

@@ -173,6 +173,7 @@ class Watcher:
         self.task = "local"
         self.installed = False
         self.done = threading.Event()  # set once the task's checkpoint (or its exit) is settled
+        self.stopped_for: list[str] = []  # the preempted servers whose notices stopped this task's training
 
     @property
     def requested(self) -> bool:
@@ -191,6 +192,7 @@ class Watcher:
     def reset(self) -> None:
         """Forgets a signal (tests; a process that trains twice)."""
         self.requested_at = self.requested_wall = self.signum = None
+        self.stopped_for = []
         self.done.clear()
 
     # ---- the handler --------------------------------------------------------------

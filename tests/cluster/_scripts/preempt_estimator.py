@@ -8,11 +8,15 @@ schedule is the preemption's. On the job's first run the chief's hook sends
 SIGTERM to its own process once the global step reaches ``--preempt-at`` and
 appends ``chief <step>`` to ``<job dir>/signals.txt``. The worker trains at
 ``--worker-delay`` s a step and stops 10 steps before the end; the chief
-waits for it there, so that no worker step lands after the chief's last. The chief writes
+waits for it there, so that no worker step lands after the chief's last. With
+``--preempt-ps-at``, on the job's second run the chief sends SIGTERM to ps-0 once the
+global step reaches that step (``ps-0 <step>`` in ``signals.txt``; every task writes
+``pid-<restart>`` into its task directory first). The chief writes
 ``<model dir>/../result.json`` when training completes.
 
 Usage (inside ``tfdist launch ... --``):
     python preempt_estimator.py --model-dir DIR [--max-steps 150] [--save-every 50] [--preempt-at 70]
+                                [--preempt-ps-at 110]
 """
 from __future__ import annotations
 
@@ -25,15 +29,17 @@ import sys
 from pathlib import Path
 
 
-def _preempter(at: int):
+def _preempter(at: int, ps_at: int = 0):
     import tensorflow as tf
 
     job_dir = Path(os.environ["TFDIST_JOB_DIR"])
-    first = os.environ.get("TFDIST_RESTART_COUNT", "0") == "0"
+    run = os.environ.get("TFDIST_RESTART_COUNT", "0")
+    first = run == "0"
 
     class Preempter(tf.compat.v1.train.SessionRunHook):
         def __init__(self) -> None:
             self.pending = first and at > 0
+            self.ps_pending = run == "1" and ps_at > 0
 
         def begin(self) -> None:
             self._step = tf.compat.v1.train.get_global_step()
@@ -48,6 +54,11 @@ def _preempter(at: int):
                 with open(job_dir / "signals.txt", "a") as fh:
                     fh.write(f"chief {step}\n")
                 os.kill(os.getpid(), signal.SIGTERM)
+            if self.ps_pending and step >= ps_at:
+                self.ps_pending = False
+                with open(job_dir / "signals.txt", "a") as fh:
+                    fh.write(f"ps-0 {step}\n")
+                os.kill(int((job_dir / "tasks" / "ps-0" / f"pid-{run}").read_text()), signal.SIGTERM)
 
     return Preempter()
 
@@ -114,8 +125,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-steps", type=int, default=150)
     parser.add_argument("--save-every", type=int, default=50)
     parser.add_argument("--preempt-at", type=int, default=0)
+    parser.add_argument("--preempt-ps-at", type=int, default=0, help="on the second run, SIGTERM ps-0 here")
     parser.add_argument("--worker-delay", type=float, default=0.1, help="seconds the worker sleeps after a step")
     args = parser.parse_args(argv)
+    task_dir = Path(os.environ.get("TFDIST_TASK_DIR", "."))
+    (task_dir / f"pid-{os.environ.get('TFDIST_RESTART_COUNT', '0')}").write_text(str(os.getpid()))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     import numpy as np
 
@@ -134,8 +148,8 @@ def main(argv: list[str]) -> int:
                                     save_checkpoints_secs=None, keep_checkpoint_max=20)
     estimator = tf.estimator.Estimator(model_fn, config=config)
     stop_at = args.max_steps - 10
-    hooks = [_preempter(args.preempt_at), _await_worker(stop_at)] if estimator.config.is_chief else \
-        [_slow_worker(stop_at, args.worker_delay)]
+    chief = [_preempter(args.preempt_at, args.preempt_ps_at), _await_worker(stop_at)]
+    hooks = chief if estimator.config.is_chief else [_slow_worker(stop_at, args.worker_delay)]
     estimator.train(lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32),
                     max_steps=args.max_steps, hooks=hooks)
     if estimator.config.is_chief:
