@@ -275,10 +275,25 @@ class ParameterServerRunner(Runner):
 
         self._iterator = iter(self.coordinator.create_per_worker_dataset(per_worker_dataset))
         self._pending: list[tf.distribute.experimental.coordinator.RemoteValue] = []
+        self._cold_workers = num_workers  # workers that have not run the looped execution yet
 
     def run(self, num_steps: int) -> None:
         function, args = self._call(num_steps)
+        if function is self._looped and self._cold_workers > 1:
+            self._warm_up()
         self._pending.append(self.coordinator.schedule(function, args=args))
+
+    def _warm_up(self) -> None:
+        """With the first looped execution, has every other worker instantiate it too, running no step.
+
+        A worker's first closure of a function instantiates its graph: 2-3 s on an idle 2-core
+        machine, 10-20 s under load. Without this the second worker paid it in the middle of
+        training, and a preemption signal that landed then waited for it (docs/preemption.md).
+        """
+        none = tf.constant(0, tf.int64)
+        for _ in range(self._cold_workers - 1):
+            self.coordinator.schedule(self._looped, args=(self._iterator, none))
+        self._cold_workers = 0
 
     def wait(self) -> np.ndarray:
         self.coordinator.join()
