@@ -4,8 +4,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -55,14 +57,45 @@ def test_launch_and_run_on_one_node(slurm1, tmp_path, capsys):
     tasks = sorted((d["task"]["type"], d["task"]["index"]) for d in map(json.loads, srun.stdout.splitlines()))
     assert tasks == [("worker", 0), ("worker", 1)]
 
+    # The tasks die without a word (SIGKILL to each srun task, as the kernel's OOM killer would send): the launch
+    # says each was killed with the job, from scontrol's record of it (accounting without slurmdbd), and that they
+    # FAILED (this launcher did not stop them).
+    from _polling import wait_until
+
+    from toolkit.launcher import LaunchSpec
+    from toolkit.launcher.slurm import SlurmOptions, launch_slurm
+
+    killed_dir, jobs, placement = tmp_path / "killed", [], {}
+    spec = LaunchSpec(cmd=(sys.executable, "-c", "import time; time.sleep(120)"), chief=0, workers=2, timeout=90)
+
+    def kill(job_id: str) -> None:
+        def run() -> None:
+            statuses = killed_dir / "slurm" / "tasks"
+            wait_until(lambda: len(list(statuses.glob("*.json"))) == 2, timeout=60, what="both tasks to report",
+                       every=0.05)
+            for status in statuses.glob("*.json"):
+                child = json.loads(status.read_text())["pid"]
+                wrapper = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                os.kill(wrapper, signal.SIGKILL)
+        threading.Thread(target=run, daemon=True).start()
+
+    result = launch_slurm(spec, job_dir=killed_dir, options=SlurmOptions(nodes=1), on_submit=kill,
+                          on_job=lambda records: jobs.append(records), on_placement=placement.update)
+    assert not result.ok and result.exit_code == 1 and "never reported an exit code" in result.message
+    assert [(t.state, t.exit_code) for t in result.tasks] == [("FAILED", None)] * 2  # not STOPPED: we did not
+    final = jobs[-1][0]
+    assert final["state"] in ("FAILED", "CANCELLED") and final["nodes"] == slurm1.names[0], final
+    for name in ("worker-0", "worker-1"):
+        assert placement[name]["state"] == "KILLED", placement
+        assert placement[name]["reason"].startswith(f"killed with Slurm job {final['job_id']}, which ended "
+                                                    f"{final['state']}"), placement
+
 
 def test_a_signalled_job_checkpoints_exits_143_and_is_submitted_again_on_the_preemption_budget(slurm1, tmp_path,
                                                                                                  monkeypatch):
     """Slurm's signal (scancel --signal=TERM, as --signal=TERM@N sends it before the time limit) reaches the task as
     a preemption: it checkpoints at the step reached and exits 143; the launcher submits the job again (a
     preemption, not a failure: max_restarts=0), which restores that step and trains to the exact end."""
-    import threading
-
     from _polling import wait_until
 
     from toolkit.launcher import LaunchSpec
@@ -79,12 +112,17 @@ def test_a_signalled_job_checkpoints_exits_143_and_is_submitted_again_on_the_pre
         subprocess.run(["scancel", "--signal=TERM", job_ids[0]], check=True, timeout=30)
 
     signaller = threading.Thread(target=preempt, daemon=True)
+    jobs: list = []
     result = launch_slurm(spec, job_dir=job_dir, options=SlurmOptions(nodes=1),
-                          on_submit=lambda job_id: (job_ids.append(job_id), len(job_ids) == 1 and signaller.start()))
+                          on_submit=lambda job_id: (job_ids.append(job_id), len(job_ids) == 1 and signaller.start()),
+                          on_job=jobs.append)
     log = (job_dir / "logs" / "worker-0.log").read_text()
     assert result.ok, (result.message, log[-3000:])
     assert (result.preemptions, result.failures, result.cluster_restarts) == (1, 0, 1), result
     assert len(set(job_ids)) == 2  # a second sbatch, not a task restart inside the first
+    # both Slurm jobs as scontrol recorded them at their ends: the preempted one, then the one that finished
+    assert [j["job_id"] for j in jobs[-1]] == job_ids and jobs[-1][1]["state"] == "COMPLETED", jobs[-1]
+    assert jobs[-1][0]["state"] in ("COMPLETED", "FAILED") and jobs[-1][0]["ended"], jobs[-1]
     at = [int(s) for s in re.findall(r"preempted \([^)]*\): (?:checkpoint at )?step (\d+) (?:written|is checkp)", log)]
     notes = [line for line in log.splitlines() if "preempt" in line or "restored" in line]
     assert len(at) == 1 and 50 <= at[0] < 800, notes

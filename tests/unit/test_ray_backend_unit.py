@@ -99,3 +99,31 @@ def test_describe_shows_each_ray_task_node():
                        details={"nodes": {"worker-0": {"node_id": "abcdef0123456789", "address": "10.0.0.2:4000"}}})
     text = format_record(record)
     assert "NODE" in text and "abcdef012345" in text and "10.0.0.2:4000" in text
+
+
+def test_an_actor_lost_with_a_node_drained_for_preemption_is_a_preemption_not_a_failure():
+    """Ray's own death record (the error Ray raises for the actor) decides: a node drained for preemption makes the
+    task preempted (143, restarted on max_preemptions); any other death is a failure (-9, on max_restarts)."""
+    ray = pytest.importorskip("ray")
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext, NodeDeathInfo
+
+    from toolkit.launcher import Decision, FailurePolicy, TaskExit
+    from toolkit.launcher._result import is_preemption
+    from toolkit.launcher.ray._task import ACTOR_LOST, death_of
+
+    def died(reason: int) -> Exception:
+        context = ActorDiedErrorContext(error_message="the node died", actor_id=b"\x01" * 16,
+                                        node_death_info=NodeDeathInfo(reason=reason))
+        return ray.exceptions.ActorDiedError(context)
+
+    code, note = death_of("worker-1", died(NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED))
+    assert code == 143 and is_preemption(code) and "drained for preemption" in note
+    policy = FailurePolicy(max_restarts=0, parameter_server=True)
+    assert policy.decide(TaskExit(task_type="worker", is_chief=False, exit_code=code,
+                                  seconds_since_exit=30.0)) is Decision.RESTART_TASK
+    for other in (died(NodeDeathInfo.UNEXPECTED_TERMINATION), died(NodeDeathInfo.AUTOSCALER_DRAIN_IDLE),
+                  ray.exceptions.ActorDiedError()):
+        code, note = death_of("worker-1", other)
+        assert code == ACTOR_LOST and not is_preemption(code) and "its Ray actor died (ActorDiedError)" in note
+    assert policy.decide(TaskExit(task_type="worker", is_chief=False, exit_code=ACTOR_LOST,
+                                  seconds_since_exit=30.0)) is Decision.FAIL_JOB

@@ -101,3 +101,67 @@ def test_the_preemption_policy_becomes_sbatch_flags_and_the_tasks_grace():
     layout = _layout(spec)[0]
     first, later = (_script(spec, Path("/shared/j"), SlurmOptions(), layout, runs) for runs in (0, 2))
     assert "--runs-before 0 " in first and "--runs-before 2 " in later
+
+
+def _run_wrapper(tmp_path: Path, script: str, *extra: str) -> dict:
+    """Runs the srun task wrapper for real (as srun would, with Slurm's variables) as worker-0 of a PS job."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_NODELIST": "localhost",
+           "SLURM_STEP_TASKS_PER_NODE": "3", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "41",
+           "SLURMD_NODENAME": "localhost"}
+    job_dir = tmp_path / "job"
+    out = subprocess.run([sys.executable, "-m", "toolkit.launcher.slurm._task", "--job-dir", str(job_dir),
+                          "--layout", "ps=1,chief=1,evaluator=0", "--dialect", json.dumps({"name": "tf"}),
+                          "--settle-period", "0.1", *extra, "--", sys.executable, "-c", script],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert (job_dir / "slurm" / "tasks" / "worker-0.json").exists(), out.stderr
+    status = json.loads((job_dir / "slurm" / "tasks" / "worker-0.json").read_text())
+    return {"code": out.returncode, "stderr": out.stderr, **status}
+
+
+_EXITS = "import os, sys; sys.exit([{codes}][int(os.environ['TFDIST_RESTART_COUNT'])])"
+
+
+def test_the_task_wrapper_restarts_a_preempted_worker_on_its_own_budget_and_reports_it(tmp_path):
+    """A PS worker that exits 143 is restarted alone on max_preemptions (not max_restarts=0); its status file (the
+    job's accounting, where Slurm keeps none per task) tells the preemption and the failure apart."""
+    status = _run_wrapper(tmp_path, _EXITS.format(codes="143, 3, 0"), "--max-restarts", "1")
+    assert status["code"] == 0, status["stderr"]
+    assert (status["state"], status["exit_code"], status["preemptions"], status["failures"]) == ("SUCCEEDED", 0, 1, 1)
+    assert status["restarts"] == 2 and status["slurm_job_id"] == "41" and status["node"] == "localhost"
+    assert status["started_at"] <= status["ended_at"]
+    assert "worker-0: was preempted with 143; restarting it (preemption 1 of 3)" in status["stderr"]
+    assert "worker-0: exited with 3; restarting it (1 of 1)" in status["stderr"]
+
+
+def test_the_task_wrapper_ends_preempted_past_its_budget(tmp_path):
+    status = _run_wrapper(tmp_path, _EXITS.format(codes="143, 143"), "--max-preemptions", "1")
+    assert status["code"] == 143
+    assert (status["state"], status["exit_code"], status["preemptions"], status["failures"]) == ("PREEMPTED", 143, 1, 0)
+    failed = _run_wrapper(tmp_path, _EXITS.format(codes="3"))
+    assert (failed["state"], failed["exit_code"], failed["failures"]) == ("FAILED", 3, 0)
+
+
+def test_tasks_slurm_killed_before_they_reported_are_named_with_slurms_record_of_the_job(tmp_path):
+    """Without slurmdbd, a task killed with its job (time limit, node failure) has only scontrol's record to say why."""
+    from toolkit.launcher.slurm._launch import _Watch, accounting
+
+    watch = _Watch(tmp_path, ["chief-0", "ps-0"], None, None)
+    watch.status = {"chief-0": {"node": "n1", "address": "n1:15000", "state": "SUCCEEDED", "exit_code": 0,
+                                "preemptions": 0, "failures": 1},
+                    "ps-0": {"node": "n2", "address": "n2:15000", "state": "RUNNING", "exit_code": None}}
+    info = {"JobId": "7", "JobState": "TIMEOUT", "Reason": "TimeLimit", "ExitCode": "0:9", "NodeList": "n[1-2]",
+            "StartTime": "2026-11-25T10:00:00", "EndTime": "2026-11-25T11:00:30", "Ignored": "x"}
+    ended = watch.unreported(info)
+    assert ended == {"ps-0": "killed with Slurm job 7, which ended TIMEOUT (TimeLimit)"}
+    placement = watch.placement(ended)
+    assert placement["ps-0"]["state"] == "KILLED" and placement["ps-0"]["reason"] == ended["ps-0"]
+    assert placement["chief-0"]["state"] == "SUCCEEDED" and "reason" not in placement["chief-0"]
+    assert watch.restarts("failures") == 1 and watch.restarts("preemptions") == 0
+    assert accounting("7", info) == {"job_id": "7", "state": "TIMEOUT", "exit_code": "0:9", "reason": "TimeLimit",
+                                     "started": "2026-11-25T10:00:00", "ended": "2026-11-25T11:00:30",
+                                     "nodes": "n[1-2]"}

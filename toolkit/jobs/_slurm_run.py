@@ -5,12 +5,23 @@ they start, restart and end (without pids: they run on the cluster's nodes);
 each task's node goes to the job's ``details["nodes"]`` and the Slurm job id to
 ``details["slurm"]``, so a reaper can ``scancel`` it. A cancel is seen in the
 store (the job turns CANCELLING) and ends in ``scancel``.
+
+Accounting without slurmdbd: ``details["slurm"]["jobs"]`` keeps every Slurm
+job of the run as ``scontrol`` recorded it at its end (state, exit code,
+reason, times, nodes), and ``details["nodes"]`` each task's own state, exit
+code, and restarts after failures and after preemptions; a task Slurm killed
+before it reported an end says so (``state: KILLED`` and the reason).
+
+A preempted job (its chief exited 143, e.g. on Slurm's ``--signal`` before the
+time limit) is submitted again on the preemption budget (``max_preemptions``),
+not the failure budget: the job's trainer resumes from its ``--job-dir``, as a
+CMLE trainer does when its master is restarted.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from toolkit.jobs._local_plan import LocalPlan
 from toolkit.jobs._ray_run import _job_dir_arg, _launch_spec, _watch
@@ -30,18 +41,19 @@ def run_slurm_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | 
     assert plan.engine is not None  # run_tasks sends only Slurm plans here
     options = SlurmOptions.from_dict(plan.engine["options"])
     watch = _watch(store, job)
-    on_submit = None
+    on_job = None
     if store is not None and job is not None:
         recorder_store, name = store, job
 
-        def on_submit(job_id: str) -> None:
-            recorder_store.update_details(name, slurm={"job_id": job_id})
+        def on_job(jobs: list[dict[str, Any]]) -> None:
+            recorder_store.update_details(name, slurm={"job_id": jobs[-1]["job_id"], "jobs": jobs})
     try:
         spec = _launch_spec(plan, max_restarts=max_restarts, timeout=timeout, trial=trial)
         result = launch_slurm(spec, job_dir=Path(job_dir or Path.cwd() / "slurm-job"),
                               env={**env_of(plan), **(env or {})}, stream=stream, options=options,
-                              on_task=watch.on_task, on_placement=watch.on_placement, on_submit=on_submit,
-                              should_stop=watch.should_stop, shared_paths=tuple(_job_dir_arg(plan.args)))
+                              on_task=watch.on_task, on_placement=watch.on_placement, on_job=on_job,
+                              should_stop=watch.should_stop, shared_paths=tuple(_job_dir_arg(plan.args)),
+                              resubmit_preempted=True)
     except LaunchError as exc:
         return RunResult(1, f"the job could not start on Slurm: {exc}")
     return finish(result, store=store if job is not None else None, job=job)

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import ray
 
-from toolkit.launcher._result import EventKind, TaskEvent
+from toolkit.launcher._result import EXIT_PREEMPTED, EventKind, TaskEvent
 from toolkit.launcher._task import armed_env
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,20 @@ _TAIL_LINES = 20
 _CALL_TIMEOUT = 30.0
 _DIED_GRACE = 10.0  # seconds a dead actor gets to come back through Ray's own restart
 ACTOR_LOST = -int(signal.SIGKILL)  # the exit code a task gets when its actor (or node) vanished
+
+
+def death_of(name: str, exc: BaseException) -> tuple[int, str]:
+    """The exit code a task gets when its actor died under it, and the log's note saying why.
+
+    Ray tells when the actor's node was drained for preemption (a spot instance
+    reclaimed, ``ray drain-node --reason=DRAIN_NODE_REASON_PREEMPTION``): the
+    machine was taken away, so the task is preempted (``EXIT_PREEMPTED``), which
+    the failure policy restarts on the ``max_preemptions`` budget. Any other
+    death is a failure (``ACTOR_LOST``).
+    """
+    if getattr(exc, "preempted", False):
+        return EXIT_PREEMPTED, f"----- {name}: its Ray node was drained for preemption; the task was preempted -----"
+    return ACTOR_LOST, f"----- {name}: its Ray actor died ({type(exc).__name__}) -----"
 
 
 class _Waiter:
@@ -181,10 +195,10 @@ class RayTask:
                     continue
                 except ray.exceptions.RayError as exc:
                     self._lost = True
-                    note = f"----- {self.name}: its Ray actor died ({type(exc).__name__}) -----"
+                    code, note = death_of(self.name, exc)
                     log.write((note + "\n").encode())
                     self.recent.append(note)
-                    self._seen, self._death_noted = ACTOR_LOST, True
+                    self._seen, self._death_noted = code, True
                     return
                 for line in lines:
                     log.write((line + "\n").encode())

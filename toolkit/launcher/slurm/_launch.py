@@ -10,8 +10,16 @@ goodbye, and whatever is left after ``grace_period`` is cancelled. Any way out
 of here (a timeout, ``should_stop``, an exception, SIGTERM) cancels the Slurm
 job first, so no job is left running. A chief that ends preempted (143, e.g. on
 Slurm's ``--signal`` before the time limit) ends the launch as preempted, or,
-when the spec is ``restartable`` and has ``max_preemptions`` left, the job is
-submitted again and resumes from the checkpoint written at the signal.
+when the spec is ``restartable`` (or the caller says the entrypoint resumes,
+``resubmit_preempted``) and has ``max_preemptions`` left, the job is submitted
+again and resumes from the checkpoint written at the signal.
+
+Accounting without slurmdbd (``sacct`` is not there): the job's own record
+(``scontrol show job``: state, exit code, reason, times, nodes) is read at
+the end of each Slurm job, before Slurm forgets it (``MinJobAge``), and each
+task's state comes from its status file; a task that never reported an end
+was killed with the Slurm job, and its state says by what (``on_job``,
+``on_placement``).
 """
 from __future__ import annotations
 
@@ -61,6 +69,7 @@ def _script(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, layout: str,
                           "task_extras": dict(d.task_extras)})
     task = [sys.executable, "-m", "toolkit.launcher.slurm._task", "--job-dir", str(job_dir), "--layout", layout,
             "--dialect", dialect, "--max-restarts", str(spec.max_restarts),
+            "--max-preemptions", str(spec.max_preemptions),
             "--settle-period", str(spec.settle_period), "--runs-before", str(runs_before)]
     if options.port is not None:
         task += ["--port", str(options.port)]
@@ -105,6 +114,7 @@ class _Watch:
                  on_task: Callable[[TaskEvent], None] | None) -> None:
         self.job_dir, self.names, self.stream, self.on_task = job_dir, names, stream, on_task
         self.status: dict[str, dict[str, Any]] = {}
+        self.earlier: dict[str, dict[str, int]] = {}  # failures and preemptions in the earlier Slurm jobs
         self.offsets: dict[str, int] = {}
 
     def poll(self) -> None:
@@ -146,9 +156,34 @@ class _Watch:
     def chief_done(self, chief: str) -> bool:
         return (self.status.get(chief) or {}).get("exit_code") is not None
 
-    def placement(self) -> dict[str, dict[str, Any]]:
-        return {n: {"node_id": s.get("node") or s.get("host"), "address": s.get("address")}
+    def placement(self, ended: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+        """Per task: its node and address, and its state as its status file (or ``ended``: why it never
+        reported an end) tells."""
+        ended = ended or {}
+        return {n: {"node_id": s.get("node") or s.get("host"), "address": s.get("address"),
+                    "state": "KILLED" if n in ended else s.get("state"), "exit_code": s.get("exit_code"),
+                    "failures": s.get("failures", 0), "preemptions": s.get("preemptions", 0),
+                    "started_at": s.get("started_at"), "ended_at": s.get("ended_at"),
+                    **({"reason": ended[n]} if n in ended else {})}
                 for n, s in self.status.items()}
+
+    def unreported(self, info: Mapping[str, str]) -> dict[str, str]:
+        """Why each task without an exit code in its status file has none: Slurm ended the job under it."""
+        why = f"killed with Slurm job {info.get('JobId', '?')}, which ended {info.get('JobState', 'unrecorded')}"
+        if info.get("Reason") not in (None, "None"):
+            why += f" ({info['Reason']})"
+        return {n: why for n, s in self.status.items() if s.get("exit_code") is None}
+
+    def restarts(self, kind: str) -> int:
+        """Restarts of tasks alone after ``kind`` ("failures" or "preemptions"), over every Slurm job."""
+        return sum(s.get(kind, 0) for s in self.status.values()) + sum(e[kind] for e in self.earlier.values())
+
+
+def accounting(job_id: str, info: Mapping[str, str]) -> dict[str, Any]:
+    """The job's record as ``scontrol`` keeps it for ``MinJobAge`` after its end (``sacct -j`` without slurmdbd)."""
+    keys = {"state": "JobState", "exit_code": "ExitCode", "reason": "Reason", "submitted": "SubmitTime",
+            "started": "StartTime", "ended": "EndTime", "nodes": "NodeList", "time_limit": "TimeLimit"}
+    return {"job_id": job_id, **{k: info[v] for k, v in keys.items() if v in info}}
 
 
 def _wait_gone(job_id: str, timeout: float) -> bool:
@@ -165,9 +200,14 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
                  on_task: Callable[[TaskEvent], None] | None = None,
                  on_placement: Callable[[dict], None] | None = None,
                  on_submit: Callable[[str], None] | None = None,
+                 on_job: Callable[[list[dict[str, Any]]], None] | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 shared_paths: tuple[str, ...] = ()) -> LaunchResult:
+                 shared_paths: tuple[str, ...] = (), resubmit_preempted: bool | None = None) -> LaunchResult:
     """Runs ``spec`` as one Slurm job and waits for its end (see the module's doc).
+
+    ``on_job`` gets the Slurm jobs submitted so far (``accounting``: id, state, exit code, reason,
+    times, nodes) each time one is submitted or ends. ``resubmit_preempted``: submit a preempted
+    job again on ``max_preemptions`` (default: ``spec.restartable``).
 
     Raises:
         LaunchError: sbatch/srun missing, a local directory on a multi-node job, or
@@ -184,15 +224,18 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
         full_env.setdefault(ENV_GRACE, str(options.preemption_grace))
     started = time.monotonic()
     watch = _Watch(job_dir, names, stream, on_task)
+    resubmit = spec.restartable if resubmit_preempted is None else resubmit_preempted
     resubmits, runs_before = 0, 0
+    jobs: list[dict[str, Any]] = []  # every Slurm job of this launch, as ``accounting`` records it
     while True:
-        job_id, reason = _run_once(spec, job_dir, options, full_env, names, layout, watch, started, runs_before,
-                                   on_placement=on_placement, on_submit=on_submit, should_stop=should_stop)
+        job_id, reason, ended = _run_once(spec, job_dir, options, full_env, names, layout, watch, started,
+                                          runs_before, jobs, on_placement=on_placement, on_submit=on_submit,
+                                          on_job=on_job, should_stop=should_stop)
         chief = (watch.status.get(names[0]) or {}).get("exit_code")
         if reason is not Reason.SUCCEEDED or not is_preemption(chief):
             break
-        if resubmits >= spec.max_preemptions or not spec.restartable:
-            why = ("the entrypoint is not restartable" if not spec.restartable
+        if resubmits + watch.restarts("preemptions") >= spec.max_preemptions or not resubmit:
+            why = ("the entrypoint is not restartable" if not resubmit
                    else f"max_preemptions={spec.max_preemptions}")
             _log.warning("Slurm job %s was preempted (%s exited %s); the job ends as preempted (%s)",
                          job_id, names[0], chief, why)
@@ -201,19 +244,27 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
                      "(preemption %d of %d)", job_id, names[0], chief, resubmits + 1, spec.max_preemptions)
         resubmits += 1
         runs_before += 1 + max((s.get("restarts", 0) for s in watch.status.values()), default=0)
+        for name, s in watch.status.items():  # what the tasks' restarts alone were in this Slurm job
+            before = watch.earlier.get(name, {})
+            watch.earlier[name] = {k: before.get(k, 0) + s.get(k, 0) for k in ("failures", "preemptions")}
         watch.status.clear()
-    return _result(spec, job_dir, job_id, names, watch, reason, time.monotonic() - started, resubmits)
+    return _result(spec, job_dir, job_id, names, watch, reason, time.monotonic() - started, resubmits, ended)
 
 
 def _run_once(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, env: Mapping[str, str], names: list[str],
-              layout: str, watch: _Watch, started: float, runs_before: int, *,
+              layout: str, watch: _Watch, started: float, runs_before: int, jobs: list[dict[str, Any]], *,
               on_placement: Callable[[dict], None] | None, on_submit: Callable[[str], None] | None,
-              should_stop: Callable[[], bool] | None) -> tuple[str, Reason]:
-    """Submits the job once and watches it to its end; returns its Slurm id and why the watch ended."""
+              on_job: Callable[[list[dict[str, Any]]], None] | None,
+              should_stop: Callable[[], bool] | None) -> tuple[str, Reason, dict[str, str]]:
+    """Submits the job once and watches it to its end; returns its Slurm id, why the watch ended, and why
+    each task that never reported an end has none (it was killed with the Slurm job)."""
     job_id = _submit(spec, job_dir, options, env, len(names), layout, runs_before)
     _log.info("submitted Slurm job %s: %s", job_id, ", ".join(names))
+    jobs.append({"job_id": job_id, "state": "PENDING"})
     if on_submit is not None:
         on_submit(job_id)
+    if on_job is not None:
+        on_job(list(jobs))
     reason, finished, chief_end = Reason.SUCCEEDED, False, None
     try:
         while True:
@@ -242,50 +293,71 @@ def _run_once(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, env: Mappi
             if not _wait_gone(job_id, 60.0):
                 _log.error("Slurm job %s still shows in squeue 60 s after scancel", job_id)
     watch.poll()
+    info = slurm.job_info(job_id)
+    jobs[-1] = accounting(job_id, info)
+    ended = watch.unreported(info) if finished else {}
+    if finished and info.get("JobState") == "CANCELLED":  # someone's scancel: the tasks' SIGTERM was no preemption
+        _log.warning("Slurm job %s was cancelled outside this launch (scancel); it ends cancelled", job_id)
+        reason = Reason.INTERRUPTED
+    for name, why in ended.items():
+        _log.warning("%s: %s before it reported an end", name, why)
     if on_placement is not None and watch.status:
-        on_placement(watch.placement())
-    return job_id, reason
+        on_placement(watch.placement(ended))
+    if on_job is not None:
+        on_job(list(jobs))
+    return job_id, reason, ended
 
 
 def _result(spec: LaunchSpec, job_dir: Path, job_id: str, names: list[str], watch: _Watch, reason: Reason,
-            duration: float, resubmits: int = 0) -> LaunchResult:
-    """The launch's outcome; ``resubmits``: how many times the job was submitted again after a preemption."""
+            duration: float, resubmits: int = 0, ended: Mapping[str, str] | None = None) -> LaunchResult:
+    """The launch's outcome; ``resubmits``: how many times the job was submitted again after a preemption;
+    ``ended``: the tasks Slurm killed with the job before they reported an end.
+
+    A task without an exit code is STOPPED when this launcher ended the job (its cancel or timeout, the
+    chief's end), FAILED when Slurm ended it by itself (time limit, node failure, someone's ``scancel``).
+    """
     info = slurm.job_info(job_id)
     tasks = []
     for name in names:
         s = watch.status.get(name) or {}
         kind, _, index = name.rpartition("-")
-        preempted = is_preemption(s.get("exit_code"))
+        earlier = watch.earlier.get(name, {})
+        preempted = is_preemption(s.get("exit_code")) and reason is Reason.SUCCEEDED  # not by our own scancel
+        killed = name in (ended or {})
         tasks.append(TaskResult(name=name, task_type=kind, index=int(index), exit_code=s.get("exit_code"),
                                 restarts=s.get("restarts", 0) + resubmits,
-                                stopped=s.get("state") in (None, "RUNNING") or (s.get("state") == "STOPPED"
-                                                                                and not preempted),
+                                stopped=(s.get("state") in (None, "RUNNING") and not killed)
+                                or s.get("state") == "STOPPED" or (is_preemption(s.get("exit_code")) and not preempted),
                                 log_path=job_dir / "logs" / f"{name}.log",
-                                preemptions=resubmits + int(preempted)))
+                                preemptions=resubmits + earlier.get("preemptions", 0) + s.get("preemptions", 0)
+                                + int(preempted)))
     chief = tasks[0]
+    alone = watch.restarts("preemptions"), watch.restarts("failures")  # tasks restarted alone, by cause
     where = f"Slurm job {job_id} ({info.get('JobState', 'gone')}, nodes {info.get('NodeList', '?')})"
+    counts = {"preemptions": resubmits + alone[0], "failures": alone[1]}  # what the launch acted on
     if reason is Reason.TIMEOUT:
         return LaunchResult(124, reason, f"{where}: timed out after {spec.timeout:g} s", tuple(tasks), duration,
-                            job_dir, 0)
+                            job_dir, resubmits, **counts)
     if reason is Reason.INTERRUPTED:
-        return LaunchResult(143, reason, f"{where}: cancelled", tuple(tasks), duration, job_dir, 0)
+        return LaunchResult(143, reason, f"{where}: cancelled", tuple(tasks), duration, job_dir, resubmits,
+                            **counts)
     if chief.exit_code is None:
         tail = _tail(job_dir / "slurm" / "batch.log")
         return LaunchResult(1, Reason.FAILED, f"{where}: {chief.name} never reported an exit code\n{tail}",
                             tuple(tasks), duration, job_dir, 0)
     code = chief.exit_code if chief.exit_code >= 0 else 128 - chief.exit_code
-    preemptions = resubmits + int(is_preemption(chief.exit_code))
+    preemptions = resubmits + alone[0] + int(is_preemption(chief.exit_code))
     if code == 0:
         return LaunchResult(0, Reason.SUCCEEDED, f"{where}: {chief.name} finished", tuple(tasks), duration,
-                            job_dir, resubmits, preemptions=preemptions)
+                            job_dir, resubmits, preemptions=preemptions, failures=alone[1])
     if is_preemption(chief.exit_code):
         return LaunchResult(EXIT_PREEMPTED, Reason.PREEMPTED,
                             f"{where}: {chief.name} was preempted (exit {code}) and the job ends as preempted "
                             f"after {preemptions} preemption(s) (max_preemptions={spec.max_preemptions}, "
                             f"restartable={spec.restartable})", tuple(tasks), duration, job_dir, resubmits,
-                            preemptions=preemptions)
+                            preemptions=preemptions, failures=alone[1])
     return LaunchResult(code, Reason.FAILED, f"{where}: {chief.name} exited with {code}\n{_tail(chief.log_path)}",
-                        tuple(tasks), duration, job_dir, resubmits, preemptions=preemptions, failures=1)
+                        tuple(tasks), duration, job_dir, resubmits, preemptions=preemptions, failures=alone[1] + 1)
 
 
 def _tail(path: Path, lines: int = 15) -> str:

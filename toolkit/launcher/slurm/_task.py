@@ -6,9 +6,18 @@ task (``worker-1``) and runs CMD with the launcher's per-task environment, its
 output appended to ``<job dir>/logs/<task>.log``. It reports itself in
 ``<job dir>/slurm/tasks/<task>.json`` (node, pid, restarts, exit code), which
 the launcher reads, and restarts CMD as the launcher's ``FailurePolicy`` says
-(a parameter-server worker alone, with the same TF_CONFIG and port). SIGTERM
+(a parameter-server worker alone, with the same TF_CONFIG and port; a
+preempted run on the ``max_preemptions`` budget, apart from failures). SIGTERM
 (scancel, Slurm's ``--signal`` before the time limit, a preemption) is passed
 on to CMD, which checkpoints and exits 143 (docs/preemption.md).
+
+The status file is the job's accounting where Slurm keeps none per task
+(``sacct`` needs slurmdbd): each run's start and end time, the task's state
+(``RUNNING``, ``SUCCEEDED``, ``FAILED``, ``PREEMPTED``, ``STOPPED``), its exit
+code, and its restarts after failures and after preemptions apart. A task whose
+file still says ``RUNNING`` when the Slurm job has ended was killed with it
+(time limit, node failure, ``scancel``): the launcher says so from
+``scontrol``'s record of the job.
 """
 from __future__ import annotations
 
@@ -26,7 +35,8 @@ from typing import Any
 from tf_config import TFConfigError, from_env
 from toolkit.launcher._dialect import Dialect
 from toolkit.launcher._policy import Decision, FailurePolicy, TaskExit
-from toolkit.launcher._spec import ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME
+from toolkit.launcher._result import is_preemption
+from toolkit.launcher._spec import ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME, LaunchError
 from toolkit.launcher.slurm._shared import status_dir
 
 __all__ = ["main"]
@@ -67,36 +77,52 @@ def _run_task(args: argparse.Namespace, cmd: list[str]) -> int:
     status_path = status_dir(job_dir) / f"{name}.json"
     log_path = job_dir / "logs" / f"{name}.log"
     address = derived.tf_config.cluster[task.type][task.index]
-    status = {"name": name, "rank": derived.placement.rank, "node": os.environ.get("SLURMD_NODENAME"),
-              "host": socket.gethostname(), "address": address, "pid": None, "restarts": 0,
-              "state": "RUNNING", "exit_code": None, "chief": is_chief}
+    status: dict[str, Any] = {
+        "name": name, "rank": derived.placement.rank, "node": os.environ.get("SLURMD_NODENAME"),
+        "host": socket.gethostname(), "address": address, "pid": None, "restarts": 0, "failures": 0,
+        "preemptions": 0, "state": "RUNNING", "exit_code": None, "chief": is_chief,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started_at": None, "ended_at": None}
     policy = FailurePolicy(max_restarts=args.max_restarts, settle_period=args.settle_period,
-                           parameter_server=bool(derived.layout.ps))
+                           parameter_server=bool(derived.layout.ps), max_preemptions=args.max_preemptions)
     forward = _Forward()
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     env = {**os.environ, "TF_CONFIG": cfg.to_json(), ENV_JOB_DIR: str(job_dir), ENV_TASK_DIR: str(task_dir),
            ENV_TASK_NAME: name}
-    restarts = 0
     while True:
+        runs = status["failures"] + status["preemptions"]
         with open(log_path, "ab") as log:
             forward.child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                             env={**env, ENV_RESTART_COUNT: str(args.runs_before + restarts)})
-        _write_status(status_path, {**status, "pid": forward.child.pid, "restarts": restarts})
+                                             env={**env, ENV_RESTART_COUNT: str(args.runs_before + runs)})
+        status.update(pid=forward.child.pid, restarts=runs, started_at=time.time())
+        _write_status(status_path, status)
         code = forward.child.wait()
         if code == 0 or forward.stopped:
             break
+        preempted = is_preemption(code)
         decision = policy.decide(TaskExit(task_type=task.type, is_chief=is_chief, exit_code=code,
-                                          seconds_since_exit=args.settle_period, task_restarts=restarts))
+                                          seconds_since_exit=args.settle_period, task_restarts=status["failures"],
+                                          preemptions=status["preemptions"]))
         if decision is not Decision.RESTART_TASK:
             break
-        restarts += 1
-        print(f"{name}: exited with {code}; restarting it ({restarts} of {args.max_restarts})", file=sys.stderr)
+        status["preemptions" if preempted else "failures"] += 1
+        budget = (f"preemption {status['preemptions']} of {args.max_preemptions}" if preempted
+                  else f"{status['failures']} of {args.max_restarts}")
+        print(f"{name}: {'was preempted' if preempted else 'exited'} with {code}; restarting it ({budget})",
+              file=sys.stderr)
         time.sleep(0.5)
-    state = "SUCCEEDED" if code == 0 else ("STOPPED" if forward.stopped else "FAILED")
-    _write_status(status_path, {**status, "pid": forward.child.pid, "restarts": restarts, "state": state,
-                                "exit_code": code})
+    status.update(state=_final_state(code, stopped=forward.stopped), exit_code=code, ended_at=time.time())
+    _write_status(status_path, status)
     return code if code >= 0 else 128 - code
+
+
+def _final_state(code: int, *, stopped: bool) -> str:
+    """How the task's last run ended: a preemption is its own state, not a failure and not a stop."""
+    if code == 0:
+        return "SUCCEEDED"
+    if is_preemption(code):
+        return "PREEMPTED"
+    return "STOPPED" if stopped else "FAILED"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dialect", required=True, help="the Dialect's fields as JSON")
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--max-restarts", type=int, default=0)
+    parser.add_argument("--max-preemptions", type=int, default=3)
     parser.add_argument("--settle-period", type=float, default=10.0)
     parser.add_argument("--runs-before", type=int, default=0, help="runs of this job before this Slurm job")
     parser.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -115,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         return _run_task(args, cmd)
     except TFConfigError as exc:
         print(f"error: this task's TF_CONFIG cannot be derived: {exc}", file=sys.stderr)
+        return 1
+    except LaunchError as exc:  # the failure policy's fields, as the launcher passed them
+        print(f"error: this task cannot start: {exc}", file=sys.stderr)
         return 1
 
 
