@@ -81,7 +81,6 @@ def test_rnn_cell_fn_builds_the_callers_cells(tmp_path):
     (dict(units=8, cell_type="rnn"),
      "`cell_type` is 'rnn'; supported cell types are ['basic_rnn', 'gru', 'lstm', 'simple_rnn']"),
     (dict(units=8, rnn_cell_fn=lambda: None), "units (8) and cell_type ('basic_rnn') must not be specified"),
-    (dict(units=8, return_sequences=True), "`return_sequences` is True"),
     (dict(units=8, optimizer="Adamax"), "`optimizer` is 'Adamax'"),
     (dict(units=8, n_classes=1), "n_classes"),
 ])

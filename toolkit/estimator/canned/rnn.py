@@ -4,9 +4,10 @@ As upstream, the network is Keras 2 (``tf_keras``) layers: ``SequenceFeatures``
 over the sequence columns, ``DenseFeatures`` over the context columns (tiled
 along time and appended to each step), a ``SimpleRNN`` / ``LSTM`` / ``GRU`` (or
 ``RNN`` over the caller's cells) masked by each example's sequence length, and a
-``Dense`` logits layer. Only the last step's output is used
-(``return_sequences=False``); one prediction per step is refused (see
-``return_sequences``).
+``Dense`` logits layer. By default only the last valid step's output is used;
+with ``return_sequences=True`` every step gets logits, and the head reads one
+label (and weight) per valid step (upstream's ``SequentialHeadWrapper``; see
+``_sequential``).
 
 Example:
     >>> col = tf.feature_column.sequence_numeric_column("x")   # doctest: +SKIP
@@ -23,7 +24,7 @@ import tensorflow as tf
 import tf_keras
 
 from toolkit.estimator import Estimator
-from toolkit.estimator.canned import _args
+from toolkit.estimator.canned import _args, _sequential
 from toolkit.estimator.canned._errors import CannedError
 from toolkit.estimator.canned._head_base import TRAIN, make_spec
 from toolkit.estimator.canned._model_fns import _minimize, _spec
@@ -101,7 +102,7 @@ def _check_sequence_columns(value: Any) -> tuple[Any, ...]:
 
 
 def _rnn_logits(features: Mapping[str, Any], mode: str, *, units: int, layer_fn: Callable[[], Any],
-                sequence_columns: Any, context_columns: Any) -> tuple[tf.Tensor, list[Any]]:
+                sequence_columns: Any, context_columns: Any) -> tuple[tf.Tensor, tf.Tensor, list[Any]]:
     training = mode == TRAIN
     with v1.variable_scope("rnn"):
         sequence_layer = tf_keras.experimental.SequenceFeatures(list(sequence_columns),
@@ -117,21 +118,23 @@ def _rnn_logits(features: Mapping[str, Any], mode: str, *, units: int, layer_fn:
             sequence_input = tf.concat([sequence_input, tiled], axis=2)
             layers.append(context_layer)
         rnn_layer = layer_fn()
-        outputs = rnn_layer(sequence_input, mask=tf.sequence_mask(sequence_length), training=training)
+        mask = tf.sequence_mask(sequence_length, maxlen=tf.shape(sequence_input)[1])
+        outputs = rnn_layer(sequence_input, mask=mask, training=training)
         logits_layer = tf_keras.layers.Dense(units, name="logits")
         logits = logits_layer(outputs)
         layers += [rnn_layer, logits_layer]
     variables = [v for layer in layers for v in layer.trainable_weights]
-    return logits, variables
+    return logits, mask, variables
 
 
 def _rnn_estimator(self: Estimator, head: Any, *, sequence_feature_columns: Any, context_feature_columns: Any,
                    units: Any, cell_type: Any, rnn_cell_fn: Any, return_sequences: bool, model_dir: Any,
-                   optimizer: Any, config: Any) -> None:
+                   optimizer: Any, config: Any, sequence_mask: str = _sequential.MASK_KEY) -> None:
+    if not isinstance(return_sequences, bool):
+        raise CannedError(f"`return_sequences` is {return_sequences!r}; expected True (logits for every time "
+                          "step) or False (for the last one).", field="return_sequences")
     if return_sequences:
-        raise CannedError("`return_sequences` is True: one prediction per time step (upstream's "
-                          "SequentialHeadWrapper) is not supported here. Use return_sequences=False (one "
-                          "prediction per sequence, from its last step).", field="return_sequences")
+        _sequential.check(head, sequence_mask)
     sequence_columns = _check_sequence_columns(sequence_feature_columns)
     context_columns = (_args.check_feature_columns("context_feature_columns", context_feature_columns, dense=True)
                        if context_feature_columns else ())
@@ -145,8 +148,8 @@ def _rnn_estimator(self: Estimator, head: Any, *, sequence_feature_columns: Any,
             raise CannedError(f"input_fn returned features as {type(features).__name__}; RNN estimators read "
                               "features by name through feature columns. Return a dict {name: tensor}.",
                               field="features")
-        logits, variables = _rnn_logits(features, mode, units=head.logits_dimension, layer_fn=layer_fn,
-                                        sequence_columns=sequence_columns, context_columns=context_columns)
+        logits, mask, variables = _rnn_logits(features, mode, units=head.logits_dimension, layer_fn=layer_fn,
+                                              sequence_columns=sequence_columns, context_columns=context_columns)
 
         def train_op_fn(loss: tf.Tensor) -> Any:
             opt = get_optimizer("optimizer", optimizer, learning_rate=_DEFAULT_LEARNING_RATE)
@@ -159,6 +162,9 @@ def _rnn_estimator(self: Estimator, head: Any, *, sequence_feature_columns: Any,
             with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
                 return opt.apply_gradients(grads, global_step=global_step)
 
+        if return_sequences:
+            return _sequential.spec(head, features=features, mode=mode, logits=logits, labels=labels, mask=mask,
+                                    mask_key=sequence_mask, train_op_fn=train_op_fn if mode == TRAIN else None)
         return _spec(head, make_spec, features=features, mode=mode, logits=logits, labels=labels,
                      train_op_fn=train_op_fn if mode == TRAIN else None)
 
@@ -181,24 +187,31 @@ class RNNEstimator(Estimator):
             class producing a Keras RNN cell.
         rnn_cell_fn: instead of units/cell_type, a function returning a Keras
             RNN cell or a list of cells.
-        return_sequences: must be False (per-step outputs are not supported).
+        return_sequences: False (default): one prediction per sequence, from
+            its last valid step. True: logits for every step; labels are
+            ``[batch, time]`` (dense, padded, or sparse over the valid steps),
+            the loss and metrics count only valid steps, and predictions hold
+            one value per step plus the step mask under ``sequence_mask``.
         model_dir: where checkpoints go (or ``config.model_dir``).
         optimizer: a name ('Adagrad' default; learning rate 0.05 and each gradient
             clipped to norm 5.0, as upstream), a
             ``tf.compat.v1.train.Optimizer``, a Keras optimizer, or a function
             returning one.
         config: a ``RunConfig``.
+        sequence_mask: with return_sequences, the key of the step mask in the
+            features the head sees and in the predictions (default
+            'sequence_mask').
     """
 
     def __init__(self, head: Any, sequence_feature_columns: Iterable[Any],
                  context_feature_columns: Iterable[Any] | None = None, units: int | list[int] | None = None,
                  cell_type: str = USE_DEFAULT, rnn_cell_fn: Callable[[], Any] | None = None,
                  return_sequences: bool = False, model_dir: str | os.PathLike | None = None,
-                 optimizer: Any = "Adagrad", config: Any = None) -> None:
+                 optimizer: Any = "Adagrad", config: Any = None, sequence_mask: str = "sequence_mask") -> None:
         _rnn_estimator(self, check_head(head), sequence_feature_columns=sequence_feature_columns,
                        context_feature_columns=context_feature_columns, units=units, cell_type=cell_type,
                        rnn_cell_fn=rnn_cell_fn, return_sequences=return_sequences, model_dir=model_dir,
-                       optimizer=optimizer, config=config)
+                       optimizer=optimizer, config=config, sequence_mask=sequence_mask)
 
 
 class RNNClassifier(RNNEstimator):
@@ -207,7 +220,8 @@ class RNNClassifier(RNNEstimator):
     Args are ``RNNEstimator``'s without ``head``, plus ``n_classes`` (2: a
     sigmoid head; more: softmax), ``weight_column``, ``label_vocabulary``,
     ``loss_reduction`` ('sum_over_batch_size' default) and ``sequence_mask``
-    (the feature key of the per-step mask; used only with return_sequences).
+    (the key of the per-step mask in the predictions; used only with
+    return_sequences, where ``weight_column`` is per step too).
     """
 
     def __init__(self, sequence_feature_columns: Iterable[Any],
@@ -226,4 +240,4 @@ class RNNClassifier(RNNEstimator):
         _rnn_estimator(self, head, sequence_feature_columns=sequence_feature_columns,
                        context_feature_columns=context_feature_columns, units=units, cell_type=cell_type,
                        rnn_cell_fn=rnn_cell_fn, return_sequences=return_sequences, model_dir=model_dir,
-                       optimizer=optimizer, config=config)
+                       optimizer=optimizer, config=config, sequence_mask=sequence_mask)
