@@ -62,7 +62,8 @@ def test_head_layer_and_its_slots_live_on_task_1(tmp_path, no_orphans):
 
     out = tmp_path / "result.json"
     result = launch([sys.executable, __file__, str(out)], workers=2, ps=0, job_dir=tmp_path / "job",
-                    timeout=_TIMEOUT, env={"TF_CPP_MIN_LOG_LEVEL": "0"}, echo=False)
+                    timeout=_TIMEOUT, env={"TF_CPP_MIN_LOG_LEVEL": "0"}, echo=False,
+                    preload=("tensorflow", "keras"))  # both tasks forked from one TensorFlow import
     client_log = result.task("worker-0").log_path.read_text(errors="replace")
     assert result.ok, result.message
     assert {t.name: (t.exit_code, t.stopped) for t in result.tasks} == {"worker-0": (0, False),

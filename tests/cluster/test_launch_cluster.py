@@ -21,6 +21,7 @@ from toolkit.launcher import launch
 pytestmark = pytest.mark.cluster
 SCRIPTS = Path(__file__).parent / "_scripts"
 _TIMEOUT = 300
+_PRELOAD = ("tensorflow", "keras")  # tasks forked from one TensorFlow import; the fresh path is tested above too
 
 
 def _result(job_dir: Path, task: str) -> dict:
@@ -30,23 +31,6 @@ def _result(job_dir: Path, task: str) -> dict:
 def _weights(job_dir: Path, task: str) -> list[np.ndarray]:
     with np.load(job_dir / "tasks" / task / "weights.npz") as data:
         return [data[key] for key in sorted(data.files, key=lambda k: int(k.split("_")[1]))]
-
-
-def test_cli_runs_a_parameter_server_job_and_every_task_exits_zero_by_itself(tmp_path, quiet_tf, no_orphans):
-    job_dir = tmp_path / "job"
-    cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "1", "--job-dir", str(job_dir),
-           "--timeout", str(_TIMEOUT), "--", "python", str(SCRIPTS / "pss_train.py"), "--steps", "60"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT + 60)
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    # every task exited 0 on its own: a task the launcher had to stop would show -15
-    assert "tasks: ps-0=0, chief-0=0, worker-0=0, worker-1=0;" in proc.stderr
-    result = _result(job_dir, "chief-0")
-    assert result["steps"] == 60 and result["loss_after"] < result["loss_before"] / 10
-    assert re.search(r"^\[chief-0\] trained 60 steps, loss ", proc.stdout, re.MULTILINE)
-    for task in ("ps-0", "worker-0", "worker-1"):
-        assert any(line.startswith(f"[{task}] ") for line in proc.stdout.splitlines())
-        assert (job_dir / "logs" / f"{task}.log").stat().st_size > 0
-    assert "trained 60 steps" in (job_dir / "logs" / "chief-0.log").read_text()
 
 
 def test_killed_parameter_server_worker_is_restarted_and_the_job_completes(tmp_path, quiet_tf, no_orphans):
@@ -66,18 +50,30 @@ def test_killed_parameter_server_worker_is_restarted_and_the_job_completes(tmp_p
     assert json.loads((result.job_dir / "tasks" / "worker-1" / "preloaded").read_text()) is False  # fresh
 
 
-def test_preloaded_tasks_train_and_a_killed_worker_is_forked_again(tmp_path, quiet_tf, no_orphans):
-    """``tfdist launch --preload``: every task is forked from one TensorFlow import, and a killed worker too."""
+def test_cli_preloaded_parameter_server_job_every_task_exits_zero_and_a_killed_worker_is_forked_again(
+        tmp_path, quiet_tf, no_orphans):
+    """``tfdist launch --preload``: every task is forked from one TensorFlow import, and a killed worker too.
+
+    The same run checks the CLI's console and logs, and that every task, the restarted worker too, exits 0
+    by itself (``test_killed_parameter_server_worker_...`` checks the same restart with fresh interpreters).
+    """
     job_dir = tmp_path / "job"
     cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "1", "--job-dir", str(job_dir),
            "--max-restarts", "1", "--preload", "--timeout", str(_TIMEOUT), "--", "python",
            str(SCRIPTS / "pss_train.py"), "--steps", "80", "--kill-worker", "worker-1", "--kill-at-step", "20"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT + 60)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    # every task exited 0 on its own: a task the launcher had to stop would show -15
     assert "tasks: ps-0=0, chief-0=0, worker-0=0, worker-1=0 (restarted 1x);" in proc.stderr
     chief_log = (job_dir / "logs" / "chief-0.log").read_text()
     assert "killed worker-1" in chief_log and "serves again" in chief_log
-    assert _result(job_dir, "chief-0")["steps"] == 80
+    result = _result(job_dir, "chief-0")
+    assert result["steps"] == 80 and result["loss_after"] < result["loss_before"] / 10
+    assert re.search(r"^\[chief-0\] trained 80 steps, loss ", proc.stdout, re.MULTILINE)
+    for task in ("ps-0", "worker-0", "worker-1"):
+        assert any(line.startswith(f"[{task}] ") for line in proc.stdout.splitlines())
+        assert (job_dir / "logs" / f"{task}.log").stat().st_size > 0
+    assert "trained 80 steps" in chief_log
     # every task, the restarted worker-1 too, found TensorFlow imported when its script started: it was forked
     for task in ("ps-0", "chief-0", "worker-0", "worker-1"):
         assert json.loads((job_dir / "tasks" / task / "preloaded").read_text()) is True, task
@@ -87,7 +83,7 @@ def test_preloaded_tasks_train_and_a_killed_worker_is_forked_again(tmp_path, qui
 
 def test_multi_worker_mirrored_workers_end_with_identical_weights(tmp_path, quiet_tf, no_orphans):
     result = launch(["python", str(SCRIPTS / "mwms_train.py"), "--steps", "30"], workers=2,
-                    job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False)
+                    job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False, preload=_PRELOAD)
     assert result.exit_code == 0, result.message
     assert [(t.name, t.exit_code, t.stopped) for t in result.tasks] == [("worker-0", 0, False),
                                                                          ("worker-1", 0, False)]
@@ -101,7 +97,8 @@ def test_multi_worker_mirrored_workers_end_with_identical_weights(tmp_path, quie
 def test_multi_worker_mirrored_death_restarts_the_cluster_from_its_checkpoint(tmp_path, quiet_tf, no_orphans):
     result = launch(["python", str(SCRIPTS / "mwms_train.py"), "--steps", "30", "--checkpoint-every", "5",
                      "--die-task", "worker-1", "--die-at-step", "12"], workers=2, max_restarts=1,
-                    restartable=True, settle_period=2, job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False)
+                    restartable=True, settle_period=2, job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False,
+                    preload=_PRELOAD)
     assert result.exit_code == 0, result.message
     assert result.cluster_restarts == 1
     assert [(t.name, t.restarts, t.exit_code) for t in result.tasks] == [("worker-0", 1, 0), ("worker-1", 1, 0)]

@@ -26,7 +26,8 @@ _TIMEOUT = 240
 
 
 def _launch(args: list[str], timeout: float = _TIMEOUT) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "toolkit", "launch", "--timeout", str(timeout), *args]
+    """``tfdist launch --preload``: the tasks are forked from one TensorFlow import, their scripts unchanged."""
+    cmd = [sys.executable, "-m", "toolkit", "launch", "--preload", "--timeout", str(timeout), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60)
 
 

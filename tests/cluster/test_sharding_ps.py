@@ -100,8 +100,9 @@ def test_embedding_tables_shard_train_and_checkpoint_across_two_ps(tmp_path, no_
     from toolkit.launcher import launch
 
     out = tmp_path / "result.json"
+    # forked from one TensorFlow import (``preload``): four fresh imports at once would double the start-up
     result = launch([sys.executable, __file__, str(out)], chief=1, workers=1, ps=2, job_dir=tmp_path / "job",
-                    timeout=_TIMEOUT, echo=False)
+                    timeout=_TIMEOUT, echo=False, preload=("tensorflow", "keras"))
     assert result.ok, result.message
     assert {t.name: (t.exit_code, t.stopped) for t in result.tasks} == {
         "chief-0": (0, False), "worker-0": (0, False), "ps-0": (0, False), "ps-1": (0, False)}

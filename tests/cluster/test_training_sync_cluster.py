@@ -56,7 +56,8 @@ def test_sync_replicas_aggregate_two_contributions_per_global_step(tmp_path, no_
 
     model_dir = tmp_path / "model"
     result = launch(["python", __file__, "--model-dir", str(model_dir), "--out", str(tmp_path / "out")],
-                    workers=2, ps=1, job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False, grace_period=60)
+                    workers=2, ps=1, job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False, grace_period=60,
+                    preload=("tensorflow", "keras"))  # tasks forked from one TensorFlow import
     logs = {task.name: task.log_path.read_text(errors="replace") for task in result.tasks}
     assert result.ok, (result.message, logs.get("chief-0", "")[-3000:])
     assert sorted(task.name for task in result.tasks) == ["chief-0", "ps-0", "worker-0", "worker-1"]
