@@ -3,16 +3,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from _chaos_scenarios import PREEMPTION_SCENARIOS, RunResult
+from _chaos_scenarios import PREEMPTION_SCENARIOS, RunResult, job_of
 
 __all__ = ["fmt", "met_target", "preemption_table", "summarize", "table"]
 
 
-def summarize(results: list[RunResult], baseline: float | None) -> list[dict[str, Any]]:
+def summarize(results: list[RunResult], baselines: dict[str, float | None]) -> list[dict[str, Any]]:
+    """One row per scenario; accuracy deltas against the undisturbed run of the scenario's front door."""
     rows = []
     for name in dict.fromkeys(r.scenario for r in results):
         runs = [r for r in results if r.scenario == name]
         completed = [r for r in runs if r.completed]
+        baseline = baselines.get(job_of(name))
         deltas = [r.accuracy - baseline for r in completed if r.accuracy is not None and baseline is not None]
         recover = [s for r in runs for s in r.recover_seconds]
         rows.append({
@@ -61,8 +63,9 @@ def preemption_table(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def met_target(results: list[RunResult], baseline: float | None) -> bool:
+def met_target(results: list[RunResult], baselines: dict[str, float | None]) -> bool:
     for r in results:
+        baseline = baselines.get(job_of(r.scenario))
         if r.steps_redone is not None and r.steps_redone > 0:
             return False
         if r.scenario in PREEMPTION_SCENARIOS and r.counted == "failure":

@@ -4,7 +4,8 @@ from __future__ import annotations
 import dataclasses
 import signal
 
-__all__ = ["DEFAULT_SCENARIOS", "PREEMPTION_SCENARIOS", "SCENARIOS", "JobShape", "RunResult", "Scenario"]
+__all__ = ["BASELINES", "DEFAULT_SCENARIOS", "PREEMPTION_SCENARIOS", "SCENARIOS", "JobShape", "RunResult", "Scenario",
+           "job_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,11 +33,17 @@ class Scenario:
     sig: int = signal.SIGKILL
     kills: int = 1         # kills in one run (each after the job recovered from the previous one)
     layout: str = "ps"     # "ps": chief, 2 workers, 1 ps; "mwms": 2 MultiWorkerMirrored workers (worker-0 the chief)
+    job: str = "fit"       # the front door that trains: "fit" (toolkit.fit), "keras" (model.fit), "estimator"
+
+    @property
+    def undisturbed(self) -> bool:
+        """A run that kills nothing: the one the job's accuracy is compared with."""
+        return self.kills == 0
 
     @property
     def preemption(self) -> bool:
         """A SIGTERM mid-step: the job must checkpoint at the step reached (docs/preemption.md)."""
-        return self.sig == signal.SIGTERM and self.moment == "step"
+        return self.sig == signal.SIGTERM and self.moment == "step" and self.kills > 0
 
 
 SCENARIOS: dict[str, Scenario | None] = {
@@ -58,9 +65,24 @@ SCENARIOS: dict[str, Scenario | None] = {
     "evaluator-preempt-step": Scenario("evaluator-0", "step", signal.SIGTERM),
     "mwms-chief-preempt-step": Scenario("worker-0", "step", signal.SIGTERM, layout="mwms"),
     "mwms-worker-preempt-step": Scenario("worker-1", "step", signal.SIGTERM, layout="mwms"),
+    # the other front doors: Keras' model.fit (enable_distributed_keras) and the graph-mode Estimator
+    "keras-chief-preempt-step": Scenario("chief-0", "step", signal.SIGTERM, job="keras"),
+    "keras-mwms-worker-preempt-step": Scenario("worker-1", "step", signal.SIGTERM, layout="mwms", job="keras"),
+    "estimator-chief-preempt-step": Scenario("chief-0", "step", signal.SIGTERM, job="estimator"),
+    "estimator-worker-preempt-step": Scenario("worker-0", "step", signal.SIGTERM, job="estimator"),
+    "estimator-ps-preempt-step": Scenario("ps-0", "step", signal.SIGTERM, job="estimator"),
 }
+#: the undisturbed run of each front door (``none`` is toolkit.fit's)
+BASELINES = {"fit": "none", "keras": "none-keras", "estimator": "none-estimator"}
+SCENARIOS.update({name: Scenario("", "", kills=0, job=job) for job, name in BASELINES.items() if job != "fit"})
 PREEMPTION_SCENARIOS = [name for name, s in SCENARIOS.items() if s is not None and s.preemption]
-DEFAULT_SCENARIOS = [name for name in SCENARIOS if name != "none"]
+DEFAULT_SCENARIOS = [name for name, s in SCENARIOS.items() if s is not None and not s.undisturbed]
+
+
+def job_of(name: str) -> str:
+    """The front door scenario ``name`` trains with."""
+    scenario = SCENARIOS[name]
+    return "fit" if scenario is None else scenario.job
 
 
 @dataclasses.dataclass

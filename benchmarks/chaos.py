@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from _chaos_report import fmt, met_target, preemption_table, summarize, table
-from _chaos_scenarios import DEFAULT_SCENARIOS, PREEMPTION_SCENARIOS, SCENARIOS, JobShape, RunResult
+from _chaos_scenarios import BASELINES, DEFAULT_SCENARIOS, PREEMPTION_SCENARIOS, SCENARIOS, JobShape, RunResult, job_of
 
 _REPO = Path(__file__).resolve().parents[1]
 _TASK = _REPO / "benchmarks" / "chaos_task.py"
@@ -83,22 +83,24 @@ def _current_pid(job_dir: Path, task: str) -> int | None:
     return None
 
 
-def _launcher_cmd(job_dir: Path, model_dir: Path, shape: JobShape, layout: str = "ps") -> list[str]:
+def _launcher_cmd(job_dir: Path, model_dir: Path, shape: JobShape, layout: str = "ps", job: str = "fit") -> list[str]:
     tasks = ["--ps", "1", "--workers", "2"] if layout == "ps" else ["--workers", "2"]
+    evaluator = shape.evaluator and job == "fit"  # the Keras and Estimator jobs train on every task, none evaluates
     return [sys.executable, "-m", "toolkit", "launch", *tasks,
-            *(["--evaluator"] if shape.evaluator else []), *(["--preload"] if shape.preload else []),
+            *(["--evaluator"] if evaluator else []), *(["--preload"] if shape.preload else []),
             "--restartable", "--max-restarts", "4", "--grace-period", f"{shape.grace_period:g}", "--timeout", "900",
             "--quiet",
             "--job-dir", str(job_dir), "--", sys.executable, str(_TASK), "--model-dir", str(model_dir),
             "--epochs", str(shape.epochs), "--steps-per-epoch", str(shape.steps_per_epoch),
-            "--checkpoint-every", str(shape.checkpoint_every)]
+            "--checkpoint-every", str(shape.checkpoint_every), "--job", job]
 
 
-def _start_launcher(job_dir: Path, model_dir: Path, shape: JobShape, layout: str = "ps") -> subprocess.Popen:
+def _start_launcher(job_dir: Path, model_dir: Path, shape: JobShape, layout: str = "ps",
+                    job: str = "fit") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))}
     env.pop("TF_CONFIG", None)
     with open(job_dir.parent / f"{job_dir.name}-launcher.log", "ab") as log:  # the child keeps its own copy
-        return subprocess.Popen(_launcher_cmd(job_dir, model_dir, shape, layout), cwd=_REPO, env=env, stdout=log,
+        return subprocess.Popen(_launcher_cmd(job_dir, model_dir, shape, layout, job), cwd=_REPO, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -106,8 +108,8 @@ def _start_launcher(job_dir: Path, model_dir: Path, shape: JobShape, layout: str
 
 def _checkpoint_steps(model_dir: Path) -> list[int]:
     steps = []
-    for index in model_dir.glob("ckpt-*.index"):
-        number = index.name[len("ckpt-"):-len(".index")]
+    for index in model_dir.glob("*ckpt-*.index"):  # ckpt-N (fit, Keras' backup), model.ckpt-N (the Estimator)
+        number = index.name.split("ckpt-", 1)[1][:-len(".index")]
         if number.isdigit():
             steps.append(int(number))
     return sorted(steps)
@@ -120,8 +122,8 @@ def _progress(job_dir: Path, model_dir: Path) -> tuple[int, tuple[int, ...]]:
 
 def _writing_checkpoint(model_dir: Path) -> int | None:
     """The step of a save in flight (TensorFlow writes ``<prefix>_temp/`` shards, then renames them), or None."""
-    for path in model_dir.glob("ckpt-*_temp*"):
-        number = path.name[len("ckpt-"):].split("_temp")[0]
+    for path in model_dir.glob("*ckpt-*_temp*"):
+        number = path.name.split("ckpt-", 1)[1].split("_temp")[0]
         if number.isdigit():
             return int(number)
     return None
@@ -224,8 +226,8 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape | None =
     result, started = RunResult(name), time.monotonic()
     job_dir, model_dir = root / "job", root / "model"
     root.mkdir(parents=True, exist_ok=True)
-    layout = scenario.layout if scenario else "ps"
-    proc = _start_launcher(job_dir, model_dir, shape, layout)
+    layout, job = (scenario.layout, scenario.job) if scenario else ("ps", "fit")
+    proc = _start_launcher(job_dir, model_dir, shape, layout, job)
     watch = _Watch(job_dir, model_dir)
     after = 0
     for _ in range(scenario.kills if scenario else 0):
@@ -239,7 +241,7 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape | None =
             proc.wait()
             result.orphans += _reap_tasks(job_dir, ORPHAN_SECONDS)  # every task must die with it
             job_dir = root / "job-resumed"
-            proc = _start_launcher(job_dir, model_dir, shape, layout)
+            proc = _start_launcher(job_dir, model_dir, shape, layout, job)
             watch = _Watch(job_dir, model_dir)
         recovered = _wait_recovered(model_dir, before, proc, watch)
         if recovered is None:
@@ -249,9 +251,9 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape | None =
         after = (_checkpoint_steps(model_dir) or [0])[-1]
     _finish(proc, job_dir, model_dir, watch, result)
     result.completed = proc.returncode == 0 and not result.hung
-    _check_artifacts(model_dir, root, result, shape.total_steps)
+    _check_artifacts(model_dir, root, result, shape.total_steps, job)
     if scenario is not None and scenario.preemption and result.kills:
-        _check_preemption(job_dir, result)
+        _check_preemption(job_dir, result, scenario.target, job)
     result.duration = time.monotonic() - started
     return result
 
@@ -261,11 +263,14 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape | None =
 _STOPPED_AT = re.compile(r"preempted \([^)]*\): "
                          r"(?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
 _GOES_ON = re.compile(r"preempted: (?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
-_RESTORED = re.compile(r"restored \S+ at global step (\d+)")
+# the Estimator's chief: "preempted (<why>): chief-0 stopped after the step in flight; newest checkpoint <path>"
+_STOPPED_GRAPH = re.compile(r"preempted \([^)]*\): \S+ stopped after the step in flight; "
+                            r"newest checkpoint \S*ckpt-(\d+)")
+_RESTORED = re.compile(r"restored (?:the backup )?\S+ at global step (\d+)|Restoring parameters from \S*ckpt-(\d+)")
 _COUNTED = re.compile(r"\S+ was preempted \((?:code (\d+)|signal \w+ \((-?\d+)\))\)")
 
 
-def _check_preemption(job_dir: Path, result: RunResult) -> None:
+def _check_preemption(job_dir: Path, result: RunResult, target: str, job: str) -> None:
     """Steps redone, exit codes and how the launcher counted the restart, from the job's logs.
 
     The job stopped at the step of its preemption checkpoint (``_STOPPED_AT`` in the chief's log), or
@@ -274,15 +279,20 @@ def _check_preemption(job_dir: Path, result: RunResult) -> None:
     checkpoint's index file (``recover_seconds``), or 0 when the step the job stopped at was
     checkpointed before the signal.
     """
-    chief = "\n".join(p.read_text(errors="replace") for p in (job_dir / "logs").glob("*.log")
-                      if p.name.startswith(("chief-", "worker-0")))
-    stopped = [int(written or already) for written, already in _STOPPED_AT.findall(chief)]
-    restored = [int(s) for s in _RESTORED.findall(chief)]
+    logs = sorted((job_dir / "logs").glob("chief-*.log")) or sorted((job_dir / "logs").glob("worker-0*.log"))
+    chief = "\n".join(p.read_text(errors="replace") for p in logs)
+    stops = sorted([(m.start(), int(m[1] or m[2])) for m in _STOPPED_AT.finditer(chief)]
+                   + [(m.start(), int(m[1])) for m in _STOPPED_GRAPH.finditer(chief)])
+    stopped = [step for _, step in stops]
+    # the restart's restore comes after the stop (an Estimator's predict() at the end restores too)
+    restored = [int(m[1] or m[2]) for m in _RESTORED.finditer(chief) if not stops or m.start() > stops[0][0]][:1]
     went_on = [int(written or already) for written, already in _GOES_ON.findall(chief)]
     if stopped and restored:
-        result.steps_redone = stopped[0] - restored[-1]
+        result.steps_redone = stopped[0] - restored[0]
     elif went_on:
         result.steps_redone = 0
+    elif job == "estimator" and target.startswith("worker") and not stopped and not restored:
+        result.steps_redone = 0  # the chief never stopped or restored: the worker's steps are in the ps variables
     saved_at = (stopped or went_on or [None])[0]
     before = int(result.kills[0].rsplit("@ckpt-", 1)[1])
     if saved_at is not None and saved_at <= before:
@@ -297,22 +307,24 @@ def _check_preemption(job_dir: Path, result: RunResult) -> None:
 
 # ------------------------------------------------------------------ artifacts
 
-def _check_artifacts(model_dir: Path, root: Path, result: RunResult, total_steps: int) -> None:
+def _check_artifacts(model_dir: Path, root: Path, result: RunResult, total_steps: int, job: str = "fit") -> None:
     import tensorflow as tf
 
     latest = tf.train.latest_checkpoint(str(model_dir))
     if latest is None:
         result.note = result.note or "no checkpoint"
         return
+    reported = json.loads((root / "result.json").read_text()) if (root / "result.json").exists() else {}
     try:
-        accuracy, step = _evaluate(latest)
+        if job == "estimator":  # its own variable names: read the step, take the chief's test accuracy
+            accuracy, step = reported.get("accuracy"), int(tf.train.load_variable(latest, "global_step"))
+        else:
+            accuracy, step = _evaluate(latest)
     except (tf.errors.OpError, ValueError, AssertionError) as exc:
         result.note = f"unreadable: {str(exc).splitlines()[0][:120]}"
         return
     result.readable, result.accuracy = True, accuracy
-    reported = None
-    if (root / "result.json").exists():
-        reported = json.loads((root / "result.json").read_text())["global_step"]
+    reported = reported.get("global_step")
     result.exact = latest.endswith(f"ckpt-{total_steps}") and step == total_steps == reported
     if result.completed and not result.exact:
         result.note = f"final step: checkpoint {os.path.basename(latest)}, variable {step}, chief {reported}"
@@ -367,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     shape = JobShape(epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, checkpoint_every=args.checkpoint_every,
                      evaluator=not args.no_evaluator, grace_period=args.grace_period, preload=args.preload)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tfdist-chaos-"))
-    plan = ([] if args.no_baseline else ["none"]) + [names[i % len(names)] for i in range(args.runs)]
+    baselines = [] if args.no_baseline else [BASELINES[j] for j in dict.fromkeys(job_of(n) for n in names)]
+    plan = baselines + [names[i % len(names)] for i in range(args.runs)]  # each front door's undisturbed run first
     results = []
     for i, name in enumerate(plan):
         result = run_once(name, root / f"run-{i:02d}-{name}", rng, shape)
@@ -379,11 +392,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{result.duration:.0f}s {result.note}", flush=True)
         if args.json:  # after every run, so an interrupted benchmark keeps what it measured
             Path(args.json).write_text(json.dumps({"runs": [dataclasses.asdict(r) for r in results]}, indent=2))
-    baseline = next((r.accuracy for r in results if r.scenario == "none"), None)
-    disturbed = [r for r in results if r.scenario != "none"]
+    baseline = {job_of(r.scenario): r.accuracy for r in results if r.scenario in BASELINES.values()}
+    disturbed = [r for r in results if r.scenario not in BASELINES.values()]
     rows = summarize(disturbed, baseline)
     print()
-    print(f"undisturbed accuracy: {fmt(baseline, '.3f')}; {len(disturbed)} disturbed runs, seed {args.seed}")
+    undisturbed = ", ".join(f"{job} {fmt(accuracy, '.3f')}" for job, accuracy in baseline.items()) or "-"
+    print(f"undisturbed accuracy: {undisturbed}; {len(disturbed)} disturbed runs, seed {args.seed}")
     print(table(rows))
     if any(r.scenario in PREEMPTION_SCENARIOS for r in disturbed):
         print()

@@ -3,10 +3,13 @@
 Each start writes ``pid-<restart>`` into its task directory *before* importing
 TensorFlow, so the harness can find (and kill) a task even during start-up.
 The chief writes ``<model_dir>/../result.json`` (its final global step and
-validation accuracy) when training completes.
+validation accuracy) when training completes. ``--job keras`` and ``--job
+estimator`` train the same digits with Keras' own ``model.fit`` or the
+graph-mode Estimator instead (``_chaos_jobs.py``).
 
 Usage (inside ``tfdist launch ... --``):
     python benchmarks/chaos_task.py --model-dir DIR [--epochs 3] [--steps-per-epoch 100] [--checkpoint-every 25]
+                                    [--job fit|keras|estimator]
 """
 from __future__ import annotations
 
@@ -26,10 +29,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=100)
     parser.add_argument("--checkpoint-every", type=int, default=25)
+    parser.add_argument("--job", choices=("fit", "keras", "estimator"), default="fit")
     args = parser.parse_args(argv)
     task_dir = Path(os.environ.get("TFDIST_TASK_DIR", "."))
     (task_dir / f"pid-{os.environ.get('TFDIST_RESTART_COUNT', '0')}").write_text(str(os.getpid()))
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.job != "fit":
+        from _chaos_jobs import JOBS
+
+        return JOBS[args.job](args)
     import keras
 
     import models
