@@ -165,3 +165,21 @@ def test_tasks_slurm_killed_before_they_reported_are_named_with_slurms_record_of
     assert accounting("7", info) == {"job_id": "7", "state": "TIMEOUT", "exit_code": "0:9", "reason": "TimeLimit",
                                      "started": "2026-11-25T10:00:00", "ended": "2026-11-25T11:00:30",
                                      "nodes": "n[1-2]"}
+
+
+def test_preload_is_refused_on_slurm_where_each_task_starts_its_own_interpreter(tmp_path, capsys):
+    import sys
+
+    from toolkit.cli import main
+    from toolkit.launcher.slurm import launch_slurm
+
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    spec = LaunchSpec(cmd=(sys.executable, str(script)), workers=1, preload=("json",))
+    with pytest.raises(LaunchError, match=r"`preload` is \('json',\), but on Slurm every task starts its own "
+                                          r"interpreter") as err:
+        launch_slurm(spec, job_dir=tmp_path / "job")
+    assert err.value.field == "preload" and not (tmp_path / "job").exists()
+    assert main(["launch", "--backend", "slurm", "--preload", "--workers", "1", "--job-dir", str(tmp_path / "j"),
+                 "--", sys.executable, str(script)]) == 2
+    assert "--preload" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from toolkit.cli._types import non_negative_int
 __all__ = ["add_slurm_flags", "launch_on_slurm"]
 
 _SPEC_FIELDS = ("chief", "workers", "ps", "evaluator", "timeout", "max_restarts", "restartable", "grace_period",
-                "dialect", "cwd")
+                "dialect", "cwd", "max_preemptions", "preload")
 
 
 def add_slurm_flags(parser: argparse.ArgumentParser) -> None:

@@ -51,7 +51,8 @@ from toolkit.launcher.slurm._shared import check_shared, status_dir
 __all__ = ["launch_slurm"]
 
 _log = logging.getLogger(__name__)
-_POLL = 0.25
+_POLL = 0.25        # the tasks' status files and logs (file reads)
+_SQUEUE_POLL = 1.0  # Slurm's own view (a squeue process each time; sooner once the chief has ended)
 ENV_GRACE = "TFDIST_PREEMPTION_GRACE"  # toolkit.training.preemption's (not imported: it would import TensorFlow)
 
 
@@ -214,6 +215,10 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
             Slurm's refusal (its message, with the field it is about); nothing is left queued.
     """
     options = options or SlurmOptions()
+    if spec.preload:
+        raise LaunchError(f"`preload` is {spec.preload!r}, but on Slurm every task starts its own interpreter on "
+                          "its node (srun). Preloading is for the local launcher: leave `preload` out.",
+                          field="preload")
     slurm.require("sbatch", "srun", "squeue", "scontrol", "scancel")
     job_dir = Path(job_dir).resolve()
     job_dir.mkdir(parents=True, exist_ok=True)
@@ -265,15 +270,19 @@ def _run_once(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, env: Mappi
         on_submit(job_id)
     if on_job is not None:
         on_job(list(jobs))
-    reason, finished, chief_end = Reason.SUCCEEDED, False, None
+    reason, finished, chief_end, next_squeue = Reason.SUCCEEDED, False, None, 0.0
+    told: dict[str, dict[str, Any]] = {}
     try:
         while True:
             watch.poll()
-            if on_placement is not None and watch.status:
-                on_placement(watch.placement())
-            if slurm.squeue_state(job_id) is None:
-                finished = True
-                break
+            if on_placement is not None and watch.status and watch.placement() != told:
+                told = watch.placement()  # only a change is reported (the job store writes each one)
+                on_placement(told)
+            if time.monotonic() >= next_squeue or chief_end is not None:
+                next_squeue = time.monotonic() + _SQUEUE_POLL
+                if slurm.squeue_state(job_id) is None:
+                    finished = True
+                    break
             if should_stop is not None and should_stop():
                 reason = Reason.INTERRUPTED
                 break
