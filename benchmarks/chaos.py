@@ -7,7 +7,10 @@ restarts the cluster from its last checkpoint) many times. Each run kills one
 target (a worker, the ps, the chief, the evaluator, or the launcher itself) at
 a chosen moment (during start-up, mid-step, or while a checkpoint is being
 written) with SIGKILL or SIGTERM, in some scenarios twice. A killed launcher
-is started again on the same model directory, as a user would.
+is started again on the same model directory, as a user would. The ``keras-*``
+and ``estimator-*`` scenarios train the same digits with Keras' own
+``model.fit`` or the graph-mode Estimator (``_chaos_jobs.py``; no evaluator),
+each compared with its own front door's undisturbed run.
 
 Per scenario it prints: runs, completed, hung (> 60 s without progress: no
 new log output and no new checkpoint), final-step exact (the newest
@@ -35,7 +38,6 @@ import dataclasses
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -45,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _chaos_logs import check_preemption
 from _chaos_report import fmt, met_target, preemption_table, summarize, table
 from _chaos_scenarios import BASELINES, DEFAULT_SCENARIOS, PREEMPTION_SCENARIOS, SCENARIOS, JobShape, RunResult, job_of
 
@@ -253,56 +256,9 @@ def run_once(name: str, root: Path, rng: random.Random, shape: JobShape | None =
     result.completed = proc.returncode == 0 and not result.hung
     _check_artifacts(model_dir, root, result, shape.total_steps, job)
     if scenario is not None and scenario.preemption and result.kills:
-        _check_preemption(job_dir, result, scenario.target, job)
+        check_preemption(job_dir, result, scenario.target, job)
     result.duration = time.monotonic() - started
     return result
-
-
-# ------------------------------------------------------------------ preemption
-
-_STOPPED_AT = re.compile(r"preempted \([^)]*\): "
-                         r"(?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
-_GOES_ON = re.compile(r"preempted: (?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
-# the Estimator's chief: "preempted (<why>): chief-0 stopped after the step in flight; newest checkpoint <path>"
-_STOPPED_GRAPH = re.compile(r"preempted \([^)]*\): \S+ stopped after the step in flight; "
-                            r"newest checkpoint \S*ckpt-(\d+)")
-_RESTORED = re.compile(r"restored (?:the backup )?\S+ at global step (\d+)|Restoring parameters from \S*ckpt-(\d+)")
-_COUNTED = re.compile(r"\S+ was preempted \((?:code (\d+)|signal \w+ \((-?\d+)\))\)")
-
-
-def _check_preemption(job_dir: Path, result: RunResult, target: str, job: str) -> None:
-    """Steps redone, exit codes and how the launcher counted the restart, from the job's logs.
-
-    The job stopped at the step of its preemption checkpoint (``_STOPPED_AT`` in the chief's log), or
-    went on without the task (``_GOES_ON``: nothing to redo); the restarted run resumed from the step
-    ``_RESTORED`` names. Signal-to-checkpoint time is the harness's time from the SIGTERM to that
-    checkpoint's index file (``recover_seconds``), or 0 when the step the job stopped at was
-    checkpointed before the signal.
-    """
-    logs = sorted((job_dir / "logs").glob("chief-*.log")) or sorted((job_dir / "logs").glob("worker-0*.log"))
-    chief = "\n".join(p.read_text(errors="replace") for p in logs)
-    stops = sorted([(m.start(), int(m[1] or m[2])) for m in _STOPPED_AT.finditer(chief)]
-                   + [(m.start(), int(m[1])) for m in _STOPPED_GRAPH.finditer(chief)])
-    stopped = [step for _, step in stops]
-    # the restart's restore comes after the stop (an Estimator's predict() at the end restores too)
-    restored = [int(m[1] or m[2]) for m in _RESTORED.finditer(chief) if not stops or m.start() > stops[0][0]][:1]
-    went_on = [int(written or already) for written, already in _GOES_ON.findall(chief)]
-    if stopped and restored:
-        result.steps_redone = stopped[0] - restored[0]
-    elif went_on:
-        result.steps_redone = 0
-    elif job == "estimator" and target.startswith("worker") and not stopped and not restored:
-        result.steps_redone = 0  # the chief never stopped or restored: the worker's steps are in the ps variables
-    saved_at = (stopped or went_on or [None])[0]
-    before = int(result.kills[0].rsplit("@ckpt-", 1)[1])
-    if saved_at is not None and saved_at <= before:
-        result.signal_to_checkpoint = 0.0  # the step it stopped at was saved before the signal
-    elif saved_at is not None and result.recover_seconds:  # the evaluator's preemption causes none
-        result.signal_to_checkpoint = result.recover_seconds[0]
-    launcher = (job_dir.parent / f"{job_dir.name}-launcher.log").read_text(errors="replace")
-    result.exit_codes = [int(code or killed) for code, killed in _COUNTED.findall(launcher)]
-    result.counted = ("failure" if re.search(r"exited with [^;]*; restarting", launcher)
-                      else "preemption" if result.exit_codes else "")
 
 
 # ------------------------------------------------------------------ artifacts

@@ -143,6 +143,9 @@ def serve(tf_config: TFConfig | None = None, *, options: ServeOptions | None = N
     if options is not None and not isinstance(options, ServeOptions):
         raise StrategyError(f"`options` must be a strategies.ServeOptions or None. Received: options={options!r}. "
                             "Pass e.g. options=ServeOptions(chief_lost_after=20).", field="options")
+    from strategies._server_preemption import arm  # a preempted server tells its chief and serves on
+
+    arm(tf2_cluster(cfg.cluster), tf2_job(cfg.task_type), cfg.task_index)
     return serve_until_goodbye(cfg, ServeOptions.from_env() if options is None else options, work=work)
 
 

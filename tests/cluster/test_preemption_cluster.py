@@ -85,12 +85,19 @@ def test_multi_worker_mirrored_one_preempted_worker_stops_every_worker_at_one_st
 
 @pytest.mark.cluster
 def test_keras_model_fit_chief_preempted_under_parameter_servers_resumes_from_its_backup(tmp_path, quiet_tf):
-    result = _run(tmp_path, ["chief@70"], keras=True, workers=1, ps=1)
-    (_, sent), = _signals(tmp_path)
-    chief = result.task("chief-0").log_path.read_text()
+    result = _run(tmp_path, ["chief@70", "ps-0@110@1"], keras=True, workers=1, ps=1)
+    signals = dict(_signals(tmp_path))
+    sent, chief = signals["chief"], result.task("chief-0").log_path.read_text()
     at = _preempted_at(chief, r"preempted \(SIGTERM [\d.]+ s ago, after step \d+\): checkpoint at step (\d+) written")
     assert sent <= at <= sent + 2 * _IN_FLIGHT and at % 50  # BackupAndRestore saves before the preemption
     assert f"restored the backup {tmp_path / 'model'}/ckpt-{at} at global step {at}" in chief
     assert all(result.task(n).exit_code == 0 for n in ("chief-0", "worker-0", "ps-0"))
-    assert result.task("ps-0").log_path.read_text().count("exiting with 143") == 1  # told by the chief's goodbye
-    _check_end(result, tmp_path, preemptions=1)
+    # the restarted run's ps (run_role() in the script) is signalled: it tells the chief and serves on; the
+    # chief checkpoints after the steps in flight and says goodbye with 143; the cluster resumes from there
+    ps = result.task("ps-0").log_path.read_text()
+    at_ps = _preempted_at(chief, r"preempted \(another task's preemption\): checkpoint at step (\d+) written")
+    assert signals["ps-0"] <= at_ps <= signals["ps-0"] + 2 * _IN_FLIGHT and at_ps % 50
+    assert "ps-0 was preempted; it tells the chief and serves until the chief has checkpointed" in ps
+    assert f"restored the backup {tmp_path / 'model'}/ckpt-{at_ps} at global step {at_ps}" in chief
+    assert ps.count("exiting with 143") == 2  # the chief's goodbyes: after its own checkpoint, and the ps's
+    _check_end(result, tmp_path, preemptions=2)

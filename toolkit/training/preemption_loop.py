@@ -16,6 +16,12 @@ The checkpoint goes through the loop's own ``CheckpointHook``\\ s, so it is the
 same checkpoint a restart restores; Keras callbacks are not told the training
 ended (``BackupAndRestore`` must keep its backup), and the parameter-server
 chief tells its servers to exit with ``EXIT_PREEMPTED`` too.
+
+Servers started by ``run_role()`` in a script (Keras' ``model.fit``) know no
+model directory: a preempted one leaves its notice in the chief's process
+instead (``strategies._server_preemption``), and waits for the goodbye the
+chief sends after the checkpoint (to that worker alone, or to every server
+when a ps stops the job).
 """
 from __future__ import annotations
 
@@ -57,6 +63,11 @@ class LoopPreemption:
         self.next_agreement = 0
         self.last_step: int | None = None  # the step of the previous check
         self.signal_step: int | None = None  # the last step known before this task saw its signal
+        self.cluster = _cluster_of(runner)
+        if self.cluster is not None:  # notices of an earlier run on the same addresses are stale
+            from strategies._signals import clear_signals
+
+            clear_signals(list(_notice_paths(self.cluster).values()))
         if self.model_dir is not None:
             check_grace(self.model_dir, self.watch.options.grace_period)
 
@@ -74,6 +85,7 @@ class LoopPreemption:
                 seconds = self._save(step)
                 logger.warning("%s preempted: %s; training goes on without it until it is restarted", names,
                                _saved(step, seconds))
+                self._release([str(n.get("task")) for n in notices])
                 return
         else:
             if step < self.next_agreement:
@@ -84,9 +96,25 @@ class LoopPreemption:
             self._stop(step)
 
     def _notices(self) -> list[dict[str, object]]:
-        if self.model_dir is None or not getattr(self.runner, "coordinator", None):
+        if not getattr(self.runner, "coordinator", None):
             return []
-        return take_notices(self.model_dir, since=self.started_wall - 1.0)
+        found = [] if self.model_dir is None else take_notices(self.model_dir, since=self.started_wall - 1.0)
+        if self.cluster is not None:
+            from strategies._signals import take_signal
+
+            found += [{"task": task} for task, path in _notice_paths(self.cluster).items()
+                      if take_signal(path) is not None]
+        return found
+
+    def _release(self, workers: Sequence[str]) -> None:
+        """After the checkpoint: the preempted workers may leave (a goodbye with ``EXIT_PREEMPTED``)."""
+        if self.cluster is None:
+            return
+        from strategies._shutdown import say_goodbye
+
+        tasks = [("worker", int(name.rsplit("-", 1)[1])) for name in workers if name.startswith("worker-")]
+        if tasks:
+            say_goodbye(self.cluster, tasks, EXIT_PREEMPTED)
 
     def _save(self, step: int) -> float | None:
         """Seconds the checkpoint at ``step`` took; None when it was written (or restored from) already."""
@@ -107,6 +135,26 @@ class LoopPreemption:
         self.watch.done.set()
         _goodbye(self.runner)
         raise TrainingPreempted(step if self.checkpoints else None)
+
+
+def _cluster_of(runner: Runner) -> dict[str, list[str]] | None:
+    """The parameter-server cluster a coordinator runs (its servers' notices land in this process), else None."""
+    if getattr(runner, "coordinator", None) is None:
+        return None
+    from strategies._compat import pss_cluster
+
+    return pss_cluster(runner.strategy)
+
+
+def _notice_paths(cluster: dict[str, list[str]]) -> dict[str, str]:
+    """Where each server's preemption notice lands in the chief's process, by task name."""
+    from strategies._server_preemption import notice_kind
+    from strategies._shutdown import chief_of
+    from strategies._signals import signal_path
+
+    chief = chief_of(cluster)
+    return {f"{job}-{index}": signal_path(cluster, *chief, notice_kind(job, index))
+            for job in ("ps", "worker") for index in range(len(cluster.get(job, ())))}
 
 
 def _saved(step: int, seconds: float | None) -> str:

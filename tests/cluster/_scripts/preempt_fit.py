@@ -4,7 +4,8 @@ Every task writes ``pid-<restart>`` into its task directory before importing
 TensorFlow. On its first run the chief's callback sends SIGTERM to each
 ``--preempt TASK@STEP`` target once the global step reaches STEP (``chief``
 means itself; before signalling, it waits until every task preempted earlier
-has been restarted), and appends ``TASK STEP`` to ``<job dir>/signals.txt``.
+has been restarted), and appends ``TASK STEP`` to ``<job dir>/signals.txt``;
+``TASK@STEP@RUN`` signals in the job's run RUN (its restart count) instead.
 The chief writes ``<model dir>/../result.json`` when training completes.
 With ``--keras`` the job is Keras' own ``model.fit`` (through
 ``toolkit.enable_distributed_keras()``) with ``BackupAndRestore(<model dir>)``
@@ -30,16 +31,17 @@ def _pid(job_dir: Path, task: str, run: int) -> int | None:
     return int(path.read_text()) if path.exists() else None
 
 
-def _preempter(targets: list[tuple[str, int]], steps_per_epoch: int):
+def _preempter(targets: list[tuple[str, int, int]], steps_per_epoch: int):
     import keras
 
     job_dir = Path(os.environ["TFDIST_JOB_DIR"])
-    first = os.environ.get("TFDIST_RESTART_COUNT", "0") == "0"
+    run = int(os.environ.get("TFDIST_RESTART_COUNT", "0"))
 
     class Preempter(keras.callbacks.Callback):
         def __init__(self) -> None:
             super().__init__()
-            self.pending, self.epoch, self.sent = list(targets) if first else [], 0, []
+            self.pending = [(task, step) for task, step, in_run in targets if in_run == run]
+            self.epoch, self.sent = 0, []
 
         def on_epoch_begin(self, epoch, logs=None):
             self.epoch = epoch
@@ -56,7 +58,7 @@ def _preempter(targets: list[tuple[str, int]], steps_per_epoch: int):
                 with open(job_dir / "signals.txt", "a") as fh:
                     fh.write(f"{task} {step}\n")
                 name = os.environ["TFDIST_TASK_NAME"] if task == "chief" else task
-                pid = os.getpid() if task == "chief" else _pid(job_dir, name, 0)
+                pid = os.getpid() if task == "chief" else _pid(job_dir, name, run)
                 assert pid is not None, f"no pid file for {task}"
                 os.kill(pid, signal.SIGTERM)
                 self.sent.append(name)
@@ -75,7 +77,7 @@ def main(argv: list[str]) -> int:
     task_dir = Path(os.environ.get("TFDIST_TASK_DIR", "."))
     (task_dir / f"pid-{os.environ.get('TFDIST_RESTART_COUNT', '0')}").write_text(str(os.getpid()))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    targets = [(t.split("@")[0], int(t.split("@")[1])) for t in args.preempt]
+    targets = [(t.split("@")[0], int(t.split("@")[1]), int((t.split("@") + ["0"])[2])) for t in args.preempt]
     if args.keras:
         return _keras_fit(args, targets)
     import keras
@@ -98,7 +100,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _keras_fit(args: argparse.Namespace, targets: list[tuple[str, int]]) -> int:
+def _keras_fit(args: argparse.Namespace, targets: list[tuple[str, int, int]]) -> int:
     from strategies import make_strategy, run_role
 
     cfg = run_role()  # parameter-server ps and workers serve here

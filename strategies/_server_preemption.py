@@ -1,0 +1,120 @@
+"""A serving task's preemption: on the signal it tells its chief, serves on until the chief answers, exits 143.
+
+A parameter-server ps or worker started by ``run_role()`` in a user's script
+(Keras' ``model.fit`` under ``toolkit.enable_distributed_keras()``) knows no
+model directory, so it cannot watch for the chief's checkpoint itself. On the
+preemption signal (``TFDIST_PREEMPTION_SIGNAL``, default SIGTERM) it writes
+``preempted-<job>-<index>`` into the chief's process through the cluster (the
+serve/goodbye protocol's own channel, ``strategies._shutdown.send``) and keeps
+serving. The chief's training loop (``toolkit.training.preemption_loop``)
+finds the signal after the steps in flight, checkpoints, and answers with the
+goodbye, exit code 143: for a ps the whole job stops there (a ps holds
+variables), a worker alone leaves and the job trains on. Whatever happens the
+task exits 143 within ``TFDIST_PREEMPTION_GRACE`` seconds (default 25) of the
+signal. A task whose handler was installed already (``toolkit.fit``'s and the
+Estimator's servers, which watch their model directory) is left alone, and a
+SIGTERM the launcher sends to stop a task (its ``stop-requested`` marker) ends
+it as before.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+__all__ = ["EXIT_PREEMPTED", "arm", "notice_kind"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_PREEMPTED = 128 + signal.SIGTERM
+# the launcher's names (toolkit.launcher), which this layer cannot import: its task directory and stop marker
+_ENV_TASK_DIR, _STOP_MARKER = "TFDIST_TASK_DIR", "stop-requested"
+_DEFAULT_GRACE = 25.0
+_EXIT_MARGIN = 1.0
+
+
+def notice_kind(job: str, index: int) -> str:
+    """The signal a preempted server ``job:index`` leaves in its chief's process."""
+    return f"preempted-{job}-{index}"
+
+
+def _grace(environ: Mapping[str, str]) -> float:
+    text = environ.get("TFDIST_PREEMPTION_GRACE") or ""
+    try:
+        grace = float(text) if text else _DEFAULT_GRACE
+    except ValueError:
+        grace = -1.0
+    if not 0 < grace < 3600:
+        logger.warning("TFDIST_PREEMPTION_GRACE is %r; expected seconds between 0 and 3600; this server uses "
+                       "%g s", text, _DEFAULT_GRACE)
+        return _DEFAULT_GRACE
+    return grace
+
+
+def _signal_number(environ: Mapping[str, str]) -> int:
+    text = (environ.get("TFDIST_PREEMPTION_SIGNAL") or "SIGTERM").upper()
+    name = text if text.startswith("SIG") else f"SIG{text}"
+    if name in signal.Signals.__members__ and name not in ("SIGKILL", "SIGSTOP"):
+        return int(signal.Signals[name])
+    if text.isdigit() and int(text) in signal.Signals._value2member_map_:
+        return int(text)
+    logger.warning("TFDIST_PREEMPTION_SIGNAL is %r, which is no catchable signal; this server waits for SIGTERM",
+                   text)
+    return int(signal.SIGTERM)
+
+
+class _Preempted:
+    def __init__(self, cluster: Mapping[str, Sequence[str]], job: str, index: int, grace: float) -> None:
+        self.cluster, self.job, self.index, self.grace = cluster, job, index, grace
+        self.at: float | None = None
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        task_dir = os.environ.get(_ENV_TASK_DIR)
+        if task_dir and os.path.exists(os.path.join(task_dir, _STOP_MARKER)):  # the launcher's stop: as before
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        name = f"{self.job}-{self.index}"
+        if self.at is not None:
+            logger.warning("%s again (%.1f s after the first): already preempting", signal.Signals(signum).name,
+                           time.monotonic() - self.at)
+            return
+        self.at = time.monotonic()
+        logger.warning("%s: %s was preempted; it tells the chief and serves until the chief has checkpointed, "
+                       "then exits with %d within the grace period of %g s", signal.Signals(signum).name, name,
+                       EXIT_PREEMPTED, self.grace)
+        threading.Thread(target=self._tell_chief, name="tfdist-preempted-notice", daemon=True).start()
+        threading.Thread(target=self._watchdog, name="tfdist-preemption-watchdog", daemon=True).start()
+
+    def _tell_chief(self) -> None:
+        from strategies._shutdown import chief_of, send
+
+        chief = chief_of(self.cluster)
+        if not send(self.cluster, [chief], notice_kind(self.job, self.index), f"{time.time():.3f}",
+                    timeout=max(self.grace - 2 * _EXIT_MARGIN, 1.0)):
+            logger.warning("%s-%d: the chief at %s did not take the notice; serving on until the grace ends",
+                           self.job, self.index, self.cluster[chief[0]][chief[1]])
+
+    def _watchdog(self) -> None:
+        time.sleep(max(self.grace - _EXIT_MARGIN, 0.0))
+        logger.error("%s-%d: no goodbye from the chief within %g s of the signal; exiting with %d (the job resumes "
+                     "from its newest complete checkpoint)", self.job, self.index, self.grace, EXIT_PREEMPTED)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(EXIT_PREEMPTED)
+
+
+def arm(cluster: Mapping[str, Sequence[str]], job: str, index: int,
+        environ: Mapping[str, str] | None = None) -> bool:
+    """Installs the server's preemption handler (main thread, default handler only); True if installed."""
+    env = os.environ if environ is None else environ
+    signum = _signal_number(env)
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signum) is not signal.SIG_DFL:
+        return False
+    signal.signal(signum, _Preempted(cluster, job, index, _grace(env)).handle)
+    return True

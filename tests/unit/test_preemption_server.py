@@ -1,0 +1,56 @@
+"""A server started by run_role() (no model directory) on the preemption signal: serves on, exits 143 at the grace.
+
+Its notice to the chief and the chief's goodbye are exercised on a real cluster by
+``tests/cluster/test_preemption_cluster.py`` (the Keras ``model.fit`` job's ps).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from strategies._server_preemption import EXIT_PREEMPTED, arm, notice_kind
+
+_CHILD = textwrap.dedent("""
+    import logging, os, signal, time
+    logging.basicConfig(level=logging.INFO)
+    from strategies._server_preemption import arm
+    # a chief that is not there (port 1 refuses): the notice cannot land, so only the grace ends the task
+    assert arm({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "ps", 0, environ={"TFDIST_PREEMPTION_GRACE": "2"})
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+""")
+
+
+def test_a_preempted_server_serves_on_until_the_grace_and_the_launcher_s_sigterm_still_ends_it(tmp_path):
+    from toolkit.launcher._supervisor import STOP_MARKER
+
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / STOP_MARKER).write_text("stop")
+    procs = {name: subprocess.Popen([sys.executable, "-c", _CHILD], env={**os.environ, "TFDIST_TASK_DIR": str(path)},
+                                    stderr=subprocess.PIPE, text=True)
+             for name, path in (("preempted", tmp_path), ("stopped", stopped))}
+    out = {name: proc.communicate(timeout=120)[1] for name, proc in procs.items()}
+    assert procs["stopped"].returncode == -signal.SIGTERM and "preempted" not in out["stopped"]
+    assert procs["preempted"].returncode == EXIT_PREEMPTED == 143, out["preempted"]
+    assert "SIGTERM: ps-0 was preempted; it tells the chief and serves until the chief has checkpointed" \
+        in out["preempted"]
+    assert "already preempting" in out["preempted"]  # the second signal changes nothing
+    assert "no goodbye from the chief within 2 s of the signal; exiting with 143" in out["preempted"]
+
+
+def test_a_handler_installed_before_is_left_alone():
+    def mine(signum, frame):
+        return None
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert not arm({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "ps", 0, environ={})
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert notice_kind("worker", 1) == "preempted-worker-1"
