@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from tf_config.checks import check_int, check_number
 from toolkit.training.config import TrainingError, default_steps_per_execution
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from strategies import ServeOptions, StrategyOptions
     from tf_config import TFConfig
 
-__all__ = ["CheckpointConfig", "FitConfig", "FitOptions", "LogConfig", "SyncConfig", "ValidationConfig", "group"]
+__all__ = ["CheckpointConfig", "FitConfig", "FitOptions", "LogConfig", "SyncConfig", "ValidationConfig"]
 
 
 #: ``ServeOptions`` the chief's end of the job reads (at interpreter exit), not the servers ``fit`` starts
@@ -119,13 +119,10 @@ class SyncConfig:
         _positive_int("SyncConfig", "replicas_to_aggregate", self.replicas_to_aggregate, "2", optional=True)
 
 
-_G = TypeVar("_G", CheckpointConfig, LogConfig, ValidationConfig, SyncConfig)
-
-
-def group(value: object, kind: type[_G], name: str, *, optional: bool = False) -> _G | None:
-    """``value`` if it is a ``kind`` (or None when ``optional``); anything else names the class to pass."""
+def _check_group(value: object, kind: type, name: str, *, optional: bool = False) -> None:
+    """Refuses anything but a ``kind`` (or None when ``optional``), naming the class to pass."""
     if (value is None and optional) or isinstance(value, kind):
-        return value
+        return
     owner, _, attribute = name.rpartition(".")
     example = f"{owner}({attribute}={kind.__name__}())" if owner else f"{name}={kind.__name__}()"
     raise TrainingError(f"`{name}` must be a toolkit.training.{kind.__name__}{' or None' if optional else ''}. "
@@ -238,10 +235,10 @@ class FitOptions:
         from strategies import ServeOptions, StrategyOptions
         from tf_config import TFConfig
 
-        group(self.checkpoint, CheckpointConfig, "FitOptions.checkpoint")
-        group(self.logs, LogConfig, "FitOptions.logs")
-        group(self.validation, ValidationConfig, "FitOptions.validation")
-        group(self.sync, SyncConfig, "FitOptions.sync", optional=True)
+        _check_group(self.checkpoint, CheckpointConfig, "FitOptions.checkpoint")
+        _check_group(self.logs, LogConfig, "FitOptions.logs")
+        _check_group(self.validation, ValidationConfig, "FitOptions.validation")
+        _check_group(self.sync, SyncConfig, "FitOptions.sync", optional=True)
         for name, kind in (("strategy", StrategyOptions), ("serve", ServeOptions), ("tf_config", TFConfig)):
             value = getattr(self, name)
             if value is not None and not isinstance(value, kind):
