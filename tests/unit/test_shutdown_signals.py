@@ -195,3 +195,26 @@ def test_tf1_server_join_returns_on_the_goodbye_and_ignores_a_forged_one(signals
     started = time.monotonic()
     assert server.join() is None
     assert time.monotonic() - started < 60
+
+
+def test_every_front_door_hands_its_timeouts_to_the_one_serve_loop(monkeypatch):
+    """The Estimator's ps (RunConfig) and a device map's host end in serve_until_goodbye with one ServeOptions."""
+    from strategies._placement_cluster import run_in_graph_role
+    from tf_config import generate
+    from toolkit.estimator import RunConfig
+    from toolkit.estimator._roles import serve_if_ps
+
+    seen = []
+    monkeypatch.setattr(roles, "serve_until_goodbye", lambda cfg, options, **kwargs: seen.append(options) or 9)
+    monkeypatch.setattr("strategies._placement_cluster.serve_until_goodbye",
+                        lambda cfg, options, **kwargs: seen.append((kwargs["peer"], options)) or 9)
+    monkeypatch.setenv("TFDIST_GOODBYE_TIMEOUT", "7")
+    ps = next(c for c in generate(base_port=24200, chief=1, workers=1, ps=1) if str(c.task) == "ps-0")
+    with pytest.raises(SystemExit) as exited:
+        serve_if_ps(RunConfig(tf_config=ps, chief_start_timeout=1200, chief_lost_after=30))
+    assert exited.value.code == 9
+    assert seen.pop() == ServeOptions(chief_start_timeout=1200, chief_lost_after=30, goodbye_timeout=7)
+    host = next(c for c in generate(base_port=24200, chief=0, workers=2, ps=0) if str(c.task) == "worker-1")
+    with pytest.raises(SystemExit):
+        run_in_graph_role(host, options=ServeOptions(chief_start_timeout=60))
+    assert seen.pop() == ("client", ServeOptions(chief_start_timeout=60))
