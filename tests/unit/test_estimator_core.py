@@ -16,7 +16,9 @@ from toolkit.estimator import (
     ModeKeys,
     RunConfig,
     SpecError,
+    TrainSpec,
     add_metrics,
+    train_and_evaluate,
 )
 from toolkit.estimator.export import build_raw_serving_input_receiver_fn
 
@@ -116,3 +118,16 @@ def test_exporters_copy_assets_extra_into_the_export(tmp_path):
     copied = tmp_path / "export" / os.path.basename(path) / "assets.extra" / "data" / "vocab.txt"
     assert copied.read_text() == "a\nb\n"
     assert tf.saved_model.load(path).signatures["serving_default"](x=tf.constant([2.0]))["y"].shape == (1, 1)
+
+
+def test_an_evaluator_index_above_zero_is_kept_by_run_config_and_refused_by_train_and_evaluate(tmp_path):
+    doc = {"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "evaluator", "index": 3}}
+    config = RunConfig(model_dir=str(tmp_path), tf_config=doc)   # as TF's RunConfig: it reads the index
+    assert (config.task_type, config.task_id, config.is_chief, config.num_worker_replicas) == ("evaluator", 3, False, 0)
+    assert config.replace(keep_checkpoint_max=2).task_id == 3
+    est = EstimatorV2(lambda features, labels, mode: None, config=config)
+    spec = (TrainSpec(lambda: ({"x": [[1.0]]}, [[1.0]]), max_steps=1), EvalSpec(lambda: ({"x": [[1.0]]}, [[1.0]])))
+    with pytest.raises(SpecError, match=r"there can only be one `evaluator` task \(with task id 0\)") as info:
+        train_and_evaluate(est, *spec)
+    assert info.value.field == "task.index" and "is 3 for the evaluator" in str(info.value)
+    assert not any(tmp_path.iterdir())   # refused before anything was written

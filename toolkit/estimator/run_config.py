@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -44,6 +45,8 @@ from toolkit.estimator._run_config_checks import (
 )
 
 __all__ = ["ClusterSpecDict", "RunConfig", "RunConfigError", "RunConfigTypeError"]
+
+logger = logging.getLogger(__name__)
 
 
 class ClusterSpecDict(dict):
@@ -81,10 +84,16 @@ def _decoded(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else None
 
 
-def _as_tf_config(value: Any) -> tuple[TFConfig, dict[str, Any]]:
-    """The validated TFConfig and the raw dict; an invalid one also gets the phrase tf.estimator raised."""
+def _as_tf_config(value: Any) -> tuple[TFConfig, dict[str, Any], int | None]:
+    """The validated TFConfig, the raw dict and an evaluator's index above 0 (else None); an invalid TF_CONFIG
+    also gets the phrase tf.estimator raised."""
     decoded = _decoded(value)
     check_service(decoded)
+    evaluator_index = _evaluator_index(decoded)
+    if evaluator_index is not None:  # TF's RunConfig kept it; train_and_evaluate refuses it (see training.py)
+        logger.warning("TF_CONFIG `task.index` is %d for the evaluator; there is only one evaluator, so "
+                       "train_and_evaluate will refuse this task. Set \"index\": 0.", evaluator_index)
+        value = {**decoded, "task": {**decoded["task"], "index": 0}}
     try:
         cfg, raw = _validated(value)
         _estimator_rules(cfg)
@@ -93,7 +102,15 @@ def _as_tf_config(value: Any) -> tuple[TFConfig, dict[str, Any]]:
         if phrase is None:
             raise
         raise RunConfigTFConfigError(error.problems, phrase) from None
-    return cfg, raw
+    return cfg, (decoded if evaluator_index is not None else raw), evaluator_index
+
+
+def _evaluator_index(decoded: Any) -> int | None:
+    task = decoded.get("task") if isinstance(decoded, dict) else None
+    if not isinstance(task, dict) or task.get("type") != "evaluator":
+        return None
+    index = task.get("index")
+    return index if isinstance(index, int) and not isinstance(index, bool) and index > 0 else None
 
 
 def _validated(value: Any) -> tuple[TFConfig, dict[str, Any]]:
@@ -113,7 +130,13 @@ def _validated(value: Any) -> tuple[TFConfig, dict[str, Any]]:
 
 
 def _estimator_rules(cfg: TFConfig) -> None:
-    """Estimator's rule beyond the validator's: a cluster names its chief."""
+    """Estimator's rules beyond the validator's: a cluster names this task and its chief."""
+    if not cfg.is_local and cfg.task is None:   # the validator warns only (TF 2's resolvers accept it)
+        raise TFConfigError([Problem(
+            "error", "task",
+            f"TF_CONFIG has a `cluster` ({', '.join(cfg.cluster)}) but no `task`; Estimator-style training must "
+            'know which task this process is. Add e.g. "task": {"type": "chief", "index": 0}.',
+        )])
     if cfg.is_local or cfg.is_evaluator or "chief" in cfg.cluster or "master" in cfg.cluster:
         return
     jobs = ", ".join(cfg.cluster)
@@ -204,9 +227,10 @@ class RunConfig:
             object.__setattr__(self, name, value)
 
     def __post_init__(self) -> None:
-        cfg, raw = _as_tf_config(self.tf_config)
+        cfg, raw, evaluator_index = _as_tf_config(self.tf_config)
         self._set("tf_config", cfg)
         object.__setattr__(self, "_raw", raw)
+        object.__setattr__(self, "_evaluator_index", evaluator_index)
         self._check_model_dir(_text(raw, "model_dir"))
         steps, secs = resolve_checkpoint_every(self.save_checkpoints_steps, self.save_checkpoints_secs)
         self._set("save_checkpoints_steps", steps)
@@ -254,7 +278,7 @@ class RunConfig:
 
     @property
     def task_id(self) -> int:
-        return self.tf_config.task_index
+        return self.__dict__.get("_evaluator_index") or self.tf_config.task_index
 
     @property
     def is_chief(self) -> bool:

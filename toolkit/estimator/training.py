@@ -151,6 +151,11 @@ def train_and_evaluate(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpe
         if not isinstance(value, cls):
             raise SpecTypeError(f"`{field}` must have type `{what}`. Got: {type(value)}. Pass a "
                                 f"toolkit.estimator.{cls.__name__}.", field=field)
+    config = estimator.config
+    if config.task_type == "evaluator" and config.task_id > 0:
+        raise SpecError(f"TF_CONFIG `task.index` is {config.task_id} for the evaluator; For distributed training, "
+                        "there can only be one `evaluator` task (with task id 0). Set \"index\": 0.",
+                        field="task.index")
     role = role_of(estimator.config)
     if role == "chief" and estimator.config.task_type == "master":
         role = "master"
