@@ -46,7 +46,8 @@ def test_regressor_recovers_the_linear_function_with_a_sharded_state_table(confi
     features = {"x": x, "city": city, "example_id": np.arange(N)}  # integer ids are turned into strings
     sdca = LinearSDCA("example_id", num_table_shards=2, symmetric_l2_regularization=0.01)
     est = LinearRegressor(_columns(), config=config, optimizer=sdca)
-    est.train(_input_fn(features, y, repeat=True), steps=60)
+    est.train(_input_fn(features, y, repeat=True), steps=30)
+    est.train(_input_fn(features, y, repeat=True), steps=30)   # resumed: weights, slots and example state restored
 
     metrics = est.evaluate(_input_fn(features, y, repeat=False))
     assert metrics["global_step"] == 60
@@ -57,8 +58,10 @@ def test_regressor_recovers_the_linear_function_with_a_sharded_state_table(confi
     assert weights == pytest.approx([2.0], abs=0.02)
     # a one-hot column and the bias share one degree of freedom: their sums are what is determined
     assert (bias + city_w).tolist() == pytest.approx([1.0, 4.0, 1.0], abs=0.05)
-    # the solver's own slots are saved with the model
+    # the solver's own slots and its per-example state (both shards) are saved with the model
     assert "linear/linear_model/x/weights_unshrunk" in est.get_variable_names()
+    saved = [name for name, _ in tf.train.list_variables(config.model_dir)]
+    assert sum(name.startswith("sdca_example_state_") and name.endswith("-keys") for name in saved) == 2, saved
 
 
 def test_classifier_separates_the_classes_and_l1_zeroes_a_useless_feature(config):
