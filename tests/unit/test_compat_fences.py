@@ -17,7 +17,8 @@ FENCES = {"strategies/_compat.py", "toolkit/_compat/keras.py", "toolkit/_compat/
 # What only a fence may write: private modules and the private attributes the fences wrap.
 PRIVATE = re.compile(r"keras\.src|tensorflow\.python|tf_keras\.src|[.'\"](_flatten_layers|_fn|_fn_kwargs|"
                      r"_keras_call_info_injected|_parse_example_spec|_variable_shape|_sync_optimizer|_from_logits|"
-                     r"_update_input|_get_control_flow_context|_cluster_coordinator|_preemption_handler_thread)\b")
+                     r"_update_input|_get_control_flow_context|_cluster_coordinator|_preemption_handler_thread|"
+                     r"_value|_momentums|_velocities|_learning_rate)\b")
 
 
 def test_every_fenced_symbol_still_exists():
@@ -69,6 +70,28 @@ def test_the_fenced_helpers_do_what_the_code_relies_on():
     assert [layer.name for layer in keras_compat.child_layers(model, recursive=False)] == ["inner", "head"]
     fn = keras_compat.mean_metric_fn(keras.metrics.SparseCategoricalAccuracy())
     assert [float(v) for v in fn([[1], [0]], [[0.1, 0.9], [0.2, 0.8]])] == [1.0, 0.0]
+
+
+def test_between_graph_fences_bind_a_keras_variable_and_order_a_graphs_updates():
+    import tensorflow as tf
+
+    variable, other = keras.Variable(1.0), tf.Variable(5.0)
+    keras_compat.bind_variable(variable, other)  # keras.Variable()._value
+    variable.assign_add(1.0)
+    assert float(other.numpy()) == 6.0
+    keras_compat.count_atomically(variable)  # iterations.assign_add as one AssignAddVariableOp
+    variable.assign_add(2.0)
+    assert float(other.numpy()) == 8.0
+    graph = tf.Graph()
+    with graph.as_default():
+        slot = tf.Variable(1.0)
+        with tf_compat.automatic_control_dependencies() as ordered:  # auto_control_deps.AutomaticControlDependencies
+            slot.assign(10.0)
+            read = slot.read_value()  # without ordering it could run before the write
+        written = tf.group(*ordered.ops_which_must_run)
+        with tf.compat.v1.Session() as session:
+            session.run(slot.initializer)
+            assert session.run([read, written])[0] == 10.0
 
 
 def test_no_private_internals_outside_the_fences():

@@ -3,8 +3,10 @@
 Everything here touches Keras beyond its documented surface: replacing
 ``keras.Model``'s ``compile``/``fit``/``evaluate``/``predict`` (and putting the
 originals back) for distributed Keras, reading private attributes of a few
-metrics, walking a model's layers, and marking an exception so Keras re-raises
-it as it is. A Keras upgrade that removes one of them fails ``missing_symbols``
+metrics, walking a model's layers, marking an exception so Keras re-raises
+it as it is, and pointing a ``keras.Variable`` at another TensorFlow variable
+(between-graph workers bind their model and optimizer to the chief's
+variables). A Keras upgrade that removes one of them fails ``missing_symbols``
 (and its unit test) with the symbol's name, instead of failing deep inside a
 training run. The internals ``strategies`` needs are fenced in
 ``strategies._compat``, whose symbols ``missing_symbols`` also reports.
@@ -20,7 +22,8 @@ import keras
 from strategies import _compat as _strategies_compat
 
 __all__ = ["PATCHED_METHODS", "install", "uninstall", "installed", "original", "uses_base_train_step",
-           "auc_from_logits", "child_layers", "mean_metric_fn", "reraise_unchanged", "missing_symbols"]
+           "auc_from_logits", "bind_variable", "child_layers", "count_atomically",
+           "mean_metric_fn", "reraise_unchanged", "missing_symbols"]
 
 #: the ``keras.Model`` methods replaced while distributed Keras is enabled.
 PATCHED_METHODS = ("compile", "fit", "evaluate", "predict")
@@ -80,6 +83,23 @@ def child_layers(model: keras.layers.Layer, *, recursive: bool = True) -> Iterat
     return _strategies_compat.child_layers(model, recursive=recursive)
 
 
+def bind_variable(variable: keras.Variable, value: Any) -> None:
+    """Makes ``variable`` read and write the TensorFlow variable ``value`` (Keras keeps it in ``_value``)."""
+    variable._value = value
+
+
+def count_atomically(variable: keras.Variable) -> None:
+    """Makes ``variable.assign_add`` one atomic op on its TensorFlow variable.
+
+    Keras' ``assign_add`` is a read and a write, so an optimizer's ``iterations`` loses increments
+    when workers step at once; its optimizers count through ``iterations.assign_add``.
+    """
+    import tensorflow as tf
+
+    inner = variable._value
+    variable.assign_add = lambda value: inner.assign_add(tf.cast(value, inner.dtype), read_value=False)
+
+
 def mean_metric_fn(metric: keras.metrics.MeanMetricWrapper) -> Callable[[Any, Any], Any]:
     """The per-example function a ``MeanMetricWrapper`` (``SparseCategoricalAccuracy()``...) averages."""
     return functools.partial(metric._fn, **metric._fn_kwargs)
@@ -119,9 +139,36 @@ def missing_symbols() -> list[str]:
         attribute = symbol.rsplit(".", 1)[1]
         if not hasattr(make(), attribute):
             missing.append(symbol)
+    if not _binds_variables():
+        missing.append("keras.Variable()._value")
+    if not _counts_atomically():
+        missing.append("keras.optimizers.Optimizer.apply counting through iterations.assign_add")
     if not _reraises_marked_errors():
         missing.append(f"keras.layers.Layer.__call__ honouring {_CALL_INFO_INJECTED}")
     return missing + _strategies_compat.missing_symbols()
+
+
+def _binds_variables() -> bool:
+    import tensorflow as tf
+
+    variable, other = keras.Variable(1.0), tf.Variable(2.0)
+    if not hasattr(variable, "_value"):
+        return False
+    bind_variable(variable, other)
+    variable.assign(3.0)
+    return float(other.numpy()) == 3.0 and float(variable.numpy()) == 3.0
+
+
+def _counts_atomically() -> bool:
+    import tensorflow as tf
+
+    optimizer, weight = keras.optimizers.SGD(0.1), keras.Variable(1.0)
+    optimizer.build([weight])
+    counter = tf.Variable(tf.constant(0, optimizer.iterations.dtype))
+    bind_variable(optimizer.iterations, counter)
+    count_atomically(optimizer.iterations)
+    optimizer.apply([tf.constant(1.0)], [weight])
+    return int(counter.numpy()) == 1 and "assign_add" in vars(optimizer.iterations)
 
 
 class _FieldError(Exception):

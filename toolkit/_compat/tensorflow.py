@@ -14,6 +14,10 @@
   resource handle, and ``_set_handle_shapes_and_types`` gives an eager handle
   its shape: ``fit(options=FitOptions(between_graph=True))`` names the chief's variables (TensorFlow's
   own eager variables are anonymous) and opens them by name on the workers.
+* ``auto_control_deps.AutomaticControlDependencies`` orders the ops on each
+  resource in a TF1 graph as ``tf.function`` does: a between-graph worker calls
+  the same ``TrainStep`` (a Keras optimizer's update reads slots it has just
+  written) in graph mode.
 
 ``missing_symbols()`` (and its unit test) names what an upgrade removed; the
 internals ``strategies`` uses are fenced in ``strategies._compat``.
@@ -23,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["SYNC_HOOK_ATTRIBUTE", "in_control_flow", "is_dense_column", "is_feature_column", "missing_symbols",
+__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "in_control_flow", "is_dense_column",
+           "is_feature_column", "missing_symbols",
            "named_variable", "parse_example_spec", "sync_optimizers", "update_input"]
 
 SYNC_HOOK_ATTRIBUTE = "_sync_optimizer"
@@ -87,6 +92,16 @@ def named_variable(shared_name: str, dtype: Any, shape: Any, *, trainable: bool,
         handle_name=shared_name, in_graph_mode=not eager, **kwargs)
 
 
+def automatic_control_dependencies() -> Any:
+    """A context that orders the graph ops built inside it on each resource in program order.
+
+    On exit its ``ops_which_must_run`` holds the stateful ops built inside (a step's updates).
+    """
+    from tensorflow.python.framework import auto_control_deps
+
+    return auto_control_deps.AutomaticControlDependencies()
+
+
 def missing_symbols() -> list[str]:
     """The private TensorFlow attributes fenced here that the installed TensorFlow no longer has."""
     import tensorflow as tf
@@ -112,6 +127,14 @@ def missing_symbols() -> list[str]:
     except (AttributeError, ImportError, TypeError) as exc:
         missing.append(f"tensorflow.python.ops.resource_variable_ops (BaseResourceVariable, "
                        f"_set_handle_shapes_and_types, handle_data_util): {exc}")
+    try:
+        with tf.Graph().as_default(), automatic_control_dependencies() as ordered:
+            variable = tf.Variable(1.0)
+            variable.assign_add(1.0)
+        if not ordered.ops_which_must_run:
+            missing.append("AutomaticControlDependencies().ops_which_must_run (empty)")
+    except (AttributeError, ImportError) as exc:
+        missing.append(f"tensorflow.python.framework.auto_control_deps.AutomaticControlDependencies: {exc}")
     v1_column = v1.feature_column.numeric_column("x")
     for attribute in ("_parse_example_spec", "_variable_shape"):
         if not hasattr(v1_column, attribute):

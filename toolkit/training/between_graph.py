@@ -1,51 +1,43 @@
-"""Between-graph steps under parameter servers, ``fit(..., options=FitOptions(between_graph=True))``: the chief's side.
+"""Between-graph steps under parameter servers: the chief's side of ``fit``'s default runner there.
 
 Under ``ClusterCoordinator`` every step is a closure the chief sends to a
-worker, which runs it as a multi-device function and answers: at one step per
-closure that costs about 3 ms of the chief's CPU and 1.5 ms of the worker's per
-step (``docs/training.md``, "CPU per global step"). TF1's between-graph
-replication has neither cost: each worker is its own client and runs its own
-graph, one ``session.run`` per step. This module runs Keras 3 models that way,
-while the chief keeps every other duty of ``fit`` (restore, checkpoints,
-summaries, progress, callbacks, validation, export):
+worker, which runs it as a multi-device function and answers: a round trip
+and a function call per execution. TF1's between-graph replication has
+neither: each worker is its own client and runs its own graph. This runner
+trains Keras 3 models that way, while the chief keeps every other duty of
+``fit`` (restore, checkpoints, summaries, progress, callbacks, validation,
+export):
 
 * The chief builds the model, the optimizer and the global step as usual, but
   each variable gets a *named* resource on its ps (``NamedVariables``; eager
   variables are anonymous, so no other client could find them). It publishes
-  their names, the optimizer's kind and the stats layout in a manifest, a
-  string variable on the first ps.
+  their names, the optimizer's class and config and the stats layout in a
+  manifest, a string variable on the first ps.
 * Each worker (``toolkit.training.between_graph_worker``) reads the manifest,
-  builds ``model_fn()`` in a ``tf.Graph``,
-  points the model's variables at the chief's, and builds one training step:
-  its shard of ``dataset_fn``, the forward pass and gradients on the worker,
-  the optimizer's fused update (``ResourceApplyAdam``, ...) on each variable's
-  ps, the model's own state updates, the step's stats added to a totals
-  variable, and the global step counted after all of them (``run_worker``).
-  The tensors one task sends another in a step travel packed, one per pair
-  of tasks (``toolkit._graph_packing``, as in the graph-mode Estimator).
-* A step runs only with a token from a queue on the first ps (TF1's
-  ``SyncReplicasOptimizer`` token queue): the chief releases exactly as many
-  tokens as the loop hands over, so the global step ends exactly on epoch
-  ends and checkpoint steps, and a worker waiting for tokens blocks in the
-  queue without using CPU. The chief waits by reading the global step, then
-  reads the totals. Stop tokens end the workers' loops. A worker counts itself
-  ready on the first ps once its loop is built; a chief that sees no step and
-  no ready worker for 30 s says why (the workers only serve) instead of waiting.
+  builds the model and the optimizer in a ``tf.Graph`` on the chief's
+  variables (slots included) and calls the same ``TrainStep`` as every other
+  runner, ``steps_per_execution`` times per ``session.run``.
+* Steps run only with tokens from a queue on the first ps (TF1's
+  ``SyncReplicasOptimizer`` token queue); a token carries a number of steps.
+  The chief releases exactly the steps the loop hands over, so the global
+  step ends exactly on epoch ends and checkpoint steps, and a waiting worker
+  blocks in the queue without using CPU. The chief waits by reading the
+  global step, then reads the totals; closing the queue ends the workers'
+  loops. A worker lost mid-step has its tokens released again.
 
-Supported: Keras ``Adam`` (not amsgrad) and ``SGD`` (with or without momentum
-and Nesterov), constant learning rates and schedules, without clipping,
-weight decay, EMA or gradient accumulation; the default ``TrainStep``
-(no ``train_step=``, no sharded tables, no ``sync=``). Anything else raises a
-``TrainingError`` that says so (the coordinator runs all of it: drop
-``between_graph``).
+``runner_for`` decides: the default ``TrainStep`` without ``sync`` runs here
+with any Keras 3 optimizer when every worker runs ``fit`` (each raises a flag
+on its own device first); anything else is left to the coordinator, and the
+workers only serve.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import keras
@@ -54,20 +46,22 @@ import tensorflow as tf
 
 from toolkit._compat.tensorflow import named_variable
 from toolkit.training.config import TrainingError
-from toolkit.training.runners import Runner
+from toolkit.training.runners import RUNNERS, Runner, make_runner
 from toolkit.training.state import GlobalStepSchedule, TrainState
 from toolkit.training.step import TrainStep
 
-__all__ = ["MANIFEST", "QUEUE_CAPACITY", "STOP", "BetweenGraphRunner", "NamedVariables", "check_flag",
-           "check_supported", "hyperparameters", "prefix", "slots_of"]
+__all__ = ["MANIFEST", "QUEUE_CAPACITY", "WORKER_FLAG", "BetweenGraphRunner", "NamedVariables", "prefix",
+           "runner_for", "unsupported", "workers_stepping"]
 
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
 
 #: the shared name of the manifest variable (a JSON string on the first ps)
 MANIFEST = "tfdist_between_graph_manifest"
-#: a token that ends a worker's loop instead of allowing a step
-STOP = -1
+#: the shared name of a flag on each worker's own device: this worker runs fit's between-graph work
+WORKER_FLAG = "tfdist_between_graph_worker"
+#: how long the chief waits for every worker's flag before it coordinates the steps itself
+_FLAG_WAIT_SECS = 10.0
 QUEUE_CAPACITY = 2**31 - 1
 _MIN_POLL_SECS, _MAX_POLL_SECS = 0.001, 0.05
 #: a wait that sees no step for this long, and at least _STALL_GAPS times the longest pause between steps so far,
@@ -123,78 +117,89 @@ def _device_of(variable: keras.Variable | tf.Variable) -> str:
     return str(inner.handle.device)
 
 
-def _optimizer_kind(optimizer: keras.optimizers.Optimizer) -> str:
-    """``adam`` or ``sgd``; a ``TrainingError`` for what the fused updates do not reproduce exactly."""
-    kind = {keras.optimizers.Adam: "adam", keras.optimizers.SGD: "sgd"}.get(type(optimizer))
-    config = optimizer.get_config()
-    unsupported = [key for key in ("clipnorm", "clipvalue", "global_clipnorm", "weight_decay",
-                                   "gradient_accumulation_steps", "loss_scale_factor") if config.get(key)]
-    if config.get("use_ema"):
-        unsupported.append("use_ema")
-    if config.get("amsgrad"):
-        unsupported.append("amsgrad")
-    if kind is None or unsupported:
-        what = type(optimizer).__name__ if kind is None else f"{type(optimizer).__name__}({', '.join(unsupported)})"
-        raise TrainingError(
-            f"between_graph=True runs the optimizer's update as TensorFlow's fused ops, which reproduce Keras' "
-            f"Adam (without amsgrad) and SGD (with or without momentum) exactly; received {what}. Use one of "
-            "those, or drop between_graph (the coordinator runs every optimizer).", field="between_graph")
-    return kind
+def unsupported(step: TrainStep) -> str | None:
+    """Why the workers cannot rebuild ``step`` (None: they can, with any Keras 3 optimizer)."""
+    if type(step) is not TrainStep:
+        return f"train_step ({type(step).__name__})"
+    if step.sync is not None:
+        return "sync="
+    try:
+        json.dumps(_optimizer_spec(step.optimizer, None))
+    except (TypeError, ValueError) as exc:
+        return f"an optimizer whose config is not JSON ({exc})"
+    return None
 
 
-def check_flag(value: bool, steps_per_execution: int | None) -> bool:
-    """``FitOptions.between_graph`` (a bool, checked there) holds only with one step per execution."""
-    if value and steps_per_execution not in (None, 1):
-        raise TrainingError(
-            f"between_graph=True runs one step per session.run on each worker, but steps_per_execution="
-            f"{steps_per_execution!r}. Drop steps_per_execution (or pass 1), or drop FitOptions.between_graph to run "
-            "several steps per coordinator closure.", field="steps_per_execution")
-    return value
+def _optimizer_spec(optimizer: keras.optimizers.Optimizer, named: NamedVariables | None) -> dict[str, Any]:
+    """What a worker rebuilds the optimizer from: its class and config, and its variables (slots included)."""
+    serialized = keras.optimizers.serialize(optimizer)
+    rate = serialized["config"].get("learning_rate")
+    follows = isinstance(rate, dict) and rate.get("class_name") == GlobalStepSchedule.__name__
+    if follows:  # the schedule inside; the worker binds it to the global step again
+        serialized["config"]["learning_rate"] = rate["config"]["schedule"]
+    variables = [] if named is None else [named.describe(v) for v in optimizer.variables]
+    return {"serialized": serialized, "follows_global_step": follows, "variables": variables}
 
 
-def check_supported(state: TrainState, step: TrainStep, *, sync: bool, custom_step: bool) -> str:
-    """The optimizer kind if the between-graph step reproduces ``step``; else a ``TrainingError``."""
-    if sync or custom_step or type(step) is not TrainStep:
-        what = "sync=" if sync else f"train_step ({type(step).__name__})"
-        raise TrainingError(
-            f"between_graph=True builds the default TrainStep on each worker; it cannot run {what}. Drop "
-            "between_graph (the coordinator runs it).", field="between_graph")
-    return _optimizer_kind(state.optimizer)
+def workers_stepping(num_workers: int, *, wait_secs: float = _FLAG_WAIT_SECS) -> bool:
+    """Whether every worker runs ``fit``'s between-graph work (raised its flag), waiting up to ``wait_secs``.
+
+    A worker that only serves (a script that calls ``run_role()`` before ``fit``) never raises it.
+    """
+    flags = []
+    for index in range(num_workers):
+        with tf.device(f"/job:worker/replica:0/task:{index}"):
+            flags.append(named_variable(WORKER_FLAG, tf.int64, tf.TensorShape([]), trainable=False))
+    deadline = time.monotonic() + wait_secs
+    while True:
+        raised = [bool(tf.raw_ops.VarIsInitializedOp(resource=flag.handle).numpy()) for flag in flags]
+        if all(raised) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if not all(raised):
+        logger.info("between-graph steps: worker(s) %s serve only; the chief coordinates the steps",
+                    [i for i, up in enumerate(raised) if not up])
+    return all(raised)
 
 
-def hyperparameters(optimizer: keras.optimizers.Optimizer, kind: str) -> dict[str, Any]:
-    """What ``fused_update`` needs of ``optimizer`` besides its variables."""
-    config = optimizer.get_config()
-    return {"kind": kind, "beta_1": config.get("beta_1"), "beta_2": config.get("beta_2"),
-            "epsilon": config.get("epsilon"), "momentum": config.get("momentum"),
-            "nesterov": bool(config.get("nesterov"))}
+def _publish(manifest: Mapping[str, Any], device: str) -> None:
+    with tf.device(device):
+        published = named_variable(MANIFEST, tf.string, tf.TensorShape([]), trainable=False)
+        tf.raw_ops.AssignVariableOp(resource=published.handle, value=tf.constant(json.dumps(manifest)))
 
 
-def slots_of(optimizer: keras.optimizers.Optimizer, kind: str, index: int) -> list[keras.Variable]:
-    """The optimizer's slot variables of its ``index``-th trainable variable, in ``fused_update``'s order."""
-    if kind == "adam":
-        return [optimizer._momentums[index], optimizer._velocities[index]]  # noqa: SLF001
-    return [optimizer.momentums[index]] if optimizer.momentum else []
+def runner_for(state: TrainState, step: TrainStep, named: NamedVariables, *, workers: int,
+               steps_per_execution: int | None, required: bool) -> Callable[..., Runner] | None:
+    """The between-graph runner for ``step`` if it can run (None: the coordinator runs it).
+
+    ``required`` (``FitOptions.between_graph=True``) turns a step it cannot run into a ``TrainingError``;
+    otherwise it is used when every worker runs ``fit``'s work.
+    """
+    reason = unsupported(step)
+    if reason is not None and required:
+        raise TrainingError(f"between_graph=True builds the default TrainStep on each worker; it cannot run "
+                            f"{reason}. Drop between_graph (the coordinator runs it).", field="between_graph")
+    if reason is None and (required or workers_stepping(workers)):
+        return functools.partial(make_runner, kind="between_graph", state=state, named=named,
+                                 steps_per_execution=steps_per_execution or 1)
+    if reason is not None:
+        logger.info("between-graph steps cannot run %s; the chief coordinates the steps", reason)
+    _publish({"mode": "coordinator"}, _device_of(state.global_step))  # workers waiting for a manifest serve only
+    return None
 
 
-def _manifest(state: TrainState, named: NamedVariables, *, kind: str, width: int, start: int,
+def _manifest(state: TrainState, named: NamedVariables, *, steps_per_execution: int, width: int, start: int,
               totals: tf.Variable, ready: tf.Variable, queue_name: str, queue_device: str) -> dict[str, Any]:
-    optimizer = state.optimizer
-    trainable = list(state.model.trainable_variables)
-    rate = optimizer._learning_rate  # noqa: SLF001
-    schedule = rate.schedule if isinstance(rate, GlobalStepSchedule) else None
     return {
-        "optimizer": {**hyperparameters(optimizer, kind), "iterations": named.describe(optimizer.iterations),
-                      "learning_rate": None if schedule is not None else named.describe(rate),
-                      "schedule": None if schedule is None else keras.optimizers.schedules.serialize(schedule)},
+        "mode": "between_graph",
+        "optimizer": _optimizer_spec(state.optimizer, named),
         "model": [named.describe(v) for v in state.model.variables],
-        "trainable": [named.name_of(v) for v in trainable],
-        "slots": [[named.describe(slot) for slot in slots_of(optimizer, kind, i)] for i in range(len(trainable))],
         "global_step": named.describe(state.global_step),
         "totals": named.describe(totals),
         "ready": named.describe(ready),
         "width": width,
         "start": start,
+        "steps_per_execution": steps_per_execution,
         "queue": {"name": queue_name, "device": queue_device},
     }
 
@@ -202,17 +207,19 @@ def _manifest(state: TrainState, named: NamedVariables, *, kind: str, width: int
 class BetweenGraphRunner(Runner):
     """The chief's side: releases step tokens, waits on the global step, reads the totals.
 
-    ``coordinator`` is the strategy's ``ClusterCoordinator``, kept for the
-    workers' validation closures (which run beside the workers' own loops).
+    A token lets a worker run that many steps (at most ``steps_per_execution``) in one ``session.run``.
+    ``coordinator`` is the strategy's ``ClusterCoordinator``, kept for the workers' validation
+    closures (which run beside the workers' own loops).
     """
 
     def __init__(self, strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, *,
-                 state: TrainState, named: NamedVariables, kind: str, skip_steps: int = 0, num_workers: int = 1,
-                 sync_every: int | None = None) -> None:
+                 state: TrainState, named: NamedVariables, steps_per_execution: int = 1, skip_steps: int = 0,
+                 num_workers: int = 1, sync_every: int | None = None) -> None:
         from strategies import make_coordinator
 
         super().__init__(strategy, step, global_step)
         self.sync_every, self.num_workers = sync_every, max(num_workers, 1)
+        self.steps_per_execution = max(int(steps_per_execution), 1)
         self.coordinator = make_coordinator(strategy)
         device = _device_of(global_step)
         with tf.device(device), tf.variable_creator_scope(named):
@@ -223,23 +230,25 @@ class BetweenGraphRunner(Runner):
             # The op itself: eager ``tf.queue.FIFOQueue`` replaces the shared name with a unique one.
             self._queue = tf.raw_ops.FIFOQueueV2(component_types=[tf.int64], shapes=[[]], capacity=QUEUE_CAPACITY,
                                                  shared_name=queue_name)
-            manifest = _manifest(state, named, kind=kind, width=self.width, start=skip_steps, totals=self._totals,
-                                 ready=self._ready,
-                                 queue_name=queue_name, queue_device=device)
-            self._published = named_variable(MANIFEST, tf.string, tf.TensorShape([]), trainable=False)
-            tf.raw_ops.AssignVariableOp(resource=self._published.handle, value=tf.constant(json.dumps(manifest)))
+        manifest = _manifest(state, named, steps_per_execution=self.steps_per_execution, width=self.width,
+                             start=skip_steps, totals=self._totals, ready=self._ready, queue_name=queue_name,
+                             queue_device=device)
+        _publish(manifest, device)
         self._step = self._target = int(global_step.numpy())
         self._seen = np.zeros([self.width], np.float64)
         self._pending = 0
         self._closed = False
         self._longest_gap = 0.0  # the longest the global step has stood still (seconds), for the stall check
-        logger.info("between-graph steps: %d workers take step tokens from %s (%d variables named %s/*)",
-                    self.num_workers, device, len(manifest["model"]), named.prefix)
+        logger.info("between-graph steps: %d workers take step tokens from %s (%d variables named %s/*, up to %d "
+                    "steps per token)", self.num_workers, device, len(manifest["model"]), named.prefix,
+                    self.steps_per_execution)
 
-    def _release(self, count: int, *, token: int = 0) -> None:
+    def _release(self, count: int) -> None:
+        """Tokens for ``count`` steps: as many full executions as fit, then the rest."""
         if count > 0:
-            tokens = tf.fill([count], tf.constant(token, tf.int64))
-            tf.raw_ops.QueueEnqueueManyV2(handle=self._queue, components=[tokens])
+            full, rest = divmod(count, self.steps_per_execution)
+            tokens = [self.steps_per_execution] * full + ([rest] if rest else [])
+            tf.raw_ops.QueueEnqueueManyV2(handle=self._queue, components=[tf.constant(tokens, tf.int64)])
 
     def run(self, num_steps: int) -> None:
         self._pending += num_steps
@@ -291,12 +300,15 @@ class BetweenGraphRunner(Runner):
                 "serving. Call fit in every task, or drop FitOptions.between_graph.", field="between_graph")
 
     def close(self) -> None:
-        """Ends every worker's loop (one stop token each)."""
+        """Ends every worker's loop: a closed, empty queue fails their next dequeue."""
         if not self._closed:
             self._closed = True
-            self._release(self.num_workers, token=STOP)
+            tf.raw_ops.QueueCloseV2(handle=self._queue, cancel_pending_enqueues=False)
 
 
 def prefix() -> str:
     """A fresh name prefix for one chief's variables."""
     return f"tfdist_bg_{uuid.uuid4().hex[:8]}"
+
+
+RUNNERS["between_graph"] = BetweenGraphRunner

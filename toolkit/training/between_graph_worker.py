@@ -1,11 +1,14 @@
-"""Between-graph steps under parameter servers, ``fit(..., options=FitOptions(between_graph=True))``: the worker's side.
+"""Between-graph steps under parameter servers: the worker's side.
 
-Beside its server, a worker waits for the chief's manifest (``toolkit.training.between_graph``),
-builds ``model_fn()`` in a ``tf.Graph`` with its variables pointed at the chief's named ones,
-builds one step (its shard of the data, forward pass and gradients here, Keras' update as
-TensorFlow's fused op on each variable's ps, the model's state updates, the stats and the global
-step), packs the tensors each pair of tasks exchanges, and runs one ``session.run`` per token from
-the chief's queue until a stop token.
+Beside its server, a worker says it will run steps (a flag on its own device), waits for the
+chief's manifest (``toolkit.training.between_graph``), builds ``model_fn()`` and the optimizer
+in a ``tf.Graph`` with their variables pointed at the chief's named ones, and calls the same
+``TrainStep`` every other runner calls (forward pass, scaled loss, gradients, the optimizer's
+own update) ``steps_per_execution`` times in a row. Graph mode does not order ops on one
+resource by itself, so the steps are built under TensorFlow's automatic control dependencies,
+as ``tf.function`` would build them. Each optimizer update runs on its variable's ps, the
+tensors each pair of tasks exchanges travel packed, and one ``session.run`` runs one token's
+steps until the chief closes the queue.
 """
 from __future__ import annotations
 
@@ -18,23 +21,31 @@ from typing import TYPE_CHECKING, Any
 import keras
 import tensorflow as tf
 
-from toolkit._compat.tensorflow import named_variable
+from toolkit._compat.keras import bind_variable, count_atomically
+from toolkit._compat.tensorflow import automatic_control_dependencies, named_variable
 from toolkit._graph_packing import pack_transfers
-from toolkit.training.between_graph import MANIFEST, QUEUE_CAPACITY
+from toolkit.training.between_graph import MANIFEST, QUEUE_CAPACITY, WORKER_FLAG
 from toolkit.training.config import TrainingError
 from toolkit.training.runners import DatasetFn, _check_batch
-from toolkit.training.step import Forward, ResolvedMetric, _Step
+from toolkit.training.state import GlobalStepSchedule, TrainState
+from toolkit.training.step import Forward, ResolvedMetric, TrainStep
 
 if TYPE_CHECKING:
     from tf_config import TFConfig
 
-__all__ = ["build_worker_step", "fused_update", "run_worker", "worker_loop"]
+__all__ = ["build_worker_step", "run_worker", "worker_loop"]
 
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
 
-#: ops of the forward pass that are the model's own state updates (dropout seeds, batch-norm statistics)
-_STATE_UPDATES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
+
+def _not_unused_asserts(record: logging.LogRecord) -> bool:
+    """TensorFlow reports the asserts of ``tf.nn.compute_average_loss`` in a graph as never used; they run."""
+    message = record.getMessage()
+    return not ("Object was never used" in message and "/Assert" in message)
+
+
+logging.getLogger("tensorflow").addFilter(_not_unused_asserts)
 
 
 def worker_loop(model_fn: Callable[[], keras.Model], dataset_fn: DatasetFn, *, forward: Forward,
@@ -58,15 +69,20 @@ def _open(spec: Mapping[str, Any], *, trainable: bool = False) -> tf.Variable:
         return named_variable(spec["name"], spec["dtype"], spec["shape"], trainable=trainable)
 
 
-def _read_manifest(target: str, config: tf.compat.v1.ConfigProto, ps_device: str, *,
-                   stop: threading.Event) -> dict[str, Any] | None:
-    """Waits for the chief's manifest; None if ``stop`` is set first."""
+def _announce_and_read_manifest(target: str, config: tf.compat.v1.ConfigProto, worker_device: str, ps_device: str,
+                                *, stop: threading.Event) -> dict[str, Any] | None:
+    """Raises this worker's flag (it will run steps), then waits for the chief's manifest; None if ``stop``."""
     graph = tf.Graph()
-    with graph.as_default(), v1.device(ps_device):
-        handle = named_variable(MANIFEST, tf.string, [], trainable=False).handle
-        ready = tf.raw_ops.VarIsInitializedOp(resource=handle)
-        value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.string)
+    with graph.as_default():
+        with v1.device(worker_device):
+            flag = tf.raw_ops.AssignVariableOp(resource=named_variable(WORKER_FLAG, tf.int64, [], trainable=False)
+                                               .handle, value=tf.constant(1, tf.int64))
+        with v1.device(ps_device):
+            handle = named_variable(MANIFEST, tf.string, [], trainable=False).handle
+            ready = tf.raw_ops.VarIsInitializedOp(resource=handle)
+            value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.string)
     with v1.Session(target, graph=graph, config=config) as session:
+        session.run(flag)
         while not stop.is_set():
             if session.run(ready):
                 return json.loads(session.run(value).decode())
@@ -74,81 +90,82 @@ def _read_manifest(target: str, config: tf.compat.v1.ConfigProto, ps_device: str
     return None
 
 
-def _bind_model(model: keras.Model, specs: Sequence[Mapping[str, Any]]) -> None:
-    """Points each of the model's variables at the chief's variable of the same position."""
-    ours = list(model.variables)
-    if len(ours) != len(specs):
-        raise TrainingError(f"between_graph: model_fn() built {len(ours)} variables on this worker but "
-                            f"{len(specs)} on the chief; every task must build the same model.", field="model_fn")
-    for variable, spec in zip(ours, specs, strict=True):
+def _bind(variables: Sequence[keras.Variable], specs: Sequence[Mapping[str, Any]], what: str) -> None:
+    """Points each of ``variables`` at the chief's variable of the same position."""
+    if len(variables) != len(specs):
+        raise TrainingError(f"between-graph steps: {what} has {len(variables)} variables on this worker but "
+                            f"{len(specs)} on the chief; every task must build the same model and optimizer.",
+                            field="model_fn")
+    for variable, spec in zip(variables, specs, strict=True):
         if list(variable.shape) != list(spec["shape"]):
-            raise TrainingError(f"between_graph: variable {variable.path!r} has shape {list(variable.shape)} on "
-                                f"this worker but {spec['shape']} on the chief; every task must build the same "
-                                "model.", field="model_fn")
-        variable._value = _open(spec, trainable=variable.trainable)  # noqa: SLF001
+            raise TrainingError(f"between-graph steps: {what} variable {variable.path!r} has shape "
+                                f"{list(variable.shape)} on this worker but {spec['shape']} on the chief; every "
+                                "task must build the same model and optimizer.", field="model_fn")
+        bind_variable(variable, _open(spec, trainable=variable.trainable))
+
+
+def _optimizer(spec: Mapping[str, Any], global_step: tf.Variable) -> keras.optimizers.Optimizer:
+    """The chief's optimizer, rebuilt from its config; a schedule follows the global step, as on the chief."""
+    optimizer = keras.saving.deserialize_keras_object(spec["serialized"])
+    if spec["follows_global_step"]:
+        schedule = keras.optimizers.schedules.deserialize(spec["serialized"]["config"]["learning_rate"])
+        optimizer.learning_rate = GlobalStepSchedule(schedule, global_step)
+    update = optimizer.update_step
+
+    def update_on_its_ps(gradient: Any, variable: Any, learning_rate: Any) -> Any:
+        # Each variable's update runs where the variable and its slots live: one gradient crosses, not the slots.
+        with v1.device((variable.value if isinstance(variable, keras.Variable) else variable).device):
+            return update(gradient, variable, learning_rate)
+
+    optimizer.update_step = update_on_its_ps
+    return optimizer
 
 
 def _gate(value: tf.Tensor, go: tf.Tensor) -> tf.Tensor:
-    """``value`` when ``go``, else a dead tensor: every op fed by it is skipped."""
-    return tf.raw_ops.Switch(data=value, pred=go)[1]
+    """``value`` when ``go``, else a dead tensor: every op that depends on it, by data or control, is skipped.
 
-
-def fused_update(spec: Mapping[str, Any], variable: tf.Tensor, slots: Sequence[tf.Tensor], gradient: tf.Tensor,
-                 rate: tf.Tensor, local_step: tf.Tensor) -> tf.Operation:
-    """Keras' update of one variable (``spec["kind"]`` adam or sgd) as TensorFlow's fused op on its handles.
-
-    ``local_step`` is Keras' ``iterations + 1``; ``slots`` the handles of the optimizer's slots for it
-    (Adam's momentum and velocity, SGD's momentum if any).
+    (A control edge carries deadness only from a dead *op*, not from a Switch's untaken output: hence the identity.)
     """
-    if spec["kind"] == "adam":
-        beta_1, beta_2 = tf.constant(spec["beta_1"], tf.float32), tf.constant(spec["beta_2"], tf.float32)
-        return tf.raw_ops.ResourceApplyAdam(
-            var=variable, m=slots[0], v=slots[1], beta1_power=tf.pow(beta_1, local_step),
-            beta2_power=tf.pow(beta_2, local_step), lr=rate, beta1=beta_1, beta2=beta_2,
-            epsilon=tf.constant(spec["epsilon"], tf.float32), grad=gradient)
-    if slots:
-        return tf.raw_ops.ResourceApplyKerasMomentum(
-            var=variable, accum=slots[0], lr=rate, grad=gradient, momentum=tf.constant(spec["momentum"], tf.float32),
-            use_nesterov=spec["nesterov"])
-    return tf.raw_ops.ResourceApplyGradientDescent(var=variable, alpha=rate, delta=gradient)
+    return tf.identity(tf.raw_ops.Switch(data=value, pred=go)[1])
 
 
-def _updates(manifest: Mapping[str, Any], gradients: Sequence[tf.Tensor], variables: Sequence[Any],
-             go: tf.Tensor, global_step: Any) -> list[tf.Operation]:
-    """The optimizer's fused update of each variable on its own device, and the iteration count."""
-    spec = manifest["optimizer"]
-    iterations = _open(spec["iterations"])
-    with v1.device(spec["iterations"]["device"]):
-        if spec["schedule"] is not None:
-            schedule = keras.optimizers.schedules.deserialize(spec["schedule"])
-            rate = tf.cast(schedule(tf.cast(global_step.read_value(), tf.float32)), tf.float32)
-        else:
-            rate = tf.cast(_open(spec["learning_rate"]).read_value(), tf.float32)
-        local_step = tf.cast(iterations.read_value() + 1, tf.float32)
-    ops = []
-    for gradient, variable, slots in zip(gradients, variables, manifest["slots"], strict=True):
-        with v1.device(variable.device):
-            grad = _gate(tf.convert_to_tensor(gradient), go)
-            ops.append(fused_update(spec, variable.handle, [_open(slot).handle for slot in slots], grad, rate,
-                                    local_step))
-    with v1.device(spec["iterations"]["device"]), tf.control_dependencies(ops):
-        ops.append(tf.raw_ops.AssignAddVariableOp(resource=iterations.handle,
-                                                  value=_gate(tf.constant(1, iterations.dtype), go)))
+def _add(variable: tf.Variable, value: Any) -> tf.Operation:
+    return tf.raw_ops.AssignAddVariableOp(resource=variable.handle, value=tf.cast(value, variable.dtype))
+
+
+def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, count: int, global_step: tf.Variable,
+           totals: tf.Variable, done_device: str) -> list[tf.Operation]:
+    """``count`` steps in a row, the ``i``-th run only when ``token > i``; each counted after its updates."""
+    ops: list[tf.Operation] = []
+    previous: list[Any] = [token]
+    for i in range(count):
+        gate = [_gate(token, tf.greater(token, i))] if i else []
+        with tf.control_dependencies(previous + gate), automatic_control_dependencies() as ordered:
+            features, labels = _check_batch(next_batch())
+            stats = step(features, labels)
+        with v1.device(done_device):  # the step's stateful ops, gathered where the counts live
+            done = tf.group(*ordered.ops_which_must_run)
+        with v1.device(totals.device), tf.control_dependencies([done]):
+            added = _add(totals, stats)
+        with v1.device(global_step.device), tf.control_dependencies([done, added]):
+            counted = _add(global_step, 1)
+        ops += [added, counted]
+        previous = [counted]
     return ops
 
 
 def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], keras.Model],
                       dataset_fn: DatasetFn, forward: Forward, metrics: Mapping[str, ResolvedMetric],
                       global_batch_size: int | None, num_workers: int, index: int,
-                      worker_device: str) -> tuple[tf.Operation, tf.Tensor, tf.Operation, tf.Operation, tf.Operation]:
-    """In the current graph: (the step's ops, its token, the iterator's initializer, the queue's close, the
-    count of ready workers' increment)."""
+                      worker_device: str) -> tuple[list[tf.Operation], tf.Tensor, tf.Operation, tf.Operation,
+                                                   tf.Operation]:
+    """In the current graph: (the execution's ops, its token, the iterator's initializer, the queue's close,
+    the count of ready workers' increment)."""
     queue = manifest["queue"]
     with v1.device(queue["device"]):
         tokens = tf.queue.FIFOQueue(QUEUE_CAPACITY, [tf.int64], shapes=[[]], shared_name=queue["name"],
                                     name="step_tokens")
         token = tokens.dequeue()
-        go = tf.greater_equal(token, 0)
     with v1.device(worker_device):
         context = tf.distribute.InputContext(num_input_pipelines=num_workers, input_pipeline_id=index,
                                              num_replicas_in_sync=1)
@@ -157,63 +174,46 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
         if skip:
             dataset = dataset.skip(skip)
         iterator = v1.data.make_initializable_iterator(dataset)
-        features, labels = _check_batch(iterator.get_next())
         model = model_fn()
         if not model.built:
-            model(features)  # creates the variables of a model built on its first call
-        _bind_model(model, manifest["model"])
-        by_name = {spec["name"]: v.value for v, spec in zip(model.variables, manifest["model"], strict=True)}
-        trainable = [by_name[name] for name in manifest["trainable"]]
+            with tf.control_dependencies(None):
+                model(_check_batch(iterator.get_next())[0])  # creates the variables of a model built on its first call
+        _bind(model.variables, manifest["model"], "the model")
         global_step = _open(manifest["global_step"])
-        # Every op of the forward pass waits for the token, and a stop token makes them all dead: the
-        # variables are read once the step may run, and a stop token runs nothing.
-        allowed = _gate(token, go)
-        before = len(tf.compat.v1.get_default_graph().get_operations())
-        with tf.control_dependencies([allowed]):
-            per_example, predictions = forward(model, features, labels, True)
-            regularization = tf.add_n([tf.constant(0.0), *model.losses])
-        # The model's own state updates (dropout seeds, batch-norm statistics), which eager mode would run
-        state_updates = [op for op in tf.compat.v1.get_default_graph().get_operations()[before:]
-                         if op.type in _STATE_UPDATES]
-        # TrainStep.scaled_loss with one replica per worker (tf.nn.compute_average_loss adds asserts a
-        # graph would have to run by hand)
-        batch = tf.cast(global_batch_size or tf.shape(per_example)[0], per_example.dtype)
-        loss = tf.reduce_sum(per_example) / batch + regularization
-        gradients = tf.gradients(loss, [v.handle for v in trainable])
-        stats = _Step(model, forward, metrics)._stats(labels, predictions, per_example, regularization)  # noqa: SLF001
-    ops = _updates(manifest, gradients, trainable, go, global_step) + state_updates
-    totals = _open(manifest["totals"])
-    with v1.device(manifest["totals"]["device"]):
-        ops.append(tf.raw_ops.AssignAddVariableOp(resource=totals.handle,
-                                                  value=_gate(tf.cast(stats, tf.float64), go)))
-    with v1.device(manifest["global_step"]["device"]), tf.control_dependencies(ops):
-        counted = tf.raw_ops.AssignAddVariableOp(resource=global_step.handle,
-                                                 value=_gate(tf.constant(1, tf.int64), go))
+        optimizer = _optimizer(manifest["optimizer"], global_step)
+        optimizer.build(model.trainable_variables)
+        _bind(optimizer.variables, manifest["optimizer"]["variables"], "the optimizer")
+        count_atomically(optimizer.iterations)  # workers step at once: Keras' read-and-write would lose counts
+        state = TrainState(model=model, optimizer=optimizer, global_step=global_step)
+        step = TrainStep(state, forward, metrics, global_batch_size=global_batch_size)
+        ops = _steps(step, iterator.get_next, token, count=int(manifest["steps_per_execution"]),
+                     global_step=global_step, totals=_open(manifest["totals"]),
+                     done_device=manifest["global_step"]["device"])
     with v1.device(manifest["ready"]["device"]):
-        ready = _open(manifest["ready"]).assign_add(1).op
-    return counted, token, iterator.initializer, tokens.close(cancel_pending_enqueues=True), ready
+        ready = _add(_open(manifest["ready"]), 1)
+    return ops, token, iterator.initializer, tokens.close(cancel_pending_enqueues=True), ready
 
 
 def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Event, **step_args: Any) -> int:
-    """The worker's loop: one ``session.run`` per token until a stop token (or ``stop``); returns the steps run."""
+    """The worker's loop: one ``session.run`` per token until the queue closes (or ``stop``); returns the steps run."""
     worker_device = f"/job:worker/replica:0/task:{index}"
-    ps_device = "/job:ps/replica:0/task:0"
     config = v1.ConfigProto(device_filters=["/job:ps", worker_device])
-    manifest = _read_manifest(target, config, ps_device, stop=stop)
-    if manifest is None:
+    manifest = _announce_and_read_manifest(target, config, worker_device, "/job:ps/replica:0/task:0", stop=stop)
+    if manifest is None or manifest.get("mode") != "between_graph":
+        if manifest is not None:
+            logger.info("worker-%d: the chief coordinates the steps; this worker serves them", index)
         return 0
     graph = tf.Graph()
     with graph.as_default():
         train, token, initializer, close, ready = build_worker_step(
-            manifest, num_workers=num_workers, index=index, worker_device=worker_device,
-            **step_args)
-    saved = pack_transfers(graph, [train, token])
+            manifest, num_workers=num_workers, index=index, worker_device=worker_device, **step_args)
+    saved = pack_transfers(graph, [*train, token])
     logger.info("worker-%d: %d fewer transfers per step (packed per pair of tasks)", index, saved)
     steps = 0
     with v1.Session(target, graph=graph, config=config) as session:
         session.run(initializer)
         session.run(ready)
-        run_step = session.make_callable([token, train])
+        run_steps = session.make_callable([token, *train])
         done = threading.Event()
         watcher = threading.Thread(target=_close_on_stop, args=(session, close, stop, done), daemon=True,
                                    name=f"worker-{index} stop watcher")
@@ -221,12 +221,9 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
         logger.info("worker-%d: between-graph steps ready (%d variables on the ps)", index, len(manifest["model"]))
         try:
             while True:
-                got, _ = run_step()
-                if got < 0:
-                    break
-                steps += 1
-        except tf.errors.OutOfRangeError:  # the queue was closed: this task is stopping
-            logger.info("worker-%d: stopped while waiting for a step token", index)
+                steps += int(run_steps()[0])
+        except tf.errors.OutOfRangeError:  # the queue was closed: training is over, or this task is stopping
+            pass
         finally:
             done.set()
             watcher.join()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import tempfile
@@ -26,7 +25,7 @@ import keras
 import tensorflow as tf
 
 from toolkit.training import engine
-from toolkit.training.between_graph import BetweenGraphRunner, NamedVariables, check_flag, check_supported
+from toolkit.training.between_graph import NamedVariables, runner_for
 from toolkit.training.between_graph import prefix as variables_prefix
 from toolkit.training.config import TrainingError
 from toolkit.training.engine import EngineRun, task_of
@@ -67,7 +66,7 @@ class _Run:
     callbacks: tuple[keras.callbacks.Callback, ...]
     cfg: TFConfig
     verbose: int
-    between_graph: bool = False
+    between_graph: bool | None = False  # None: under parameter servers when the workers run fit and the step allows
 
 
 def _model_dir(model_dir: str | os.PathLike[str] | None, cfg: TFConfig) -> str:
@@ -166,22 +165,21 @@ def _check_sync_strategy(strategy: tf.distribute.Strategy, config: FitConfig) ->
 def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     task = task_of(strategy, run.cfg)
     parameter_server = task.kind == "parameter_server"
-    if run.between_graph and not parameter_server:
+    if run.between_graph and not parameter_server:  # True: asked for
         logger.warning("between_graph=True applies to parameter servers only; %s runs its usual loop",
                        type(strategy).__name__)
         run = dataclasses.replace(run, between_graph=False)
     config = run.config
     _check_sync_strategy(strategy, config)
-    named = NamedVariables(variables_prefix()) if run.between_graph else None
+    named = NamedVariables(variables_prefix()) if parameter_server and run.between_graph is not False else None
     # outside the strategy's scope, so that its creator picks the ps first
     with tf.variable_creator_scope(named) if named is not None else contextlib.nullcontext():
         state = build_state(strategy, run.model_fn, run.optimizer)
     step = _train_step(run, state, strategy, task.workers)  # may add checkpointed state (before the restore)
     runner = None
     if named is not None:
-        kind = check_supported(state, step, sync=config.sync is not None,
-                               custom_step=run.options.train_step is not None)
-        runner = functools.partial(BetweenGraphRunner, state=state, named=named, kind=kind)
+        runner = runner_for(state, step, named, workers=task.workers, required=bool(run.between_graph),
+                            steps_per_execution=config.steps_per_execution)
     engine_run = EngineRun(config=config, task=task, dataset_fn=run.dataset_fn, forward=run.forward,
                            metrics=run.metrics, checkpoint_dir=run.model_dir, summary_dir=run.model_dir,
                            callbacks=run.callbacks if task.is_chief else (), verbose=run.verbose,
@@ -299,10 +297,9 @@ def fit(
     forward = options.forward or make_forward(loss)
     resolved = resolve_metrics(metrics)
     work = None
-    if check_flag(options.between_graph, steps_per_execution):
+    if options.between_graph is not False and isinstance(strategy, str):
         from toolkit.training.between_graph_worker import worker_loop
 
-        config = dataclasses.replace(config, steps_per_execution=1)
         work = worker_loop(model_fn, dataset_fn, forward=forward, metrics=resolved,
                            global_batch_size=config.global_batch_size, tf_config=options.tf_config)
     _arm_preemption(options.tf_config, model_dir)
@@ -310,7 +307,7 @@ def fit(
     run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, optimizer=optimizer,
                forward=forward, metrics=resolved, config=config, options=options,
                model_dir=_model_dir(model_dir, cfg), callbacks=tuple(callbacks), cfg=cfg,
-               verbose=int(verbose), between_graph=work is not None)
+               verbose=int(verbose), between_graph=options.between_graph if work is not None else False)
     if cfg.is_evaluator:
         return _evaluate(run)
     return _train(run, _build_strategy(strategy, cfg, options.strategy))

@@ -208,8 +208,10 @@ class FitOptions:
             ``toolkit.layers.ShardedTrainStep`` when the model has a ``ShardedEmbedding``.
         between_graph: under parameter servers, each worker runs its own
             graph-mode step loop on the ps variables (TF1's between-graph
-            replication) instead of the chief scheduling closures; Adam and SGD
-            only, one step per execution (``toolkit.training.between_graph``).
+            replication) instead of the chief scheduling closures
+            (``toolkit.training.between_graph``). None: when every worker runs
+            ``fit`` and the step is the default ``TrainStep`` without ``sync``;
+            True: always (else an error); False (the default): never.
         export: write ``model.keras`` and a SavedModel to ``model_dir/export``.
         strategy: a ``strategies.StrategyOptions`` for ``make_strategy`` (None: its defaults).
         serve: a ``strategies.ServeOptions`` for the parameter-server ps and
@@ -225,7 +227,7 @@ class FitOptions:
     global_batch_size: int | None = None
     forward: Callable[..., Any] | None = None
     train_step: Callable[..., Any] | None = None
-    between_graph: bool = False
+    between_graph: bool | None = False
     export: bool = True
     strategy: StrategyOptions | None = None
     serve: ServeOptions | None = None
@@ -252,7 +254,7 @@ class FitOptions:
                                     "instead: the chief's goodbye at exit reads it there.",
                                     field=f"FitOptions.serve.{name}")
         for name in ("between_graph", "export"):
-            if not isinstance(getattr(self, name), bool):
+            if not isinstance(getattr(self, name), bool) and (name, getattr(self, name)) != ("between_graph", None):
                 raise TrainingError(f"`FitOptions.{name}` must be True or False. Received: "
                                     f"{name}={getattr(self, name)!r}.", field=f"FitOptions.{name}")
 

@@ -11,6 +11,9 @@ They differ in who runs it:
   the function as a closure on whichever worker is free, over a per-worker
   iterator, and collects the stats from the closures' return values at
   ``wait()`` (which joins). Several steps per closure amortise the RPCs.
+* ``BetweenGraphRunner`` (parameter_server, ``fit``'s default where it can run the step;
+  ``toolkit.training.between_graph``): each worker runs the same step in its own graph-mode
+  loop on the ps variables, and the chief only releases step tokens.
 * ``SyncParameterServerRunner`` (parameter_server with ``FitOptions.sync``):
   the same, but each step is one contribution to a ``SyncReplicas``
   aggregator, which advances the global step itself once per
@@ -23,7 +26,7 @@ They differ in who runs it:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -367,15 +370,19 @@ class SyncParameterServerRunner(ParameterServerRunner):
                 "pending": int(self.sync.pending.numpy())}
 
 
-RUNNERS: Mapping[str, type[Runner]] = {"sync": SyncRunner, "parameter_server": ParameterServerRunner,
-                                       "sync_parameter_server": SyncParameterServerRunner}
+#: runners by kind; ``toolkit.training.between_graph`` adds ``between_graph`` (workers that run their own steps).
+RUNNERS: dict[str, type[Runner]] = {"sync": SyncRunner, "parameter_server": ParameterServerRunner,
+                                    "sync_parameter_server": SyncParameterServerRunner}
 
 
-def make_runner(strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, **kwargs: Any) -> Runner:
-    """The runner for ``strategy``'s kind (``sync_`` + kind if ``step.sync`` is set); ``kwargs`` go to it."""
-    kind = strategy_kind(strategy)
-    if getattr(step, "sync", None) is not None:
-        kind = f"sync_{kind}"
+def make_runner(strategy: tf.distribute.Strategy, step: TrainStep, global_step: tf.Variable, *,
+                kind: str | None = None, **kwargs: Any) -> Runner:
+    """The runner of ``kind`` (None: ``strategy``'s kind, ``sync_`` + kind if ``step.sync`` is set); ``kwargs``
+    go to it."""
+    if kind is None:
+        kind = strategy_kind(strategy)
+        if getattr(step, "sync", None) is not None:
+            kind = f"sync_{kind}"
     runner_cls = RUNNERS.get(kind)
     if runner_cls is None:
         raise TrainingError(f"No runner for strategy kind {kind!r}; known kinds: {', '.join(RUNNERS)}.",
