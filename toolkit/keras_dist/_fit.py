@@ -150,7 +150,8 @@ def distributed_fit(model: keras.Model, record: CompileRecord, x: KerasData = No
                     restore_field="BackupAndRestore.backup_dir", first_step=initial_epoch * config.steps_per_epoch,
                     callbacks=run_callbacks, verbose=verbose, validation_data=validation,
                     validation_freq=validation_freq)
-    loop = engine.train(run, state, KerasTrainStep(state, run.forward, run.metrics), strategy).record
+    step = engine.build_step(state, strategy, run.forward, run.metrics, config=config, default=KerasTrainStep)
+    loop = engine.train(run, state, step, strategy).record
     if backup is not None and backup.delete_checkpoint and task.is_chief and tf.io.gfile.exists(backup.directory):
         tf.io.gfile.rmtree(backup.directory)  # Keras deletes the backup after a run that ended normally
     return _history(model, loop, verbose=verbose, epochs=epochs, steps=config.steps_per_epoch)

@@ -1,11 +1,12 @@
 """The engine: one set-up of restore, runner, hooks, validation and the loop for every front door.
 
 ``toolkit.fit`` and Keras' ``model.fit`` (``enable_distributed_keras``)
-translate their arguments into an ``EngineRun`` and a built ``TrainState`` and
-``TrainStep``, and hand them to ``train``; everything after that (which
-checkpoint to resume from, which runner, which hooks on which task, when to
-validate, what the record holds) is decided here once, so the two front doors
-cannot drift apart. As Orbit's ``Controller``, the engine is given its parts
+translate their arguments into an ``EngineRun`` and a built ``TrainState``, get
+their step from ``build_step`` (the one step factory: a custom step, the one
+registered for the model, or the default), and hand them to ``train``;
+everything after that (which checkpoint to resume from, which runner, which
+hooks on which task, when to validate, what the record holds) is decided here
+once, so the two front doors cannot drift apart. As Orbit's ``Controller``, the engine is given its parts
 (state, step, the directories, the callbacks) and builds no model itself.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import tensorflow as tf
 
 from toolkit.training.config import TrainingError
 from toolkit.training.evaluation import Validator, WorkerValidator
+from toolkit.training.extensions import step_factory_for
 from toolkit.training.hooks import CallbackHook, CheckpointHook, LogHook, ProgressHook, SummaryHook
 from toolkit.training.loop import Hook, LoopRecord, run_loop
 from toolkit.training.options import FitConfig
@@ -34,7 +36,7 @@ from toolkit.training.step import Forward, ResolvedMetric, TrainStep
 if TYPE_CHECKING:
     from tf_config import TFConfig
 
-__all__ = ["EngineResult", "EngineRun", "Task", "task_of", "train"]
+__all__ = ["EngineResult", "EngineRun", "Task", "build_step", "task_of", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +97,28 @@ class EngineRun:
     validation_freq: int = 1
     workers_validate: bool = False
     keep_final_metrics: bool = False
+
+
+def build_step(state: TrainState, strategy: tf.distribute.Strategy, forward: Forward,
+               metrics: Mapping[str, ResolvedMetric], *, config: FitConfig, workers: int = 1,
+               factory: Callable[..., TrainStep] | None = None, default: type[TrainStep] = TrainStep) -> TrainStep:
+    """The per-replica step, built under ``strategy``'s scope: the front door's ``factory``, else the step
+    registered for the model (``ShardedTrainStep`` for sharded tables, ``toolkit.training.extensions``),
+    else ``default``; with a ``SyncReplicas`` aggregator when ``config.sync`` is set."""
+    with strategy.scope():
+        sync = None
+        if config.sync is not None:
+            from strategies.sync_replicas import SyncReplicas
+
+            sync = SyncReplicas(state.optimizer, state.model.trainable_variables, global_step=state.global_step,
+                                replicas_to_aggregate=config.sync.replicas_to_aggregate or max(workers, 1))
+        step = (factory or step_factory_for(state.model, default))(
+            state, forward, metrics, global_batch_size=config.global_batch_size, sync=sync)
+    if not isinstance(step, TrainStep):
+        raise TrainingError(
+            f"`train_step` returned {type(step).__name__}; it must return a toolkit.training.TrainStep. "
+            "Pass a TrainStep subclass (or a callable with its constructor's arguments).", field="train_step")
+    return step
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,18 +31,16 @@ from toolkit.training.config import TrainingError
 from toolkit.training.engine import EngineRun, task_of
 from toolkit.training.evaluation import run_sidecar_evaluator, write_done_marker
 from toolkit.training.export import export_model, release_memory
-from toolkit.training.extensions import step_factory_for
 from toolkit.training.history import History
 from toolkit.training.loop import LoopRecord
 from toolkit.training.options import FitConfig, FitOptions
 from toolkit.training.preemption import install
 from toolkit.training.runners import strategy_kind
-from toolkit.training.state import OptimizerSpec, TrainState, build_state
-from toolkit.training.step import Forward, LossSpec, ResolvedMetric, TrainStep, make_forward, resolve_metrics
+from toolkit.training.state import OptimizerSpec, build_state
+from toolkit.training.step import Forward, LossSpec, ResolvedMetric, make_forward, resolve_metrics
 
 if TYPE_CHECKING:
     from strategies import StrategyOptions
-    from strategies.sync_replicas import SyncReplicas
     from tf_config import TFConfig
 
 __all__ = ["fit"]
@@ -124,34 +122,6 @@ def _build_strategy(strategy: str | tf.distribute.Strategy, cfg: TFConfig,
     return make_strategy(strategy, tf_config=cfg, **given)
 
 
-def _sync_replicas(state: TrainState, strategy: tf.distribute.Strategy, config: FitConfig,
-                   workers: int) -> SyncReplicas | None:
-    """The ``SyncReplicas`` aggregator when ``config.sync`` is set, else None."""
-    if config.sync is None:
-        return None
-    from strategies.sync_replicas import SyncReplicas
-
-    with strategy.scope():
-        return SyncReplicas(state.optimizer, state.model.trainable_variables,
-                            replicas_to_aggregate=config.sync.replicas_to_aggregate or max(workers, 1),
-                            global_step=state.global_step)
-
-
-def _train_step(run: _Run, state: TrainState, strategy: tf.distribute.Strategy, workers: int) -> TrainStep:
-    """The per-replica step: ``run.train_step``, else the step registered for the model (``ShardedTrainStep``
-    for sharded tables, ``toolkit.training.extensions``), else ``TrainStep``."""
-    factory = run.options.train_step or step_factory_for(state.model, TrainStep)
-    with strategy.scope():
-        step = factory(state, run.forward, run.metrics, global_batch_size=run.config.global_batch_size,
-                       sync=_sync_replicas(state, strategy, run.config, workers))
-    if not isinstance(step, TrainStep):
-        raise TrainingError(
-            f"`train_step` returned {type(step).__name__}; it must return a toolkit.training.TrainStep. "
-            "Pass a TrainStep subclass (or a callable with its constructor's arguments).", field="train_step")
-    logger.debug("train step: %s", type(step).__name__)
-    return step
-
-
 def _check_sync_strategy(strategy: tf.distribute.Strategy, config: FitConfig) -> None:
     kind = strategy_kind(strategy)
     if config.sync is not None and kind != "parameter_server":
@@ -175,7 +145,8 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     # outside the strategy's scope, so that its creator picks the ps first
     with tf.variable_creator_scope(named) if named is not None else contextlib.nullcontext():
         state = build_state(strategy, run.model_fn, run.optimizer)
-    step = _train_step(run, state, strategy, task.workers)  # may add checkpointed state (before the restore)
+    step = engine.build_step(state, strategy, run.forward, run.metrics, config=config, workers=task.workers,
+                             factory=run.options.train_step)  # may add checkpointed state (before the restore)
     runner = None
     if named is not None:
         runner = runner_for(state, step, named, workers=task.workers, required=bool(run.between_graph),
