@@ -120,7 +120,7 @@ def serve(tf_config: TFConfig | None = None, *, options: ServeOptions | None = N
             the environment's others, pass ``ServeOptions.from_env(chief_lost_after=20)``.
         work: run in a thread beside the server, as ``work(server_target,
             stop)`` (``stop`` is set when the serving ends), e.g. a worker's
-            own training loop (``FitOptions(between_graph=True)``). If it
+            own training loop (``fit``'s between-graph steps). If it
             raises, the task exits with ``EXIT_WORK_FAILED``.
 
     Returns:
