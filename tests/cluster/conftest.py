@@ -3,6 +3,12 @@
 Cluster tests start real TensorFlow processes on 127.0.0.1. They must clean up
 after themselves whatever happens, so every process started here runs in its
 own process group and is killed (group and all) when the test ends.
+
+``forked_hand_cluster`` starts the same tasks by hand, but forks each from one
+process that imported TensorFlow once (the launcher's preload process,
+``toolkit.launcher._preload``): a task still runs ``python SCRIPT ARGS`` with its
+own TF_CONFIG, session and exit code, and the cluster pays for one TensorFlow
+import instead of one per task. ``hand_cluster`` keeps fresh interpreters.
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,18 +29,67 @@ def quiet_tf(monkeypatch):
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-class HandCluster:
-    """Tasks started one by one, as a user would in separate terminals (no launcher)."""
+class _ForkedProc:
+    """A task forked from the preload process, with the part of ``subprocess.Popen`` the tests use.
 
-    def __init__(self, log_dir: Path) -> None:
+    A thread copies the task's output pipe to its log file as it comes.
+    """
+
+    def __init__(self, task, log_path: Path) -> None:
+        self._task = task
+        self.pid = task.pid
+        self._pump = threading.Thread(target=self._copy, args=(log_path,), daemon=True)
+        self._pump.start()
+
+    def _copy(self, log_path: Path) -> None:
+        with self._task.stdout as pipe, open(log_path, "wb", buffering=0) as log:
+            while chunk := pipe.read1(65536):
+                log.write(chunk)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._task.returncode
+
+    def poll(self) -> int | None:
+        return self._task.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._task.wait(timeout)
+        self._pump.join(5)  # the task's last lines are in its log once it has ended
+        return code
+
+    def send_signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+
+class HandCluster:
+    """Tasks started one by one, as a user would in separate terminals (no launcher).
+
+    With ``preload`` (module names), the first ``start`` starts one process that imports
+    them, and every task is forked from it rather than started as a fresh interpreter.
+    """
+
+    def __init__(self, log_dir: Path, preload: tuple[str, ...] = ()) -> None:
         self.log_dir = log_dir
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.preload = preload
+        self._preloader = None
+        self.procs: dict[str, subprocess.Popen | _ForkedProc] = {}
         self.ended: dict[str, tuple[int, float]] = {}  # name -> (exit code, monotonic end time)
 
     def start(self, name: str, cmd: list[str], tf_config_json: str | None = None) -> None:
         """Runs ``python CMD`` as task ``name``, with ``tf_config_json`` exported as TF_CONFIG if given."""
         env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
+        if self.preload:
+            from toolkit.launcher._preload import Preloader
+
+            if self._preloader is None:  # the environment of the first task, less its TF_CONFIG
+                self._preloader = Preloader(self.preload, env=env, cwd=None, log_path=self.log_dir / "preload.log")
+            if tf_config_json is not None:
+                env["TF_CONFIG"] = tf_config_json
+            task = self._preloader.spawn(cmd, env, None, name=name)
+            self.procs[name] = _ForkedProc(task, self.log_dir / f"{name}.log")
+            return
         if tf_config_json is not None:
             env["TF_CONFIG"] = tf_config_json
         with open(self.log_dir / f"{name}.log", "wb") as log:
@@ -62,10 +118,26 @@ class HandCluster:
                 continue
         for proc in self.procs.values():
             proc.wait(timeout=30)
+        if self._preloader is not None:
+            self._preloader.close()
+            self._preloader = None
 
 
 @pytest.fixture
 def hand_cluster(tmp_path):
+    """Tasks started by hand, each a fresh interpreter."""
     cluster = HandCluster(tmp_path)
+    yield cluster
+    cluster.kill_all()
+
+
+@pytest.fixture
+def forked_hand_cluster(no_orphans, tmp_path):
+    """Tasks started by hand, each forked from one process that imported TensorFlow and Keras.
+
+    The preload process lives until the test ends: ``no_orphans`` is set up first so that it
+    checks for leftovers after that process is gone.
+    """
+    cluster = HandCluster(tmp_path, preload=("tensorflow", "keras"))
     yield cluster
     cluster.kill_all()

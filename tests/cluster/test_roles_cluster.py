@@ -29,7 +29,9 @@ def _start(hand_cluster, chief_args):
 
 
 @pytest.mark.parametrize("fail, code", [(False, 0), (True, 1)])
-def test_servers_exit_with_the_chiefs_outcome(hand_cluster, quiet_tf, tmp_path, no_orphans, fail, code):
+def test_servers_exit_with_the_chiefs_outcome(forked_hand_cluster, quiet_tf, tmp_path, no_orphans, fail, code):
+    # forked from one TensorFlow import; the killed-chief test below starts fresh interpreters
+    hand_cluster = forked_hand_cluster
     out = tmp_path / "result.json"
     names = _start(hand_cluster, ["--steps", "40", "--out", str(out)] + (["--fail"] if fail else []))
     ended = hand_cluster.wait(_TIMEOUT)
