@@ -9,10 +9,11 @@ the solver finds the example's dual variable. Binary classification trains on
 the logistic loss, regression on the squared loss; ``sparse_combiner`` must be
 'sum'. Evaluation and prediction are those of the linear model.
 
-Example:
-    >>> sdca = LinearSDCA(example_id_column="example_id", symmetric_l2_regularization=2.0)
-    >>> est = LinearClassifier([age, city], optimizer=sdca)       # doctest: +SKIP
-    >>> est.train(input_fn, steps=50)                            # doctest: +SKIP
+Example (``tests/unit/test_estimator_sdca.py`` runs the same)::
+
+    sdca = LinearSDCA(example_id_column="example_id", symmetric_l2_regularization=2.0)
+    est = LinearClassifier([age, city], optimizer=sdca)
+    est.train(input_fn, steps=50)
 """
 from __future__ import annotations
 
