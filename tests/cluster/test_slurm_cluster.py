@@ -72,6 +72,13 @@ def test_ps_digits_job_lands_on_several_nodes_and_reaches_090(slurm3, home, tmp_
     job_id = record.details["slurm"]["job_id"]
     info = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
     assert "JobState=COMPLETED" in info
+    # accounting without slurmdbd: Slurm's record of the job, kept past MinJobAge, and each task's own end
+    [kept] = record.details["slurm"]["jobs"]
+    assert (kept["job_id"], kept["state"], kept["exit_code"]) == (job_id, "COMPLETED", "0:0"), kept
+    assert f"NodeList={kept['nodes']}" in info and kept["started"] <= kept["ended"]
+    assert all((n["state"], n["exit_code"], n["failures"], n["preemptions"]) == ("SUCCEEDED", 0, 0, 0)
+               and n["started_at"] <= n["ended_at"] for n in nodes.values()), nodes
+    assert record.details["restarts"] == {"preemptions": 0, "failures": 0, "preemptedTasks": {}}
     assert not processes_with(f"TFDIST_JOB_DIR={record.job_dir}")
     assert main(["jobs", "describe", "slurm-digits"]) == 0
     assert "NODE" in capsys.readouterr().out
@@ -114,9 +121,26 @@ def test_mwms_job_and_cancel_leave_no_process(slurm3, home, tmp_path, capsys):
                what="the three tasks to run", every=0.1)
     record = api.describe("slurm-sleepy")
     assert len({n["node_id"] for n in record.details["nodes"].values()}) >= 2
+    # Slurm's early signal to the tasks (what --signal=TERM@N sends before the time limit): the job is preempted,
+    # not failed, and submitted again (a second sbatch) on the preemption budget
+    first = record.details["slurm"]["job_id"]
+    subprocess.run(["scancel", "--signal=TERM", first], check=True, timeout=30)
+
+    def resubmitted() -> bool:
+        again = api.describe("slurm-sleepy")
+        return (len(again.details["slurm"].get("jobs", [])) == 2
+                and sum(t.state == "RUNNING" for t in again.tasks) == 3)
+    wait_until(resubmitted, timeout=90, what="the preempted job to run again", every=0.1)
     assert main(["jobs", "cancel", "slurm-sleepy"]) == 0
     record = api.describe("slurm-sleepy")
     assert record.state is JobState.CANCELLED
+    preempted, last = record.details["slurm"]["jobs"]
+    assert preempted["job_id"] == first != last["job_id"] == record.details["slurm"]["job_id"]
+    assert preempted["state"] != "CANCELLED" and last["state"] == "CANCELLED", record.details["slurm"]
+    assert record.details["restarts"]["preemptions"] == 1 and record.details["restarts"]["failures"] == 0
+    capsys.readouterr()
+    assert main(["jobs", "describe", "slurm-sleepy"]) == 0
+    assert "restarts: 1 after preemptions, 0 after failures" in capsys.readouterr().out
     squeue = subprocess.run(["squeue", "-h", "-j", record.details["slurm"]["job_id"]], capture_output=True, text=True)
     assert squeue.stdout.strip() == ""
     wait_until(lambda: not processes_with(f"TFDIST_JOB_DIR={record.job_dir}"), timeout=20,

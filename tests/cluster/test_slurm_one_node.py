@@ -80,7 +80,7 @@ def test_launch_and_run_on_one_node(slurm1, tmp_path, capsys):
         threading.Thread(target=run, daemon=True).start()
 
     result = launch_slurm(spec, job_dir=killed_dir, options=SlurmOptions(nodes=1), on_submit=kill,
-                          on_job=lambda records: jobs.append(records), on_placement=placement.update)
+                          on_job=lambda progress: jobs.append(progress["jobs"]), on_placement=placement.update)
     assert not result.ok and result.exit_code == 1 and "never reported an exit code" in result.message
     assert [(t.state, t.exit_code) for t in result.tasks] == [("FAILED", None)] * 2  # not STOPPED: we did not
     final = jobs[-1][0]
@@ -115,7 +115,7 @@ def test_a_signalled_job_checkpoints_exits_143_and_is_submitted_again_on_the_pre
     jobs: list = []
     result = launch_slurm(spec, job_dir=job_dir, options=SlurmOptions(nodes=1),
                           on_submit=lambda job_id: (job_ids.append(job_id), len(job_ids) == 1 and signaller.start()),
-                          on_job=jobs.append)
+                          on_job=lambda progress: jobs.append(progress["jobs"]))
     log = (job_dir / "logs" / "worker-0.log").read_text()
     assert result.ok, (result.message, log[-3000:])
     assert (result.preemptions, result.failures, result.cluster_restarts) == (1, 0, 1), result

@@ -45,8 +45,10 @@ def run_slurm_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | 
     if store is not None and job is not None:
         recorder_store, name = store, job
 
-        def on_job(jobs: list[dict[str, Any]]) -> None:
-            recorder_store.update_details(name, slurm={"job_id": jobs[-1]["job_id"], "jobs": jobs})
+        def on_job(progress: dict[str, Any]) -> None:  # kept as the run goes: a cancel cuts finish() short
+            jobs = progress["jobs"]
+            recorder_store.update_details(name, slurm={"job_id": jobs[-1]["job_id"], "jobs": jobs},
+                                          restarts=progress["restarts"])
     try:
         spec = _launch_spec(plan, max_restarts=max_restarts, timeout=timeout, trial=trial)
         result = launch_slurm(spec, job_dir=Path(job_dir or Path.cwd() / "slurm-job"),

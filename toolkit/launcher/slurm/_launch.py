@@ -19,7 +19,8 @@ Accounting without slurmdbd (``sacct`` is not there): the job's own record
 the end of each Slurm job, before Slurm forgets it (``MinJobAge``), and each
 task's state comes from its status file; a task that never reported an end
 was killed with the Slurm job, and its state says by what (``on_job``,
-``on_placement``).
+``on_placement``). ``on_job`` also gets the restarts so far, preemptions apart
+from failures, so that a run cut short (cancelled) still tells them.
 """
 from __future__ import annotations
 
@@ -187,6 +188,18 @@ def accounting(job_id: str, info: Mapping[str, str]) -> dict[str, Any]:
     return {"job_id": job_id, **{k: info[v] for k, v in keys.items() if v in info}}
 
 
+def _progress(jobs: list[dict[str, Any]], watch: _Watch) -> dict[str, Any]:
+    """The Slurm jobs so far, and the restarts so far: each Slurm job after the first was a resubmission
+    after a preemption; tasks restarted alone count by cause."""
+    resubmits = len(jobs) - 1
+    per_task = {n: resubmits + watch.earlier.get(n, {}).get("preemptions", 0) + s.get("preemptions", 0)
+                for n, s in watch.status.items()}
+    return {"jobs": list(jobs),
+            "restarts": {"preemptions": resubmits + watch.restarts("preemptions"),
+                         "failures": watch.restarts("failures"),
+                         "preemptedTasks": {n: c for n, c in per_task.items() if c}}}
+
+
 def _wait_gone(job_id: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -201,14 +214,16 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
                  on_task: Callable[[TaskEvent], None] | None = None,
                  on_placement: Callable[[dict], None] | None = None,
                  on_submit: Callable[[str], None] | None = None,
-                 on_job: Callable[[list[dict[str, Any]]], None] | None = None,
+                 on_job: Callable[[dict[str, Any]], None] | None = None,
                  should_stop: Callable[[], bool] | None = None,
                  shared_paths: tuple[str, ...] = (), resubmit_preempted: bool | None = None) -> LaunchResult:
     """Runs ``spec`` as one Slurm job and waits for its end (see the module's doc).
 
-    ``on_job`` gets the Slurm jobs submitted so far (``accounting``: id, state, exit code, reason,
-    times, nodes) each time one is submitted or ends. ``resubmit_preempted``: submit a preempted
-    job again on ``max_preemptions`` (default: ``spec.restartable``).
+    ``on_job`` gets ``{"jobs": [...], "restarts": {...}}`` each time a Slurm job is submitted or ends:
+    the Slurm jobs so far (``accounting``: id, state, exit code, reason, times, nodes) and the restarts
+    so far (``preemptions``, ``failures``, ``preemptedTasks``: the shape of the job store's record).
+    ``resubmit_preempted``: submit a preempted job again on ``max_preemptions`` (default:
+    ``spec.restartable``).
 
     Raises:
         LaunchError: sbatch/srun missing, a local directory on a multi-node job, or
@@ -259,7 +274,7 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
 def _run_once(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, env: Mapping[str, str], names: list[str],
               layout: str, watch: _Watch, started: float, runs_before: int, jobs: list[dict[str, Any]], *,
               on_placement: Callable[[dict], None] | None, on_submit: Callable[[str], None] | None,
-              on_job: Callable[[list[dict[str, Any]]], None] | None,
+              on_job: Callable[[dict[str, Any]], None] | None,
               should_stop: Callable[[], bool] | None) -> tuple[str, Reason, dict[str, str]]:
     """Submits the job once and watches it to its end; returns its Slurm id, why the watch ended, and why
     each task that never reported an end has none (it was killed with the Slurm job)."""
@@ -269,7 +284,7 @@ def _run_once(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, env: Mappi
     if on_submit is not None:
         on_submit(job_id)
     if on_job is not None:
-        on_job(list(jobs))
+        on_job(_progress(jobs, watch))
     reason, finished, chief_end, next_squeue = Reason.SUCCEEDED, False, None, 0.0
     told: dict[str, dict[str, Any]] = {}
     try:
@@ -296,24 +311,24 @@ def _run_once(spec: LaunchSpec, job_dir: Path, options: SlurmOptions, env: Mappi
                                  job_id, spec.grace_period)
                     break
             time.sleep(_POLL)
-    finally:
+    finally:  # also on the way out of a signal (the job's supervisor cancelled): the record is kept all the same
         if not finished:
             slurm.scancel(job_id)
             if not _wait_gone(job_id, 60.0):
                 _log.error("Slurm job %s still shows in squeue 60 s after scancel", job_id)
-    watch.poll()
-    info = slurm.job_info(job_id)
-    jobs[-1] = accounting(job_id, info)
-    ended = watch.unreported(info) if finished else {}
+        watch.poll()
+        info = slurm.job_info(job_id)
+        jobs[-1] = accounting(job_id, info)
+        ended = watch.unreported(info) if finished else {}
+        for name, why in ended.items():
+            _log.warning("%s: %s before it reported an end", name, why)
+        if on_placement is not None and watch.status:
+            on_placement(watch.placement(ended))
+        if on_job is not None:
+            on_job(_progress(jobs, watch))
     if finished and info.get("JobState") == "CANCELLED":  # someone's scancel: the tasks' SIGTERM was no preemption
         _log.warning("Slurm job %s was cancelled outside this launch (scancel); it ends cancelled", job_id)
         reason = Reason.INTERRUPTED
-    for name, why in ended.items():
-        _log.warning("%s: %s before it reported an end", name, why)
-    if on_placement is not None and watch.status:
-        on_placement(watch.placement(ended))
-    if on_job is not None:
-        on_job(list(jobs))
     return job_id, reason, ended
 
 

@@ -3,8 +3,11 @@
 srun starts this on every node; it derives the task's TF_CONFIG from Slurm's
 variables (``tf_config.from_env``, the job's layout and port rule), names the
 task (``worker-1``) and runs CMD with the launcher's per-task environment, its
-output appended to ``<job dir>/logs/<task>.log``. It reports itself in
-``<job dir>/slurm/tasks/<task>.json`` (node, pid, restarts, exit code), which
+output appended to ``<job dir>/logs/<task>.log``, in a session of its own (as
+the local launcher's tasks: Slurm starts a node's tasks in one session, which
+the kernel's autogroup scheduler would give one process's share of the CPU).
+It reports itself in ``<job dir>/slurm/tasks/<task>.json`` (node, pid,
+restarts, exit code), which
 the launcher reads, and restarts CMD as the launcher's ``FailurePolicy`` says
 (a parameter-server worker alone, with the same TF_CONFIG and port; a
 preempted run on the ``max_preemptions`` budget, apart from failures). SIGTERM
@@ -22,6 +25,7 @@ file still says ``RUNNING`` when the Slurm job has ended was killed with it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -37,6 +41,7 @@ from toolkit.launcher._dialect import Dialect
 from toolkit.launcher._policy import Decision, FailurePolicy, TaskExit
 from toolkit.launcher._result import is_preemption
 from toolkit.launcher._spec import ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME, LaunchError
+from toolkit.launcher._task import armed_env, die_with_parent
 from toolkit.launcher.slurm._shared import status_dir
 
 __all__ = ["main"]
@@ -49,7 +54,7 @@ def _write_status(path: Path, doc: dict[str, Any]) -> None:
 
 
 class _Forward:
-    """Passes SIGTERM/SIGINT on to the running child and remembers that we were stopped."""
+    """Passes SIGTERM/SIGINT on to the running child's process group and remembers that we were stopped."""
 
     def __init__(self) -> None:
         self.child: subprocess.Popen[bytes] | None = None
@@ -58,7 +63,8 @@ class _Forward:
     def __call__(self, signum: int, frame: Any) -> None:
         self.stopped = True
         if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signum)
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.killpg(self.child.pid, signum)
 
 
 def _run_task(args: argparse.Namespace, cmd: list[str]) -> int:
@@ -87,13 +93,19 @@ def _run_task(args: argparse.Namespace, cmd: list[str]) -> int:
     forward = _Forward()
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    env = {**os.environ, "TF_CONFIG": cfg.to_json(), ENV_JOB_DIR: str(job_dir), ENV_TASK_DIR: str(task_dir),
-           ENV_TASK_NAME: name}
+    # armed as the local and Ray launchers' tasks are: a script that builds its ParameterServerStrategy by hand,
+    # or ends in TensorFlow's server.join(), still ends with the job
+    env = armed_env({**os.environ, "TF_CONFIG": cfg.to_json(), ENV_JOB_DIR: str(job_dir),
+                     ENV_TASK_DIR: str(task_dir), ENV_TASK_NAME: name})
     while True:
         runs = status["failures"] + status["preemptions"]
         with open(log_path, "ab") as log:
+            # Its own session, as the local launcher's tasks: slurmstepd puts a node's tasks in one session, and
+            # with the kernel's autogroup scheduling a session shares the CPU as one process would (measured:
+            # the tasks' own start-up took 1.5-1.9x longer on a loaded machine). It dies with this wrapper.
             forward.child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                             env={**env, ENV_RESTART_COUNT: str(args.runs_before + runs)})
+                                             env={**env, ENV_RESTART_COUNT: str(args.runs_before + runs)},
+                                             start_new_session=True, preexec_fn=die_with_parent())
         status.update(pid=forward.child.pid, restarts=runs, started_at=time.time())
         _write_status(status_path, status)
         code = forward.child.wait()
