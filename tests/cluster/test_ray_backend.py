@@ -142,6 +142,7 @@ def test_worker_actor_killed_mid_training_is_restarted_and_the_step_is_exact(ray
     launch = result["r"]
     assert launch.ok, (launch.message, output.getvalue()[-3000:])
     assert launch.task("worker-1").restarts == 1 and launch.task("worker-0").restarts == 0
+    assert (launch.failures, launch.preemptions) == (1, 0)  # a killed actor is a failure; a drained node would not be
     assert placement["worker-1"]["actor_restarts"] == 1 and placement["worker-1"]["address"] == victim["address"]
     # The kill came while no step was in flight, so no closure was retried: exactly the steps scheduled.
     assert json.loads((job_dir / "tasks" / "chief-0" / "result.json").read_text())["steps"] == 60
