@@ -127,3 +127,46 @@ def test_an_actor_lost_with_a_node_drained_for_preemption_is_a_preemption_not_a_
         assert code == ACTOR_LOST and not is_preemption(code) and "its Ray actor died (ActorDiedError)" in note
     assert policy.decide(TaskExit(task_type="worker", is_chief=False, exit_code=ACTOR_LOST,
                                   seconds_since_exit=30.0)) is Decision.FAIL_JOB
+
+
+_HOLD = r'''
+import os, signal, sys, threading, time
+from toolkit.launcher.ray._actor import TaskRunner
+
+def ray_handler(signum, frame):  # stands for Ray's worker handler, which ends the actor's process
+    print("ray's handler", flush=True)
+    os._exit(7)
+
+signal.signal(signal.SIGTERM, ray_handler)
+runner = TaskRunner("worker-1")
+task = ("import signal, sys, time\n"
+        "def checkpoint(*a):\n    time.sleep(0.5)\n    print('checkpointed', flush=True)\n    sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, checkpoint)\nprint('up', flush=True)\ntime.sleep(60)\n")
+pid, cursor = runner.start([sys.executable, "-c", task], {"TFDIST_PREEMPTION_GRACE": "5"}, sys.executable)
+
+def driver():
+    global cursor
+    while True:
+        lines, cursor, code = runner.read(cursor, 1.0)
+        for line in lines:
+            print("task:", line, flush=True)
+            if line == "up":
+                threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()  # the machine goes away
+        if code is not None:
+            print("driver read", code, flush=True)
+            return
+
+threading.Thread(target=driver, daemon=True).start()
+time.sleep(30)
+'''
+
+
+def test_a_ray_actor_signalled_with_its_machine_lets_its_task_checkpoint_and_report_143_first(tmp_path):
+    """SIGTERM to the actor's process (a machine taken away signals all its processes): the actor passes it on,
+    the task checkpoints and exits 143, the driver reads 143 (a preemption), and only then Ray's handler runs.
+    Without the hold, Ray's handler would end the actor at once and the task would die with it."""
+    pytest.importorskip("ray")
+    out = subprocess.run([sys.executable, "-c", _HOLD], capture_output=True, text=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 7, (out.stdout, out.stderr[-2000:])
+    assert lines == ["task: up", "task: checkpointed", "driver read 143", "ray's handler"], out.stdout

@@ -11,12 +11,20 @@ node its placement-group bundle landed on and:
 - runs the user's unchanged entrypoint as a subprocess in its own process
   group, with ``PR_SET_PDEATHSIG`` so the subprocess dies with the actor
   (an actor killed by Ray, or lost with its driver, leaves nothing behind);
-- buffers the subprocess's output lines for the driver to read (long poll).
+- buffers the subprocess's output lines for the driver to read (long poll);
+- holds on when its own process gets SIGTERM (a machine being taken away
+  signals every process on it, Ray's worker included): it passes the signal
+  to the task, waits up to the task's preemption grace for it to checkpoint
+  and exit 143, and for the driver to read that code, and only then lets
+  Ray's own handler end the worker. Without it the task would die with the
+  actor (SIGKILL) mid-checkpoint, and the driver would see a lost actor, a
+  failure, where there was a preemption.
 
 This module imports Ray; only ``toolkit.launcher.ray`` loads it, lazily.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -32,6 +40,9 @@ from toolkit.launcher._spec import TASK_ENV_DEFAULTS
 from toolkit.launcher._task import die_with_parent
 
 _MAX_BUFFERED = 20000  # lines kept for a driver that stopped reading
+ENV_GRACE = "TFDIST_PREEMPTION_GRACE"  # toolkit.training.preemption's (not imported: it would import TensorFlow)
+_DEFAULT_GRACE = 25.0
+_READ_WAIT = 3.0  # seconds the driver gets to read the exit code of a task preempted with its actor
 
 
 def _bound(port: int) -> socket.socket:
@@ -56,6 +67,28 @@ class TaskRunner:
         self._first = 0            # index of self._lines[0] in the task's whole output
         self._cond = threading.Condition()
         self._done = False
+        self._code_read = False    # the driver has read the current run's exit code
+        self._grace = _DEFAULT_GRACE  # the task's preemption grace (its ENV_GRACE)
+        self._ray_sigterm: object = None
+        if threading.current_thread() is threading.main_thread():  # where Ray builds an actor (and signals go)
+            self._ray_sigterm = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        """Passes the signal to the task, waits for it to checkpoint and exit and for the driver to read
+        its code, then lets Ray's handler end the worker (see the module's doc)."""
+        proc = self._proc
+        if proc is not None and self.stop(signal.SIGTERM):
+            with contextlib.suppress(subprocess.TimeoutExpired):  # past it, the task dies with the worker
+                proc.wait(self._grace + 2.0)
+            with self._cond:
+                self._cond.wait_for(lambda: self._code_read, timeout=_READ_WAIT)
+        previous = self._ray_sigterm
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def where(self) -> dict[str, str | int]:
         """The node this actor runs on: Ray's node id, its IP address, and the actor's pid."""
@@ -91,6 +124,10 @@ class TaskRunner:
         # The driver's interpreter (``python`` in the entrypoint) means this node's.
         argv = [sys.executable if part == driver_python else part for part in cmd]
         full_env = {**TASK_ENV_DEFAULTS, **os.environ, **env}
+        try:
+            self._grace = float(full_env.get(ENV_GRACE) or _DEFAULT_GRACE)
+        except ValueError:  # the task itself reports a bad value
+            self._grace = _DEFAULT_GRACE
         for key in ("TFDIST_JOB_DIR", "TFDIST_TASK_DIR"):
             if key in env:
                 os.makedirs(env[key], exist_ok=True)
@@ -99,7 +136,7 @@ class TaskRunner:
                                       stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
                                       preexec_fn=die_with_parent())
         with self._cond:
-            self._done = False
+            self._done = self._code_read = False
             cursor = self._first + len(self._lines)
         self._reader = threading.Thread(target=self._pump, args=(self._proc,), daemon=True)
         self._reader.start()
@@ -141,6 +178,9 @@ class TaskRunner:
             del self._lines[:max(0, cursor - self._first)]
             self._first = max(self._first, cursor)
             code = self._proc.returncode if self._done and self._proc is not None else None
+            if code is not None:
+                self._code_read = True
+                self._cond.notify_all()
             return lines, start + len(lines), code
 
     def stop(self, sig: int = signal.SIGTERM) -> bool:
