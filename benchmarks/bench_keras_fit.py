@@ -6,10 +6,11 @@ launched (MultiWorkerMirrored: 2 workers; ParameterServer: chief, 2 workers,
 1 ps), and in that job every task trains the same model on the same input
 pipeline and ``steps_per_execution`` with ``toolkit.fit`` (A) and with
 ``model.compile(...)`` + ``model.fit(...)`` (B), in the order ABBA ABBA... for
-``--rounds`` rounds (``--keras-first``: BAAB...). Each training run in a
-process is slower than the one before it (under MultiWorkerMirrored 10-25%
-per run on a loaded machine, whichever side runs), so a fixed ABAB order
-charges that drift to B; ABBA gives both sides the same mean position. Both
+``--rounds`` rounds (``--keras-first``: BAAB...). Later training runs in a
+process tend to be slower than earlier ones, whichever side runs (on one
+MultiWorkerMirrored cluster the first of four was the fastest and the last
+the slowest in both orders), so a fixed ABAB order charges that drift to B;
+ABBA gives both sides the same mean position. Both
 go through the same engine, so the ratio is the cost of the Keras wrapper
 (target >= 0.95x). Each run's figure is its best epoch after a warm-up epoch,
 timed by the same Keras callback; the ratio compares the means of each side's
