@@ -50,5 +50,5 @@ def check_preemption(job_dir: Path, result: RunResult, target: str, job: str) ->
         result.signal_to_checkpoint = result.recover_seconds[0]
     launcher = (job_dir.parent / f"{job_dir.name}-launcher.log").read_text(errors="replace")
     result.exit_codes = [int(code or killed) for code, killed in _COUNTED.findall(launcher)]
-    result.counted = ("failure" if re.search(r"exited with [^;]*; restarting", launcher)
+    result.counted = ("failure" if re.search(r"exited with [^;\n]*; restarting", launcher)
                       else "preemption" if result.exit_codes else "")
