@@ -7,11 +7,14 @@ batch 64, synthetic data), measured on this machine in one run:
 * ``toolkit/<strategy>``: ``toolkit.fit`` under default, one_device, mirrored
   (2 logical CPUs), multi_worker_mirrored (2 workers) and parameter_server
   (1 ps, 2 workers), with ``steps_per_execution`` 1 and 10 (under
-  parameter_server also 32, ``default``: left unset, as a user would, and
-  ``spe1/unpacked``, ``spe32/unpacked``: a ``TrainStep`` with
-  ``pack_transfers = False``, one transfer per variable instead of one per ps,
-  and ``spe1/between_graph``: ``fit(options=FitOptions(between_graph=True))``, each worker its own
-  graph-mode loop, one ``session.run`` per step);
+  parameter_server also 32, and ``default``: left unset, as a user would, with
+  Adam and, as ``default/rmsprop`` and ``default/adagrad``, RMSprop and
+  Adagrad; fit's default there is between-graph steps, each worker its own
+  graph-mode loop; ``coordinator/spe1``, ``coordinator/spe32``: the chief
+  scheduling closures instead, ``FitOptions(between_graph=False)``, and
+  ``coordinator/spe1/unpacked``, ``coordinator/spe32/unpacked``: the same
+  with a ``TrainStep`` with ``pack_transfers = False``, one transfer per
+  variable instead of one per ps);
 * ``tutorial_ps``: the TensorFlow tutorial's parameter-server loop, one step per
   ``ClusterCoordinator.schedule``;
 * ``bare_mwms``: a bare MultiWorkerMirrored custom loop (tutorial style, one
@@ -23,7 +26,8 @@ batch 64, synthetic data), measured on this machine in one run:
 * ``tf1_peer``: the hand-written TF1 between-graph script (``tf.compat.v1``
   graph mode, ``replica_device_setter``, ``MonitoredTrainingSession``, one
   ``session.run`` per step, 1 ps + 2 workers; ``--peer PATH``), global steps/s
-  after its 35 s warm-up.
+  after its 35 s warm-up, with its Adam, and (``tf1_peer/rmsprop``,
+  ``tf1_peer/adagrad``) a copy of it whose optimizer is TF1's RMSProp or Adagrad.
 
 Each measurement runs in fresh processes (clusters through ``toolkit.launcher``)
 and reports the best epoch after a warm-up epoch. Prints steps/s, examples/s,
@@ -82,6 +86,11 @@ def _dataset_fn():
     return make_dataset_fn(lambda: tf.data.Dataset.from_tensor_slices((x, y)), BATCH, seed=0)
 
 
+#: the optimizers compared with the peer: Keras' (for toolkit.fit) and TF1's (swapped into the peer), same rates
+_OPTIMIZERS = {"adam": ("Adam", "AdamOptimizer(1e-3)"), "rmsprop": ("RMSprop", "RMSPropOptimizer(1e-3)"),
+               "adagrad": ("Adagrad", "AdagradOptimizer(1e-3)")}
+
+
 def _keras_fit(args) -> float:
     import time as clock
 
@@ -115,13 +124,14 @@ def _toolkit(args) -> float:
         pack_transfers = False  # one transfer per variable, as before toolkit.training.packing
 
     options = StrategyOptions(logical_cpus=2) if args.strategy == "mirrored" else None
-    history = fit(_model, _dataset_fn(), loss="mse", optimizer=lambda: keras.optimizers.Adam(1e-3), epochs=EPOCHS,
+    optimizer = getattr(keras.optimizers, _OPTIMIZERS[args.optimizer][0])
+    history = fit(_model, _dataset_fn(), loss="mse", optimizer=lambda: optimizer(1e-3), epochs=EPOCHS,
                   steps_per_epoch=args.steps, steps_per_execution=args.spe, model_dir=args.model_dir, verbose=0,
                   strategy=args.strategy,
                   options=FitOptions(train_step=UnpackedStep if args.unpacked else None,
                                      logs=LogConfig(every=args.steps, summary_every=EPOCHS * args.steps),
                                      checkpoint=CheckpointConfig(every=EPOCHS * args.steps), export=False,
-                                     between_graph=args.between_graph, strategy=options))
+                                     between_graph=False if args.coordinator else None, strategy=options))
     if history.role != "chief":
         return -1.0
     return max(rate["steps_per_sec"] for rate in history.rates[1:])
@@ -246,7 +256,8 @@ def _child(argv) -> None:
     parser.add_argument("--strategy", default="auto")
     parser.add_argument("--model-dir", default=None)
     parser.add_argument("--unpacked", action="store_true")
-    parser.add_argument("--between-graph", action="store_true")
+    parser.add_argument("--coordinator", action="store_true")
+    parser.add_argument("--optimizer", choices=sorted(_OPTIMIZERS), default="adam")
     args = parser.parse_args(argv)
     rate = _CHILDREN[args.kind](args)
     if rate >= 0:
@@ -268,11 +279,14 @@ def _cases(steps: int) -> dict[str, tuple[list[str], str | None]]:
     cases["toolkit/parameter_server/spe32"] = (["toolkit", "--strategy", "parameter_server", "--spe", "32"],
                                                "parameter_server")
     cases["toolkit/parameter_server/default"] = (["toolkit", "--strategy", "parameter_server"], "parameter_server")
+    for optimizer in ("rmsprop", "adagrad"):
+        cases[f"toolkit/parameter_server/default/{optimizer}"] = (
+            ["toolkit", "--strategy", "parameter_server", "--optimizer", optimizer], "parameter_server")
     for spe in (1, 32):
-        cases[f"toolkit/parameter_server/spe{spe}/unpacked"] = (
-            ["toolkit", "--strategy", "parameter_server", "--spe", str(spe), "--unpacked"], "parameter_server")
-    cases["toolkit/parameter_server/spe1/between_graph"] = (
-        ["toolkit", "--strategy", "parameter_server", "--between-graph"], "parameter_server")
+        coordinator = ["toolkit", "--strategy", "parameter_server", "--spe", str(spe), "--coordinator"]
+        cases[f"toolkit/parameter_server/coordinator/spe{spe}"] = (coordinator, "parameter_server")
+        cases[f"toolkit/parameter_server/coordinator/spe{spe}/unpacked"] = ([*coordinator, "--unpacked"],
+                                                                           "parameter_server")
     cases["tutorial_ps"] = (["tutorial_ps"], "parameter_server")
     cases["bare_mwms"] = (["bare_mwms"], "multi_worker_mirrored")
     cases["local_mwms"] = (["local_mwms"], "multi_worker_mirrored")
@@ -310,11 +324,18 @@ def _peer_path(given: str | None) -> Path | None:
     return None
 
 
-def _measure_peer(path: Path | None, steps: int) -> float | None:
+def _measure_peer(path: Path | None, steps: int, optimizer: str, work: Path) -> float | None:
     if path is None or not path.exists():
         print(f"  tf1_peer: peer script {path or 'shared/peers/tf1_between_graph.py'} not found; skipped "
               "(pass --peer PATH)", file=sys.stderr)
         return None
+    if optimizer != "adam":  # the same script with TF1's optimizer of that kind
+        source = path.read_text(encoding="utf-8")
+        if _OPTIMIZERS["adam"][1] not in source:
+            print(f"  tf1_peer/{optimizer}: the peer does not build {_OPTIMIZERS['adam'][1]}; skipped", file=sys.stderr)
+            return None
+        path = work / f"tf1_peer_{optimizer}.py"
+        path.write_text(source.replace(_OPTIMIZERS["adam"][1], _OPTIMIZERS[optimizer][1]), encoding="utf-8")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     proc = subprocess.run([sys.executable, str(path), "--workers", "2", "--steps", str(steps)], capture_output=True,
                           text=True, timeout=1200, check=False, env=env)
@@ -326,10 +347,11 @@ def _measure_peer(path: Path | None, steps: int) -> float | None:
 
 
 def _best_ps(rates: dict[str, float | None], *, coordinator_only: bool = False) -> str | None:
-    """The fastest ``toolkit.fit`` PS case; ``coordinator_only``: among the ``steps_per_execution`` settings."""
+    """The fastest ``toolkit.fit`` PS case with Adam; ``coordinator_only``: among the coordinator's."""
     measured = {name: rate for name, rate in rates.items()
-                if name.startswith("toolkit/parameter_server/") and not name.endswith("unpacked") and rate
-                and not (coordinator_only and name.endswith("between_graph"))}
+                if name.startswith("toolkit/parameter_server/") and rate
+                and not name.endswith(("unpacked", "rmsprop", "adagrad"))
+                and (not coordinator_only or "/coordinator/" in name)}
     return max(measured, key=lambda name: measured[name]) if measured else None
 
 
@@ -337,22 +359,24 @@ def _targets(rates: dict[str, float | None]) -> list[tuple[str, str | None, str 
     """(label, numerator case, denominator case, target ratio or None to report only)."""
     best, best_spe = _best_ps(rates), _best_ps(rates, coordinator_only=True)
     return [
-        ("toolkit PS between_graph (1 step per session.run) / TF1 between-graph peer",
-         "toolkit/parameter_server/spe1/between_graph", "tf1_peer", 1.0),
-        ("toolkit PS spe1 through the coordinator / TF1 between-graph peer", "toolkit/parameter_server/spe1",
-         "tf1_peer", None),
-        ("toolkit PS between_graph / the coordinator at spe1", "toolkit/parameter_server/spe1/between_graph",
-         "toolkit/parameter_server/spe1", None),
-        (f"toolkit PS best ({best or 'n/a'}) / keras fit", best, "keras_fit", 0.5),
-        (f"toolkit PS default / best steps_per_execution ({best_spe or 'n/a'})", "toolkit/parameter_server/default",
-         best_spe, 0.9),
-        ("toolkit PS default / between_graph (opt-in)", "toolkit/parameter_server/default",
-         "toolkit/parameter_server/spe1/between_graph", None),
-        ("toolkit PS spe32 / tutorial PS (1 step per schedule)", "toolkit/parameter_server/spe32", "tutorial_ps", 4.0),
-        ("toolkit PS spe1 / the same without packed transfers", "toolkit/parameter_server/spe1",
-         "toolkit/parameter_server/spe1/unpacked", None),
-        ("toolkit PS spe32 / the same without packed transfers", "toolkit/parameter_server/spe32",
-         "toolkit/parameter_server/spe32/unpacked", None),
+        ("toolkit PS default (Adam) / TF1 between-graph peer", "toolkit/parameter_server/default", "tf1_peer", 1.0),
+        ("toolkit PS default, RMSprop / TF1 peer, RMSProp", "toolkit/parameter_server/default/rmsprop",
+         "tf1_peer/rmsprop", 1.0),
+        ("toolkit PS default, Adagrad / TF1 peer, Adagrad", "toolkit/parameter_server/default/adagrad",
+         "tf1_peer/adagrad", 1.0),
+        ("toolkit PS spe1 (between-graph) / TF1 between-graph peer", "toolkit/parameter_server/spe1", "tf1_peer",
+         1.0),
+        ("toolkit PS spe1 through the coordinator / TF1 between-graph peer",
+         "toolkit/parameter_server/coordinator/spe1", "tf1_peer", None),
+        (f"toolkit PS best ({best or 'n/a'}) / keras fit", best, "keras_fit", 0.6),
+        ("toolkit PS default / the coordinator's best", "toolkit/parameter_server/default", best_spe, None),
+        ("toolkit PS coordinator spe32 / tutorial PS (1 step per schedule)",
+         "toolkit/parameter_server/coordinator/spe32", "tutorial_ps", 4.0),
+        ("toolkit PS coordinator spe1 / the same without packed transfers",
+         "toolkit/parameter_server/coordinator/spe1", "toolkit/parameter_server/coordinator/spe1/unpacked", None),
+        ("toolkit PS coordinator spe32 / the same without packed transfers",
+         "toolkit/parameter_server/coordinator/spe32", "toolkit/parameter_server/coordinator/spe32/unpacked",
+         None),
         ("toolkit MWMS spe1 / bare MWMS loop", "toolkit/multi_worker_mirrored/spe1", "bare_mwms", 1.0),
         ("toolkit MWMS spe10 / bare MWMS loop", "toolkit/multi_worker_mirrored/spe10", "bare_mwms", None),
         ("toolkit default spe1 / keras fit", "toolkit/default/spe1", "keras_fit", None),
@@ -390,14 +414,15 @@ def main() -> None:
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
           f"{os.cpu_count()} cores, load average {_load()} (1/5/15 min)", flush=True)
     rates: dict[str, float | None] = {}
-    cases: dict[str, Any] = {**_cases(args.steps), "tf1_peer": None}
+    cases: dict[str, Any] = {**_cases(args.steps), **{f"tf1_peer{'' if name == 'adam' else '/' + name}": name
+                                                      for name in _OPTIMIZERS}}
     with tempfile.TemporaryDirectory(prefix="bench-training-") as tmp:
         for name, case in cases.items():
             if args.only and name not in args.only:
                 continue
             started = time.perf_counter()
-            if case is None:
-                rates[name] = _measure_peer(_peer_path(args.peer), args.peer_steps)
+            if isinstance(case, str):
+                rates[name] = _measure_peer(_peer_path(args.peer), args.peer_steps, case, Path(tmp))
             else:
                 rates[name] = _measure(name, case[0], case[1], args.steps, Path(tmp))
             shown = f"{rates[name]:8.1f} steps/s {rates[name] * BATCH:10.0f} examples/s" if rates[name] else "  failed"

@@ -22,8 +22,9 @@ Every task runs this file as a script (``python test_training_cluster.py
    equals the evaluator's one-process evaluation of the final checkpoint.
 5. Between-graph steps (``between_graph=True``), 1 ps and 1 worker: the worker
    runs its own graph-mode loop on the chief's variables, and the losses,
-   validation and weights equal one process's (Adam as fused ops).
-6. Between-graph steps, 2 ps and 2 workers, SGD with momentum on a schedule and
+   validation and weights equal one process's (Keras' Adam on the ps).
+6. fit's default runner under parameter servers (between-graph steps), 2 ps and
+   2 workers, 4 steps per execution, SGD with momentum on a schedule and
    dropout: the workers' steps add up to exactly the steps the chief released,
    every checkpoint lands on its step, loss falls, the workers validate, and
    every task exits 0.
@@ -60,6 +61,7 @@ def _parse(argv):
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--eager-validation", action="store_true")
     parser.add_argument("--between-graph", action="store_true")
+    parser.add_argument("--default-runner", action="store_true")  # FitOptions.between_graph=None: fit's default
     parser.add_argument("--momentum", type=float, default=0.0)
     return parser.parse_args(argv)
 
@@ -116,7 +118,7 @@ def _task_main(argv) -> None:
                   optimizer=optimizer, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                   steps_per_execution=args.steps_per_execution or None, validation_fn=validation_fn,
                   model_dir=args.model_dir, callbacks=[CrashOnce()] if args.crash_at_step else [], verbose=1,
-                  options=FitOptions(between_graph=args.between_graph,
+                  options=FitOptions(between_graph=None if args.default_runner else args.between_graph,
                                      checkpoint=CheckpointConfig(every=args.checkpoint_every), export=False,
                                      validation=ValidationConfig(evaluator_timeout=120)))
     out = Path(args.out)
@@ -284,12 +286,13 @@ def test_between_graph_steps_with_one_worker_equal_one_process(tmp_path, no_orph
 def test_between_graph_steps_with_two_workers_and_two_ps_are_exact(tmp_path, no_orphans):
     import tensorflow as tf
 
-    result = _launch(tmp_path, "bg2", ["--between-graph", "--steps-per-execution", "0", "--schedule",
+    result = _launch(tmp_path, "bg2", ["--default-runner", "--steps-per-execution", "4", "--schedule",
                                        "--momentum", "0.9", "--dropout", "0.2", "--steps-per-epoch", "20",
                                        "--checkpoint-every", "10", "--epochs", "3"], workers=2, ps=2)
     assert result.ok, result.message
     for task in result.tasks:
         assert (task.exit_code, task.stopped) == (0, False), (task.name, _log(result, task.name)[-2000:])
+    assert "up to 4 steps per token" in _log(result, "chief-0")  # the default chose between-graph steps
     # the workers raced for the tokens, and together ran exactly the steps the chief released
     done = [_steps_done(_log(result, f"worker-{i}")) for i in range(2)]
     assert sum(done) == 60 and min(done) > 0, done
@@ -303,7 +306,7 @@ def test_between_graph_steps_with_two_workers_and_two_ps_are_exact(tmp_path, no_
     for step in (40, 50, 60):  # each checkpoint on its step: the chief waited for exactly its tokens
         path = os.path.join(model_dir, f"ckpt-{step}")
         assert tf.train.load_variable(path, "global_step/.ATTRIBUTES/VARIABLE_VALUE") == step
-    # the fused update kept Keras' own optimizer state: its iteration count, and SGD's momentum slots
+    # the update kept Keras' own optimizer state: its iteration count, and SGD's momentum slots
     final = os.path.join(model_dir, "ckpt-60")
     assert tf.train.load_variable(final, "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 60
     assert np.abs(tf.train.load_variable(final, "optimizer/_variables/1/.ATTRIBUTES/VARIABLE_VALUE")).max() > 0

@@ -66,6 +66,18 @@ def test_the_chiefs_variables_are_named_resources_another_handle_opens():
         named.name_of(tf.Variable(1.0))
 
 
+def test_between_graph_steps_are_a_registered_runner_and_fits_default_under_parameter_servers():
+    from toolkit.training.between_graph import BetweenGraphRunner
+    from toolkit.training.runners import RUNNERS, make_runner
+
+    assert RUNNERS["between_graph"] is BetweenGraphRunner
+    assert FitOptions().between_graph is None  # None: between-graph steps wherever they can run
+    state = build_state(tf.distribute.get_strategy(), lambda: models.digits_mlp(seed=0), "adam")
+    with pytest.raises(TrainingError, match="No runner for strategy kind 'nonsense'; known kinds: .*between_graph"):
+        make_runner(tf.distribute.get_strategy(), TrainStep(state, make_forward(LOSS), {}), state.global_step,
+                    kind="nonsense")
+
+
 def test_fit_checks_between_graph_before_anything_starts(tmp_path):
     train = data.load("digits")
     common = dict(loss=LOSS, epochs=1, steps_per_epoch=2, model_dir=str(tmp_path), verbose=0)
@@ -74,32 +86,38 @@ def test_fit_checks_between_graph_before_anything_starts(tmp_path):
     assert info.value.field == "FitOptions.between_graph"
 
 
-def test_a_stopping_task_closes_the_token_queue_so_a_waiting_loop_ends():
-    """A worker waiting for a token (its chief gone) must not keep the task from exiting."""
+def test_a_stopping_task_ends_its_waiting_loop_and_leaves_the_token_queue_to_the_others():
+    """A worker waiting for a token (preempted, or its chief gone) must not keep the task from exiting, nor close
+    the queue the other workers and the chief share."""
     import threading
     import time
 
-    from toolkit.training.between_graph_worker import _close_on_stop
+    from toolkit.training import between_graph_worker
 
+    server = tf.distribute.Server.create_local_server()
     graph = tf.Graph()
     with graph.as_default():
-        queue = tf.queue.FIFOQueue(10, [tf.int64], shapes=[[]])
-        token, close = queue.dequeue(), queue.close(cancel_pending_enqueues=True)
+        queue = tf.queue.FIFOQueue(10, [tf.int64], shapes=[[]], shared_name="tfdist_test_stopping")
+        token, release = queue.dequeue(), queue.enqueue(tf.constant(3, tf.int64))
     stop, done, outcome = threading.Event(), threading.Event(), []
-    with tf.compat.v1.Session(graph=graph) as session:
-        def loop():
-            try:
-                session.run(token)
-            except tf.errors.OutOfRangeError:
-                outcome.append("closed")
+    session = tf.compat.v1.Session(server.target, graph=graph)
 
-        waiting = threading.Thread(target=loop, daemon=True)
-        waiting.start()
-        watcher = threading.Thread(target=_close_on_stop, args=(session, close, stop, done), daemon=True)
-        watcher.start()
-        time.sleep(0.3)
-        assert waiting.is_alive() and not outcome  # blocked in the dequeue
-        stop.set()
-        waiting.join(timeout=10)
-        watcher.join(timeout=10)
-    assert outcome == ["closed"] and not watcher.is_alive()
+    def loop():
+        try:
+            session.run(token)
+        except tf.errors.CancelledError:
+            outcome.append("cancelled")
+
+    waiting = threading.Thread(target=loop, daemon=True)
+    waiting.start()
+    watcher = threading.Thread(target=between_graph_worker._close_on_stop, args=(session, stop, done), daemon=True)
+    watcher.start()
+    time.sleep(0.3)
+    assert waiting.is_alive() and not outcome  # blocked in the dequeue
+    stop.set()
+    waiting.join(timeout=10)
+    watcher.join(timeout=10)
+    assert outcome == ["cancelled"] and not watcher.is_alive()
+    with tf.compat.v1.Session(server.target, graph=graph) as other:  # another worker still gets the next token
+        other.run(release)
+        assert other.run(token) == 3

@@ -54,14 +54,13 @@ __all__ = ["MANIFEST", "QUEUE_CAPACITY", "WORKER_FLAG", "BetweenGraphRunner", "N
            "runner_for", "unsupported", "workers_stepping"]
 
 logger = logging.getLogger(__name__)
-v1 = tf.compat.v1
 
 #: the shared name of the manifest variable (a JSON string on the first ps)
 MANIFEST = "tfdist_between_graph_manifest"
 #: the shared name of a flag on each worker's own device: this worker runs fit's between-graph work
 WORKER_FLAG = "tfdist_between_graph_worker"
 #: how long the chief waits for every worker's flag before it coordinates the steps itself
-_FLAG_WAIT_SECS = 10.0
+_FLAG_WAIT_SECS = 5.0
 QUEUE_CAPACITY = 2**31 - 1
 _MIN_POLL_SECS, _MAX_POLL_SECS = 0.001, 0.05
 #: a wait that sees no step for this long, and at least _STALL_GAPS times the longest pause between steps so far,
@@ -294,10 +293,10 @@ class BetweenGraphRunner(Runner):
         """A ``TrainingError`` if no worker has built its step loop (so none ever will take a token)."""
         if int(self._ready.numpy()) == 0:
             raise TrainingError(
-                f"between_graph=True, but after {_STALL_SECS:.0f} s no worker has started its own step loop, so no "
-                "step can run. Every worker must call fit(..., options=FitOptions(between_graph=True)) itself: a "
-                "script that serves its workers with run_role() (or strategies.serve) before fit leaves them only "
-                "serving. Call fit in every task, or drop FitOptions.between_graph.", field="between_graph")
+                f"between-graph steps: after {_STALL_SECS:.0f} s no worker has started its own step loop, so no "
+                "step can run. Every worker must call fit itself: a script that serves its workers with "
+                "run_role() (or strategies.serve) before fit leaves them only serving. Call fit in every task, or "
+                "pass FitOptions(between_graph=False) to have the chief coordinate.", field="between_graph")
 
     def close(self) -> None:
         """Ends every worker's loop: a closed, empty queue fails their next dequeue."""

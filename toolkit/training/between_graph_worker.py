@@ -8,7 +8,7 @@ own update) ``steps_per_execution`` times in a row. Graph mode does not order op
 resource by itself, so the steps are built under TensorFlow's automatic control dependencies,
 as ``tf.function`` would build them. Each optimizer update runs on its variable's ps, the
 tensors each pair of tasks exchanges travel packed, and one ``session.run`` runs one token's
-steps until the chief closes the queue.
+steps until the chief closes the queue (or this task stops).
 """
 from __future__ import annotations
 
@@ -38,14 +38,14 @@ __all__ = ["build_worker_step", "run_worker", "worker_loop"]
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
 
+#: how long a stopping worker's loop may take to finish its step before its wait for a token is cancelled
+_FINISH_SECS = 2.0
+
 
 def _not_unused_asserts(record: logging.LogRecord) -> bool:
     """TensorFlow reports the asserts of ``tf.nn.compute_average_loss`` in a graph as never used; they run."""
     message = record.getMessage()
     return not ("Object was never used" in message and "/Assert" in message)
-
-
-logging.getLogger("tensorflow").addFilter(_not_unused_asserts)
 
 
 def worker_loop(model_fn: Callable[[], keras.Model], dataset_fn: DatasetFn, *, forward: Forward,
@@ -157,10 +157,9 @@ def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, 
 def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], keras.Model],
                       dataset_fn: DatasetFn, forward: Forward, metrics: Mapping[str, ResolvedMetric],
                       global_batch_size: int | None, num_workers: int, index: int,
-                      worker_device: str) -> tuple[list[tf.Operation], tf.Tensor, tf.Operation, tf.Operation,
-                                                   tf.Operation]:
-    """In the current graph: (the execution's ops, its token, the iterator's initializer, the queue's close,
-    the count of ready workers' increment)."""
+                      worker_device: str) -> tuple[list[tf.Operation], tf.Tensor, tf.Operation, tf.Operation]:
+    """In the current graph: (the execution's ops, its token, the iterator's initializer, the count of ready
+    workers' increment)."""
     queue = manifest["queue"]
     with v1.device(queue["device"]):
         tokens = tf.queue.FIFOQueue(QUEUE_CAPACITY, [tf.int64], shapes=[[]], shared_name=queue["name"],
@@ -191,7 +190,7 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
                      done_device=manifest["global_step"]["device"])
     with v1.device(manifest["ready"]["device"]):
         ready = _add(_open(manifest["ready"]), 1)
-    return ops, token, iterator.initializer, tokens.close(cancel_pending_enqueues=True), ready
+    return ops, token, iterator.initializer, ready
 
 
 def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Event, **step_args: Any) -> int:
@@ -203,9 +202,10 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
         if manifest is not None:
             logger.info("worker-%d: the chief coordinates the steps; this worker serves them", index)
         return 0
+    logging.getLogger("tensorflow").addFilter(_not_unused_asserts)
     graph = tf.Graph()
     with graph.as_default():
-        train, token, initializer, close, ready = build_worker_step(
+        train, token, initializer, ready = build_worker_step(
             manifest, num_workers=num_workers, index=index, worker_device=worker_device, **step_args)
     saved = pack_transfers(graph, [*train, token])
     logger.info("worker-%d: %d fewer transfers per step (packed per pair of tasks)", index, saved)
@@ -215,15 +215,17 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
         session.run(ready)
         run_steps = session.make_callable([token, *train])
         done = threading.Event()
-        watcher = threading.Thread(target=_close_on_stop, args=(session, close, stop, done), daemon=True,
+        watcher = threading.Thread(target=_close_on_stop, args=(session, stop, done), daemon=True,
                                    name=f"worker-{index} stop watcher")
         watcher.start()
         logger.info("worker-%d: between-graph steps ready (%d variables on the ps)", index, len(manifest["model"]))
         try:
-            while True:
+            while not stop.is_set():
                 steps += int(run_steps()[0])
-        except tf.errors.OutOfRangeError:  # the queue was closed: training is over, or this task is stopping
+        except tf.errors.OutOfRangeError:  # the chief closed the queue: training is over
             pass
+        except tf.errors.CancelledError:  # this task is stopping: its wait for a token was cancelled
+            logger.info("worker-%d: stopped while waiting for a step token", index)
         finally:
             done.set()
             watcher.join()
@@ -231,14 +233,14 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
     return steps
 
 
-def _close_on_stop(session: tf.compat.v1.Session, close: tf.Operation, stop: threading.Event,
-                   done: threading.Event) -> None:
-    """Closes the token queue if the task stops (e.g. its chief is gone) while its loop waits for a token."""
+def _close_on_stop(session: tf.compat.v1.Session, stop: threading.Event, done: threading.Event) -> None:
+    """Ends the loop of a task that stops (preempted, or its chief gone) without touching the shared queue.
+
+    The loop ends by itself after its current step while tokens flow; a loop still waiting for a token
+    after ``_FINISH_SECS`` has its session closed, which cancels the wait and leaves the token to the others.
+    """
     while not done.is_set():
         if stop.wait(0.5):
-            if not done.is_set():
-                try:
-                    session.run(close)
-                except tf.errors.OpError as exc:  # the ps may be gone as well; the loop's run fails then too
-                    logger.debug("closing the token queue failed: %s", exc)
+            if not done.wait(_FINISH_SECS):
+                session.close()
             return

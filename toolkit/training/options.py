@@ -209,9 +209,10 @@ class FitOptions:
         between_graph: under parameter servers, each worker runs its own
             graph-mode step loop on the ps variables (TF1's between-graph
             replication) instead of the chief scheduling closures
-            (``toolkit.training.between_graph``). None: when every worker runs
-            ``fit`` and the step is the default ``TrainStep`` without ``sync``;
-            True: always (else an error); False (the default): never.
+            (``toolkit.training.between_graph``). None (the default): when every
+            worker runs ``fit`` and the step is the default ``TrainStep`` without
+            ``sync``; True: always (else an error); False: never (the chief
+            coordinates).
         export: write ``model.keras`` and a SavedModel to ``model_dir/export``.
         strategy: a ``strategies.StrategyOptions`` for ``make_strategy`` (None: its defaults).
         serve: a ``strategies.ServeOptions`` for the parameter-server ps and
@@ -227,7 +228,7 @@ class FitOptions:
     global_batch_size: int | None = None
     forward: Callable[..., Any] | None = None
     train_step: Callable[..., Any] | None = None
-    between_graph: bool | None = False
+    between_graph: bool | None = None
     export: bool = True
     strategy: StrategyOptions | None = None
     serve: ServeOptions | None = None
