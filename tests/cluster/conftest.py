@@ -5,10 +5,10 @@ after themselves whatever happens, so every process started here runs in its
 own process group and is killed (group and all) when the test ends.
 
 ``forked_hand_cluster`` starts the same tasks by hand, but forks each from one
-process that imported TensorFlow once (the launcher's preload process,
+process that imported TensorFlow once per session (the launcher's preload process,
 ``toolkit.launcher._preload``): a task still runs ``python SCRIPT ARGS`` with its
-own TF_CONFIG, session and exit code, and the cluster pays for one TensorFlow
-import instead of one per task. ``hand_cluster`` keeps fresh interpreters.
+own TF_CONFIG, session and exit code, without a TensorFlow import of its own.
+``hand_cluster`` keeps fresh interpreters.
 """
 from __future__ import annotations
 
@@ -38,11 +38,12 @@ class _ForkedProc:
     def __init__(self, task, log_path: Path) -> None:
         self._task = task
         self.pid = task.pid
-        self._pump = threading.Thread(target=self._copy, args=(log_path,), daemon=True)
+        log = open(log_path, "wb", buffering=0)  # noqa: SIM115 - there from the start; the pump closes it
+        self._pump = threading.Thread(target=self._copy, args=(log,), daemon=True)
         self._pump.start()
 
-    def _copy(self, log_path: Path) -> None:
-        with self._task.stdout as pipe, open(log_path, "wb", buffering=0) as log:
+    def _copy(self, log) -> None:
+        with self._task.stdout as pipe, log:
             while chunk := pipe.read1(65536):
                 log.write(chunk)
 
@@ -65,14 +66,13 @@ class _ForkedProc:
 class HandCluster:
     """Tasks started one by one, as a user would in separate terminals (no launcher).
 
-    With ``preload`` (module names), the first ``start`` starts one process that imports
-    them, and every task is forked from it rather than started as a fresh interpreter.
+    With a ``preloader`` (``toolkit.launcher._preload.Preloader``), every task is forked
+    from that process rather than started as a fresh interpreter.
     """
 
-    def __init__(self, log_dir: Path, preload: tuple[str, ...] = ()) -> None:
+    def __init__(self, log_dir: Path, preloader=None) -> None:
         self.log_dir = log_dir
-        self.preload = preload
-        self._preloader = None
+        self.preloader = preloader
         self.procs: dict[str, subprocess.Popen | _ForkedProc] = {}
         self.ended: dict[str, tuple[int, float]] = {}  # name -> (exit code, monotonic end time)
 
@@ -80,18 +80,12 @@ class HandCluster:
         """Runs ``python CMD`` as task ``name``, with ``tf_config_json`` exported as TF_CONFIG if given."""
         env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
-        if self.preload:
-            from toolkit.launcher._preload import Preloader
-
-            if self._preloader is None:  # the environment of the first task, less its TF_CONFIG
-                self._preloader = Preloader(self.preload, env=env, cwd=None, log_path=self.log_dir / "preload.log")
-            if tf_config_json is not None:
-                env["TF_CONFIG"] = tf_config_json
-            task = self._preloader.spawn(cmd, env, None, name=name)
-            self.procs[name] = _ForkedProc(task, self.log_dir / f"{name}.log")
-            return
         if tf_config_json is not None:
             env["TF_CONFIG"] = tf_config_json
+        if self.preloader is not None:
+            task = self.preloader.spawn(cmd, env, None, name=name)
+            self.procs[name] = _ForkedProc(task, self.log_dir / f"{name}.log")
+            return
         with open(self.log_dir / f"{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen([sys.executable, *cmd], env=env, stdout=log,
                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -118,9 +112,6 @@ class HandCluster:
                 continue
         for proc in self.procs.values():
             proc.wait(timeout=30)
-        if self._preloader is not None:
-            self._preloader.close()
-            self._preloader = None
 
 
 @pytest.fixture
@@ -131,13 +122,45 @@ def hand_cluster(tmp_path):
     cluster.kill_all()
 
 
-@pytest.fixture
-def forked_hand_cluster(no_orphans, tmp_path):
-    """Tasks started by hand, each forked from one process that imported TensorFlow and Keras.
+class _SharedPreloader:
+    """One preload process per test session (per xdist worker); started again if it died."""
 
-    The preload process lives until the test ends: ``no_orphans`` is set up first so that it
-    checks for leftovers after that process is gone.
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.preloader = None
+
+    def get(self):
+        from toolkit.launcher._preload import Preloader
+
+        if self.preloader is None or not self.preloader.alive:
+            # what quiet_tf gives launched tasks: the log level acts when TensorFlow is imported, here
+            env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
+            env.update(PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+            self.preloader = Preloader(("tensorflow", "keras"), env=env, cwd=None,
+                                       log_path=self.log_dir / "preload.log")
+        return self.preloader
+
+    def close(self) -> None:
+        if self.preloader is not None:
+            self.preloader.close()
+
+
+@pytest.fixture(scope="session")
+def _shared_preloader(tmp_path_factory):
+    shared = _SharedPreloader(tmp_path_factory.mktemp("preload"))
+    shared.get()  # now, before the first test's no_orphans takes its list of processes
+    yield shared
+    shared.close()
+
+
+@pytest.fixture
+def forked_hand_cluster(_shared_preloader, no_orphans, tmp_path):
+    """Tasks started by hand, each forked from a process that imported TensorFlow and Keras once.
+
+    That process serves the whole session (started before ``no_orphans`` looks, so it is no
+    leftover); its tasks must end with their test like any other. TensorFlow's C++ log level
+    is 2 in them (as ``quiet_tf`` sets it), since it was read at that import.
     """
-    cluster = HandCluster(tmp_path, preload=("tensorflow", "keras"))
+    cluster = HandCluster(tmp_path, preloader=_shared_preloader.get())
     yield cluster
     cluster.kill_all()

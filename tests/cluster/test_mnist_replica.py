@@ -22,7 +22,7 @@ _DONE = re.compile(r"worker (\d): training done \(([^)]*)\): local_steps=(\d+) g
 
 @pytest.fixture
 def hand_cluster(forked_hand_cluster):
-    """Here every task is forked from one process that imported TensorFlow (tests/cluster/conftest.py)."""
+    """Here every task is forked from a process that imported TensorFlow (tests/cluster/conftest.py)."""
     return forked_hand_cluster
 
 
@@ -145,7 +145,7 @@ def test_preempted_worker_0_checkpoints_at_the_step_reached_and_a_new_run_finish
         logs["worker-0"]
     # a new run on new ports resumes from that checkpoint and finishes
     (tmp_path / "rerun").mkdir()
-    rerun = type(hand_cluster)(tmp_path / "rerun", preload=hand_cluster.preload)
+    rerun = type(hand_cluster)(tmp_path / "rerun", preloader=hand_cluster.preloader)
     try:
         codes, logs = _run(rerun, ps=1, workers=1, extra=["--train_steps=300", f"--checkpoint_dir={ckpt}"])
     finally:
