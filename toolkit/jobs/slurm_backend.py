@@ -5,8 +5,12 @@ in the same store and a detached supervisor on this machine (the submit host)
 keeps it current, so ``describe``, ``list``, ``stream-logs`` and ``cancel``
 work as for the others. The supervisor submits the job and watches it
 (``toolkit.launcher.slurm.launch_slurm``): Slurm's state from ``squeue`` and
-``scontrol``, each task's node and exit code in ``details["nodes"]`` and the
-task rows; ``cancel`` ends in ``scancel``. Each task's TF_CONFIG comes from
+``scontrol``, each task's node, state, exit code and restarts (after failures
+and after preemptions apart) in ``details["nodes"]`` and the task rows, and
+each Slurm job's own record (``scontrol``'s state, exit code, reason, times)
+in ``details["slurm"]["jobs"]``: the accounting ``sacct`` would give, without
+slurmdbd. ``cancel`` ends in ``scancel``; a preempted job is submitted again
+on the preemption budget. Each task's TF_CONFIG comes from
 Slurm's variables (``tf_config.from_env``).
 
 Machine types become Slurm resources through one table (``slurm_resources``);

@@ -368,7 +368,8 @@ def _result(spec: LaunchSpec, job_dir: Path, job_id: str, names: list[str], watc
     if chief.exit_code is None:
         tail = _tail(job_dir / "slurm" / "batch.log")
         return LaunchResult(1, Reason.FAILED, f"{where}: {chief.name} never reported an exit code\n{tail}",
-                            tuple(tasks), duration, job_dir, 0)
+                            tuple(tasks), duration, job_dir, resubmits, preemptions=counts["preemptions"],
+                            failures=alone[1] + 1)
     code = chief.exit_code if chief.exit_code >= 0 else 128 - chief.exit_code
     preemptions = resubmits + alone[0] + int(is_preemption(chief.exit_code))
     if code == 0:
@@ -377,8 +378,9 @@ def _result(spec: LaunchSpec, job_dir: Path, job_id: str, names: list[str], watc
     if is_preemption(chief.exit_code):
         return LaunchResult(EXIT_PREEMPTED, Reason.PREEMPTED,
                             f"{where}: {chief.name} was preempted (exit {code}) and the job ends as preempted "
-                            f"after {preemptions} preemption(s) (max_preemptions={spec.max_preemptions}, "
-                            f"restartable={spec.restartable})", tuple(tasks), duration, job_dir, resubmits,
+                            f"after {preemptions} preemption(s) (max_preemptions={spec.max_preemptions}; "
+                            "a job is submitted again only if it resumes from its checkpoint)", tuple(tasks),
+                            duration, job_dir, resubmits,
                             preemptions=preemptions, failures=alone[1])
     return LaunchResult(code, Reason.FAILED, f"{where}: {chief.name} exited with {code}\n{_tail(chief.log_path)}",
                         tuple(tasks), duration, job_dir, resubmits, preemptions=preemptions, failures=alone[1] + 1)
