@@ -101,6 +101,16 @@ def test_describe_shows_each_ray_task_node():
     assert "NODE" in text and "abcdef012345" in text and "10.0.0.2:4000" in text
 
 
+def test_describe_tells_why_a_slurm_task_was_killed_with_its_job():
+    why = "killed with Slurm job 7, which ended TIMEOUT (TimeLimit)"
+    record = JobRecord(name="j", backend="slurm", state="FAILED", spec={}, created_at=0.0,
+                       tasks=(TaskRecord(name="ps-0", state="FAILED"), TaskRecord(name="chief-0", state="SUCCEEDED")),
+                       details={"nodes": {"ps-0": {"node_id": "node1", "state": "KILLED", "reason": why},
+                                          "chief-0": {"node_id": "node2", "state": "SUCCEEDED"}}})
+    text = format_record(record)
+    assert f"  ps-0: {why}" in text and "chief-0: " not in text
+
+
 def test_an_actor_lost_with_a_node_drained_for_preemption_is_a_preemption_not_a_failure():
     """Ray's own death record (the error Ray raises for the actor) decides: a node drained for preemption makes the
     task preempted (143, restarted on max_preemptions); any other death is a failure (-9, on max_restarts)."""

@@ -39,6 +39,8 @@ def format_record(record: JobRecord) -> str:
                                (nodes.get(t.name) or {}).get("address"), t.restarts, t.exit_code)
                               for t in record.tasks))
         lines += ["tasks:"] + [f"  {line}" for line in table.splitlines()]
+        lines += [f"  {t.name}: {why}" for t in record.tasks  # e.g. killed with its Slurm job, and why
+                  if (why := t.reason or (nodes.get(t.name) or {}).get("reason"))]
     elif record.tasks:
         table = format_table(("TASK", "STATE", "PID", "RESTARTS", "EXIT_CODE"),
                              ((t.name, t.state, t.pid, t.restarts, t.exit_code) for t in record.tasks))
