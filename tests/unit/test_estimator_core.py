@@ -131,3 +131,19 @@ def test_an_evaluator_index_above_zero_is_kept_by_run_config_and_refused_by_trai
         train_and_evaluate(est, *spec)
     assert info.value.field == "task.index" and "is 3 for the evaluator" in str(info.value)
     assert not any(tmp_path.iterdir())   # refused before anything was written
+
+
+def test_predict_warns_as_tf_when_input_fn_would_yield_forever(tmp_path, monkeypatch):
+    warned = []
+    monkeypatch.setattr(tf1.logging, "warning", lambda message, *args: warned.append(message % args))
+
+    def model_fn(features, labels, mode):
+        return EstimatorSpec(mode, predictions={"y": features["x"] * 2.0})
+
+    est = EstimatorV2(model_fn, model_dir=str(tmp_path))
+    assert next(est.predict(lambda: {"x": tf.constant([[1.0]])}))["y"].tolist() == [2.0]
+    assert any("Input graph does not use tf.data.Dataset or contain a QueueRunner" in m for m in warned), warned
+    warned.clear()
+    dataset = lambda: tf.data.Dataset.from_tensors({"x": [[3.0]]})  # noqa: E731
+    assert [p["y"].tolist() for p in est.predict(dataset)] == [[6.0]]   # ends with the data
+    assert not any("QueueRunner" in m for m in warned), warned

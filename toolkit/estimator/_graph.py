@@ -28,6 +28,13 @@ def _is_tensor_like(value: Any) -> bool:
     return isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor, tf.Variable))
 
 
+def _reads_a_dataset_or_queue(result: Any) -> bool:
+    """TF's test: a top-level tensor comes from an iterator (a Dataset), or the graph has queue runners."""
+    tensors = [t for t in tf.nest.flatten(result) if isinstance(t, tf.Tensor)]
+    return any(t.op.type == "IteratorGetNext" for t in tensors) or bool(
+        v1.get_collection(v1.GraphKeys.QUEUE_RUNNERS))
+
+
 def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
                   input_context: Any = None) -> tuple[Any, Any]:
     """``(features, labels or None)`` from ``input_fn``'s Dataset, tensors or plain values."""
@@ -43,6 +50,11 @@ def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, confi
     result = input_fn(**kwargs)
     if isinstance(result, tf.data.Dataset):
         result = v1.data.make_one_shot_iterator(result).get_next()
+    elif mode == "infer" and not _reads_a_dataset_or_queue(result):
+        # on TF's own logger, in TF's words, as tf.estimator warned (code that watched for it still sees it)
+        v1.logging.warning("Input graph does not use tf.data.Dataset or contain a QueueRunner. That means predict "
+                           "yields forever. This is probably a mistake. Return a tf.data.Dataset from input_fn so "
+                           "that predict() ends with the data.")
     if isinstance(result, (tuple, list)) and len(result) == 2:
         features, labels = result
     elif isinstance(result, (tuple, list)):
