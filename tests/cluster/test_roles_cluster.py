@@ -1,8 +1,10 @@
 """Tasks started by hand (no launcher) end by themselves when the chief ends.
 
 Each task is started like a user would in its own terminal: the same script
-with its own TF_CONFIG. The ps and workers only run ``strategies.run_role``;
-nothing but the chief's goodbye, or the chief's port going away, stops them.
+with its own TF_CONFIG, no launcher watching it (each is forked from one process
+that imported TensorFlow, so the tests pay for one import, not one per task).
+The ps and workers only run ``strategies.run_role``; nothing but the chief's
+goodbye, or the chief's port going away, stops them.
 """
 from __future__ import annotations
 
@@ -20,6 +22,12 @@ pytestmark = pytest.mark.cluster
 _TIMEOUT = 240
 
 
+@pytest.fixture
+def hand_cluster(forked_hand_cluster):
+    """Each task forked from a process that imported TensorFlow (tests/cluster/conftest.py), not launched."""
+    return forked_hand_cluster
+
+
 def _start(hand_cluster, chief_args):
     configs = generate(chief=1, workers=2, ps=1)
     for cfg in configs:
@@ -29,9 +37,7 @@ def _start(hand_cluster, chief_args):
 
 
 @pytest.mark.parametrize("fail, code", [(False, 0), (True, 1)])
-def test_servers_exit_with_the_chiefs_outcome(forked_hand_cluster, quiet_tf, tmp_path, no_orphans, fail, code):
-    # forked from one TensorFlow import; the killed-chief test below starts fresh interpreters
-    hand_cluster = forked_hand_cluster
+def test_servers_exit_with_the_chiefs_outcome(hand_cluster, quiet_tf, tmp_path, no_orphans, fail, code):
     out = tmp_path / "result.json"
     names = _start(hand_cluster, ["--steps", "40", "--out", str(out)] + (["--fail"] if fail else []))
     ended = hand_cluster.wait(_TIMEOUT)
