@@ -46,9 +46,14 @@ from pathlib import Path
 from tf_config.checks import check_int
 from tf_config.errors import FieldError
 
-__all__ = ["report_metric", "MetricError", "ENV_TRIAL_DIR"]
+__all__ = ["report_metric", "MetricError", "ENV_TRIAL_DIR", "ENV_METRIC_FILE", "ENV_TRIAL_ID", "METRIC_FILE",
+           "trial_environment"]
 
 ENV_TRIAL_DIR = "TFDIST_TRIAL_DIR"
+# cloudml-hypertune's variables: where ``HyperTune`` writes its JSON lines, and the trial id it stamps on them.
+ENV_METRIC_FILE = "CLOUD_ML_HP_METRIC_FILE"
+ENV_TRIAL_ID = "CLOUD_ML_TRIAL_ID"
+METRIC_FILE = "hypertune/output.metrics"   # under the trial's directory (the package's own default is shared)
 _log = logging.getLogger(__name__)
 _files: dict[Path, Path] = {}   # directory -> this process's event file in it
 _lock = threading.Lock()
@@ -56,6 +61,21 @@ _lock = threading.Lock()
 
 class MetricError(FieldError):
     """A bad argument to ``report_metric``; ``field`` names it."""
+
+
+def trial_environment(trial_dir: str | os.PathLike, trial_id: int) -> dict[str, str]:
+    """The variables every task of tuning trial ``trial_id`` gets, whatever engine runs it.
+
+    ``TFDIST_TRIAL_DIR`` for ``report_metric``, and cloudml-hypertune's pair as CMLE set them,
+    so a published trainer's ``hypertune.HyperTune()`` writes into this trial's own directory
+    (never the package's default under the shared temporary directory) and stamps its trial id.
+
+    Example:
+        >>> trial_environment("out/3", 3)["CLOUD_ML_TRIAL_ID"]
+        '3'
+    """
+    return {ENV_TRIAL_DIR: os.fspath(trial_dir), ENV_METRIC_FILE: os.fspath(Path(trial_dir) / METRIC_FILE),
+            ENV_TRIAL_ID: str(trial_id)}
 
 
 def _frame(payload: bytes) -> bytes:

@@ -7,11 +7,14 @@ package's protos and a small TFRecord reader.
 **Which events.** Every ``events.out.tfevents.*`` file under the trial's
 output directory. The sub-directory is the run: ``toolkit.fit`` writes
 ``train/`` and ``validation/``, ``toolkit.report_metric`` writes at the top.
+What a trainer reported with cloudml-hypertune (``import hypertune``) is the
+run ``hypertune`` (``_metric_file``).
 
 **Which tag.** ``hyperparameterMetricTag`` is matched in this order:
 
-1. a tag of exactly that name; when several runs have it, the top-level run
-   wins, then ``validation``, then ``eval``, then the others alphabetically;
+1. a tag of exactly that name; when several runs have it, ``hypertune`` wins
+   (the trainer named it as its tuning metric, as on CMLE), then the top-level
+   run, then ``validation``, then ``eval``, then the others alphabetically;
 2. ``<run>/<tag>``, e.g. ``train/accuracy`` or ``validation/loss``;
 3. ``val_<tag>`` (Keras' name for a validation metric) means ``validation/<tag>``.
 
@@ -31,12 +34,15 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.util import tensor_util
 
+from toolkit.hypertune import METRIC_FILE
 from toolkit.jobs.errors import JobError
+from toolkit.jobs.tuning._metric_file import RUN as HYPERTUNE_RUN
+from toolkit.jobs.tuning._metric_file import MetricFile
 
 __all__ = ["EventTail", "TuningError", "Point", "missing_tag", "read_scalars", "resolve_tag", "read_objective",
            "select"]
 
-_PREFERRED_RUNS = ("", "validation", "eval")
+_PREFERRED_RUNS = (HYPERTUNE_RUN, "", "validation", "eval")
 
 
 class TuningError(JobError):
@@ -85,18 +91,20 @@ class EventTail:
 
     Each ``poll`` reads only what was appended since the last one (an offset per
     event file), so watching a running trial costs its new records, not its history.
+    The cloudml-hypertune file (at most 100 lines) is read whole each time.
     """
 
     def __init__(self, directory: str | Path) -> None:
         self.root = Path(directory)
         self.series: dict[tuple[str, str], list[Point]] = {}
         self._offsets: dict[Path, int] = {}
+        self._metric_file = MetricFile(self.root)
 
     def poll(self) -> bool:
         """Reads every new scalar; True if there was any."""
-        grew = False
         if not self.root.is_dir():
             return False
+        grew = self._poll_metric_file()
         for path in sorted(self.root.rglob("events.out.tfevents.*")):
             run = path.parent.relative_to(self.root).as_posix()
             run = "" if run == "." else run
@@ -112,6 +120,13 @@ class EventTail:
                 offset = end
             self._offsets[path] = offset
         return grew
+
+    def _poll_metric_file(self) -> bool:
+        if not self._metric_file.poll():
+            return False
+        for tag, points in self._metric_file.series().items():
+            self.series[(HYPERTUNE_RUN, tag)] = [Point(step, wall_time, value) for wall_time, step, value in points]
+        return True
 
 
 def read_scalars(directory: str | Path) -> dict[tuple[str, str], list[Point]]:
@@ -143,8 +158,9 @@ def missing_tag(directory: str | Path, keys: list[tuple[str, str]], tag: str) ->
     found = sorted(f"{run}/{name}" if run else name for run, name in keys)
     listing = ", ".join(found[:20]) + (" ..." if len(found) > 20 else "") if found else "no scalars at all"
     return TuningError(f"hyperparameterMetricTag {tag!r} names no scalar in the TensorBoard events under "
-                       f"{directory} (found: {listing}). Fix the tag, or call "
-                       f"toolkit.report_metric({tag!r}, value, step) in the trainer.")
+                       f"{directory} or in its {METRIC_FILE} (found: {listing}). Fix the tag, or call "
+                       f"toolkit.report_metric({tag!r}, value, step) (or cloudml-hypertune's "
+                       "report_hyperparameter_tuning_metric) in the trainer.")
 
 
 def select(points: list[Point], *, goal: str, mode: str) -> Point:

@@ -5,7 +5,8 @@ A trial is a child job in the store (``parent_job`` is the tuning job) named
 like on any job. It runs the tuning job's plan (one process, or the whole
 cluster the spec asks for) with ``--job-dir <jobDir>/<n>`` and the sampled
 ``--name=value`` flags appended, ``task.trial`` set to ``n`` in TF_CONFIG and
-``TFDIST_TRIAL_DIR`` pointing at its output directory.
+``TFDIST_TRIAL_DIR`` pointing at its output directory (with cloudml-hypertune's
+``CLOUD_ML_HP_METRIC_FILE`` inside it and ``CLOUD_ML_TRIAL_ID``, as on CMLE).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from toolkit.hypertune import ENV_TRIAL_DIR
+from toolkit.hypertune import trial_environment
 from toolkit.jobs._local_plan import LocalPlan
 from toolkit.jobs._procs import signal_group, start_ticks
 from toolkit.jobs.errors import JobStateError
@@ -107,7 +108,7 @@ def run_trial(store: JobStore, trial: TrialRun, *, timeout: float | None = None)
             and _advance(store, name, JobState.RUNNING, message=_describe_values(trial.values))):
         return _finish(store, name, TrialOutcome(JobState.CANCELLED, None, "cancelled before it started"))
     started = time.monotonic()
-    env = {ENV_TRIAL_DIR: trial.output_dir}
+    env = trial_environment(trial.output_dir, trial.number)
     result = run_tasks(trial.plan, job_dir, store=store, job=name, max_restarts=MAX_RESTARTS,
                        timeout=timeout, env=env, stream=None, trial=trial.number)
     _log.info("trial %s ended with exit code %d after %.1f s", name, result.exit_code, time.monotonic() - started)
