@@ -14,6 +14,11 @@ directory, which a tuning job gives every trial task as ``TFDIST_TRIAL_DIR``
 sets the variable, so the call logs and writes nothing unless ``directory`` is
 given: the same trainer runs untouched as a plain job.
 
+A trainer that already reports with cloudml-hypertune (``import hypertune``)
+needs no change: ``trial_environment`` points that package's
+``CLOUD_ML_HP_METRIC_FILE`` into the trial's directory too, and the tuning job
+reads its JSON lines as it reads these events.
+
 Only the chief (or ``master``) task writes, so a distributed trial reports once.
 TensorFlow is not imported. Call it once per evaluation with its ``step``: the
 tuning job reads each call while the trial runs, as an intermediate measurement
