@@ -27,7 +27,7 @@ __all__ = ["PreemptionHook", "arm_ps", "raise_if_preempted"]
 logger = logging.getLogger(__name__)
 
 #: seconds between two looks into the model directory for a preempted ps's notice
-_NOTICE_POLL = 0.5
+_NOTICE_POLL = 0.1
 
 
 class PreemptionHook(tf.compat.v1.train.SessionRunHook):

@@ -232,10 +232,17 @@ class Watcher:
             raise TrainingPreempted()
         assert self.requested_wall is not None
         write_notice(self.model_dir, self.task, self.signum or 0, self.requested_wall)
+        notice = Path(self.model_dir) / NOTICE_DIR / f"{self.task}.json"
         index = os.path.join(self.model_dir, "checkpoint")
         deadline = time.monotonic() + max(self.remaining() - _EXIT_MARGIN, 0.0)
+        # The chief's answer is a checkpoint written after it took the notice: a periodic one that lands
+        # in between is not (the chief may still run steps on this server before it stops).
+        seen = self.requested_wall
         while time.monotonic() < deadline and not _stopped_by_launcher():
-            if _mtime(index) >= self.requested_wall:
+            now = time.time()
+            if notice.exists():
+                seen = now
+            elif _mtime(index) >= seen:
                 logger.info("%s: the chief wrote its checkpoint %.1f s after the signal; exiting with %d",
                             self.task, self.seconds_since(), EXIT_PREEMPTED)
                 break
