@@ -152,7 +152,16 @@ def checkpoint_step(path: str) -> int:
 
 
 def _checkpoint_gone(path: str) -> bool:
-    return not tf.io.gfile.glob(f"{path}.index")
+    """Whether the chief pruned ``path``: its index or data files are gone, or the state file no longer lists it.
+
+    Pruning deletes the files one by one in no set order, so a reader can meet a
+    checkpoint whose data is gone while its index is still there.
+    """
+    if not tf.io.gfile.glob(f"{path}.index") or not tf.io.gfile.glob(f"{path}.data-*"):
+        return True
+    state = tf.train.get_checkpoint_state(os.path.dirname(path) or ".")
+    listed = {os.path.basename(p) for p in (state.all_model_checkpoint_paths if state else ())}
+    return bool(listed) and os.path.basename(path) not in listed
 
 
 def evaluate_continuously(model_dir: str, evaluate: Callable[[str], _R], *, final_step: int | None = None,
