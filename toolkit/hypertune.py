@@ -83,6 +83,22 @@ def trial_environment(trial_dir: str | os.PathLike, trial_id: int) -> dict[str, 
             ENV_TRIAL_ID: str(trial_id)}
 
 
+def task_environment(env: Mapping[str, str], task_name: str, *, is_chief: bool) -> dict[str, str]:
+    """``env`` for one task of a job: a task other than the chief reports to a metric file of its own.
+
+    cloudml-hypertune rewrites its whole file on every report, so tasks sharing one
+    file would overwrite each other's reports; on CMLE each machine had its own, and
+    the master's counted. Here the chief keeps the trial's file, the one the tuner reads.
+
+    Example:
+        >>> task_environment({"CLOUD_ML_HP_METRIC_FILE": "t/output.metrics"}, "worker-1", is_chief=False)
+        {'CLOUD_ML_HP_METRIC_FILE': 't/output.metrics.worker-1'}
+    """
+    if is_chief or ENV_METRIC_FILE not in env:
+        return dict(env)
+    return {**env, ENV_METRIC_FILE: f"{env[ENV_METRIC_FILE]}.{task_name}"}
+
+
 def _frame(payload: bytes) -> bytes:
     """One TFRecord: length, its masked CRC, the payload, the payload's masked CRC."""
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c

@@ -38,7 +38,7 @@ _FAKE_TASK = textwrap.dedent('''
         "tf_config": json.loads(os.environ["TF_CONFIG"]), "job_dir": os.environ["TFDIST_JOB_DIR"],
         "task_dir": str(task_dir), "pid": os.getpid(), "ppid": os.getppid(), "preloaded": preloaded, "cwd": os.getcwd(),
         "executable": sys.executable,
-        "env": {k: v for k, v in os.environ.items() if k.startswith("TFDIST_")}}))
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("TFDIST_", "CLOUD_ML_"))}}))
     start.with_suffix(".tmp").rename(start)  # complete when it appears: other tasks wait for it
     print(f"{name} start {restart}", flush=True)
     steps = plan.get(name, plan.get("*", [{"sleep": 60}]))
@@ -128,7 +128,9 @@ def test_chief_ends_the_job_others_are_stopped_and_output_is_prefixed(fake, tmp_
 
 
 def test_each_task_gets_its_own_tf_config_and_directories(fake, tmp_path, no_orphans):
-    result, _ = _run(fake, {"*": [{"exit": 0}]}, tmp_path, workers=2, ps=1, evaluator=1)
+    metric_file = str(tmp_path / "trial" / "hypertune" / "output.metrics")  # a tuning trial's, for every task
+    result, _ = _run(fake, {"*": [{"exit": 0}]}, tmp_path, workers=2, ps=1, evaluator=1,
+                     env={"CLOUD_ML_HP_METRIC_FILE": metric_file})
     cluster = json.loads((result.job_dir / "cluster.json").read_text())["cluster"]
     assert sorted(cluster) == ["chief", "evaluator", "ps", "worker"]
     addresses = [a for addrs in cluster.values() for a in addrs]
@@ -139,6 +141,9 @@ def test_each_task_gets_its_own_tf_config_and_directories(fake, tmp_path, no_orp
         assert seen["tf_config"]["cluster"] == cluster
         assert seen["job_dir"] == str(result.job_dir)
         assert seen["task_dir"] == str(result.job_dir / "tasks" / task.name)
+        # cloudml-hypertune rewrites its whole file: the chief keeps the trial's, every other task has its own
+        own = metric_file if task.name == "chief-0" else f"{metric_file}.{task.name}"
+        assert seen["env"]["CLOUD_ML_HP_METRIC_FILE"] == own
 
 
 def test_chief_exit_code_is_the_jobs_and_failure_shows_its_log_tail(fake, tmp_path, no_orphans):

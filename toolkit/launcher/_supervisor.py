@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from toolkit.hypertune import task_environment
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskExit
 from toolkit.launcher._preload import ForkedTask, Preloader, PreloadError
@@ -176,9 +177,10 @@ class Job:
         return generate_configs(self.spec, self.job_dir)
 
     def _env(self, task: TaskProcess) -> dict[str, str]:
+        config = self.configs[task.name]
         return {
-            **self.base_env,
-            "TF_CONFIG": self.configs[task.name].to_json(),
+            **task_environment(self.base_env, task.name, is_chief=config.is_chief),
+            "TF_CONFIG": config.to_json(),
             ENV_JOB_DIR: str(self.job_dir),
             ENV_TASK_DIR: str(self.job_dir / "tasks" / task.name),
             ENV_TASK_NAME: task.name,

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tf_config import TFConfigError, from_env
+from toolkit.hypertune import task_environment
 from toolkit.launcher._dialect import Dialect
 from toolkit.launcher._policy import Decision, FailurePolicy, TaskExit
 from toolkit.launcher._result import is_preemption
@@ -95,8 +96,8 @@ def _run_task(args: argparse.Namespace, cmd: list[str]) -> int:
     signal.signal(signal.SIGINT, forward)
     # armed as the local and Ray launchers' tasks are: a script that builds its ParameterServerStrategy by hand,
     # or ends in TensorFlow's server.join(), still ends with the job
-    env = armed_env({**os.environ, "TF_CONFIG": cfg.to_json(), ENV_JOB_DIR: str(job_dir),
-                     ENV_TASK_DIR: str(task_dir), ENV_TASK_NAME: name})
+    env = armed_env({**task_environment(os.environ, name, is_chief=is_chief), "TF_CONFIG": cfg.to_json(),
+                     ENV_JOB_DIR: str(job_dir), ENV_TASK_DIR: str(task_dir), ENV_TASK_NAME: name})
     while True:
         runs = status["failures"] + status["preemptions"]
         with open(log_path, "ab") as log:
