@@ -1,34 +1,21 @@
 """Between-graph steps under parameter servers: the chief's side of ``fit``'s default runner there.
 
-Under ``ClusterCoordinator`` every step is a closure the chief sends to a
-worker, which runs it as a multi-device function and answers: a round trip
-and a function call per execution. TF1's between-graph replication has
-neither: each worker is its own client and runs its own graph. This runner
-trains Keras 3 models that way, while the chief keeps every other duty of
-``fit`` (restore, checkpoints, summaries, progress, callbacks, validation,
-export):
+Under ``ClusterCoordinator`` each execution is a closure the chief sends a worker (a round trip
+and a multi-device function call); in TF1's between-graph replication each worker is its own
+client and runs its own graph. Here the chief keeps every duty of ``fit`` but the steps:
 
-* The chief builds the model, the optimizer and the global step as usual, but
-  each variable gets a *named* resource on its ps (``NamedVariables``; eager
-  variables are anonymous, so no other client could find them). It publishes
-  their names, the optimizer's class and config and the stats layout in a
-  manifest, a string variable on the first ps.
-* Each worker (``toolkit.training.between_graph_worker``) reads the manifest,
-  builds the model and the optimizer in a ``tf.Graph`` on the chief's
-  variables (slots included) and calls the same ``TrainStep`` as every other
-  runner, ``steps_per_execution`` times per ``session.run``.
-* Steps run only with tokens from a queue on the first ps (TF1's
-  ``SyncReplicasOptimizer`` token queue); a token carries a number of steps.
-  The chief releases exactly the steps the loop hands over, so the global
-  step ends exactly on epoch ends and checkpoint steps, and a waiting worker
-  blocks in the queue without using CPU. The chief waits by reading the
-  global step, then reads the totals; closing the queue ends the workers'
-  loops. A worker lost mid-step has its tokens released again.
+* its variables are *named* resources on the ps (``NamedVariables``: eager variables are
+  anonymous), listed with the optimizer's class and config in a manifest on the first ps;
+* each worker (``toolkit.training.between_graph_worker``) rebuilds model and optimizer on them
+  in a ``tf.Graph`` and calls the same ``TrainStep`` as every other runner;
+* steps run only with tokens (a number of steps each) from a queue on the first ps, as TF1's
+  ``SyncReplicasOptimizer`` did: the chief releases exactly the steps the loop hands over and
+  waits on the global step, so it ends exactly on epoch ends and checkpoint steps; closing the
+  queue ends the workers' loops, and a worker lost mid-step has its tokens released again.
 
-``runner_for`` decides: the default ``TrainStep`` without ``sync`` runs here
-with any Keras 3 optimizer when every worker runs ``fit`` (each raises a flag
-on its own device first); anything else is left to the coordinator, and the
-workers only serve.
+``runner_for`` decides: the default ``TrainStep`` without ``sync``, with any Keras 3 optimizer,
+when every worker runs ``fit`` (each raises a flag on its own device); otherwise the chief
+coordinates and the workers only serve.
 """
 from __future__ import annotations
 
