@@ -31,7 +31,8 @@ At the end the chief waits up to --worker_wait_secs for the other workers to fin
 tells the ps tasks to exit: every process exits 0.
 
 data: MNIST from a prepared TFDS directory (--data_dir), else the embedded 8x8 digits.
-exit codes: 0 success, 1 failure, 2 bad flags, 3 (ps) the chief vanished.
+exit codes: 0 success, 1 failure, 2 bad flags, 3 (ps) the chief vanished, 143 preempted (SIGTERM to any
+task: worker 0 checkpoints at the step reached in --checkpoint_dir, and a signalled ps serves until then).
 """
 
 logger = logging.getLogger("mnist_replica")
@@ -154,24 +155,31 @@ def _placement(run_metadata, variables) -> list[str]:
     return sorted(lines)
 
 
-def _preemption_hooks(args: argparse.Namespace, scaffold: object) -> list:
-    """Stop after the step in flight on SIGTERM (docs/preemption.md); worker 0 saves then, as the session closes."""
+def _preemption_hooks(args: argparse.Namespace, cluster: dict, scaffold: object) -> list:
+    """Stop after the step in flight on SIGTERM (docs/preemption.md); worker 0 saves then, as the session closes.
+
+    Worker 0 also stops when a ps tells it that it was preempted (the ps serves on until worker 0's goodbye).
+    """
     import tensorflow as tf
 
+    from toolkit.compat._preemption import ClusterPreemptionHook
     from toolkit.estimator._preemption import PreemptionHook
 
-    hooks: list = [PreemptionHook()]
+    hooks: list = [ClusterPreemptionHook(cluster, args.checkpoint_dir) if args.task_index == 0 else PreemptionHook()]
     if args.checkpoint_dir and args.task_index == 0:
         every = max(args.train_steps // 4, 1)
         hooks.append(tf.compat.v1.train.CheckpointSaverHook(args.checkpoint_dir, save_steps=every, scaffold=scaffold))
     return hooks
 
 
-def _end_if_preempted(args: argparse.Namespace) -> None:
-    """Exits 143 once the session has closed (and worker 0 has checkpointed) if this worker was preempted."""
-    from toolkit.estimator._preemption import raise_if_preempted
+def _end_if_preempted(args: argparse.Namespace, cluster: dict) -> None:
+    """Exits 143 once the session has closed (and worker 0 has checkpointed) if this worker was preempted.
 
-    raise_if_preempted(args.checkpoint_dir, f"worker-{args.task_index}")
+    Worker 0 first tells the ps tasks to exit with 143 too.
+    """
+    from toolkit.compat._preemption import end_if_preempted
+
+    end_if_preempted(args.checkpoint_dir, f"worker-{args.task_index}", cluster, chief=args.task_index == 0)
 
 
 def _train(args: argparse.Namespace, cluster: dict) -> int:
@@ -197,7 +205,7 @@ def _train(args: argparse.Namespace, cluster: dict) -> int:
         rng = np.random.RandomState(args.task_index)
         local_step, step, started = 0, 0, time.monotonic()
         # the sync chief's queue runner may wait for gradients that will never come: don't give it TF's 120 s
-        hooks = [*ops["hooks"], *_preemption_hooks(args, scaffold)]
+        hooks = [*ops["hooks"], *_preemption_hooks(args, cluster, scaffold)]
         with v1.train.MonitoredSession(session_creator=creator, hooks=hooks,
                                        stop_grace_period_secs=between_graph.STOP_GRACE_SECS) as sess:
             print(f"worker {args.task_index}: session ready after {time.monotonic() - started:.1f} s", flush=True)
@@ -229,7 +237,7 @@ def _train(args: argparse.Namespace, cluster: dict) -> int:
             else:
                 loss, accuracy = sess.run([ops["loss"], ops["acc"]], feed_dict={ops["x"]: tx, ops["y"]: ty})
     if preempted:  # after the session closed, so worker 0 has saved
-        _end_if_preempted(args)
+        _end_if_preempted(args, cluster)
     mode = f"sync aggregate={args.replicas_to_aggregate or num_workers}" if args.sync_replicas else "async"
     print(f"worker {args.task_index}: training done ({mode}): local_steps={local_step} global_step={step}", flush=True)
     print(f"After {args.train_steps} training step(s), validation cross entropy = {loss:g}, "

@@ -5,10 +5,14 @@ In TF1 a ps task ends its script with ``server.join()``, which never returns
 serves until the chief (worker 0 in TF1's layout without a chief) says
 goodbye, which it does at exit once the other workers are done, and returns,
 so the ps script ends with 0. Everything else in both namespaces is
-``tf.compat.v1``'s own.
+``tf.compat.v1``'s own, but ``train.MonitoredTrainingSession``, which carries
+the preemption hook (``toolkit.compat._preemption``): a preempted ps tells the
+chief and serves on until the chief has checkpointed at the step reached, then
+exits 143, as does the chief.
 """
 from __future__ import annotations
 
+import functools
 import types
 from typing import Any
 
@@ -23,7 +27,7 @@ def namespace(name: str) -> types.ModuleType:
     """``tf.compat.v1.<name>`` with ``Server`` replaced (``name`` is ``train`` or ``distribute``)."""
     original = getattr(_tf.compat.v1, name)
     module = types.ModuleType(f"toolkit.compat.v1.{name}", original.__doc__)
-    server = server_class()
+    server = _server()
 
     def __getattr__(attribute: str) -> Any:
         return getattr(original, attribute)
@@ -32,4 +36,32 @@ def namespace(name: str) -> types.ModuleType:
         return sorted(set(dir(original)) | {"Server"})
 
     module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__, Server=server)
+    if name == "train":
+        from toolkit.compat._preemption import preemptible_session
+
+        module.__dict__["MonitoredTrainingSession"] = preemptible_session(original.MonitoredTrainingSession)
     return module
+
+
+@functools.cache
+def _server() -> type:
+    """``server_class()`` that remembers its task for the session and arms a ps's preemption."""
+    from strategies._cluster import tf2_cluster, tf2_job
+    from strategies._hand_built import task_config
+    from toolkit.compat._preemption import arm_server, remember_server
+
+    base = server_class()
+
+    class Server(base):  # type: ignore[misc, valid-type]
+        __doc__ = base.__doc__
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            cfg = task_config(self)
+            cluster, job = tf2_cluster(cfg.cluster), tf2_job(cfg.task_type)
+            remember_server(cluster, job, cfg.task_index)
+            if job == "ps":  # serves (join()) from the start: armed before the script goes on
+                arm_server(cluster, job, cfg.task_index)
+
+    Server.__module__, Server.__qualname__ = base.__module__, "Server"
+    return Server
