@@ -147,6 +147,17 @@ def test_steps_per_execution_changes_speed_not_results(digits, tmp_path):
             np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+def test_a_loss_scale_optimizer_trains_as_its_inner_optimizer(digits, tmp_path):
+    """The step scales the loss that ``LossScaleOptimizer`` unscales the gradients of (Keras' own step does)."""
+    train, _ = digits
+    plain = _fit(train, None, epochs=1, steps_per_epoch=6, optimizer=lambda: keras.optimizers.SGD(0.05))
+    scaled = _fit(train, None, epochs=1, steps_per_epoch=6,
+                  optimizer=lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.05)))
+    assert scaled.global_step == 6
+    for a, b in zip(scaled.model.get_weights(), plain.model.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
 def test_a_callback_can_stop_training(digits, tmp_path):
     train, _ = digits
 

@@ -34,7 +34,6 @@ from toolkit.training import (
     LoopRecord,
     TrainingError,
     TrainState,
-    TrainStep,
     ValidationConfig,
     Validator,
     build_state,
@@ -91,17 +90,6 @@ def _state(model: keras.Model, record: CompileRecord) -> TrainState:
     return state
 
 
-class KerasTrainStep(TrainStep):
-    """The engine's step with Keras' loss scaling: ``LossScaleOptimizer`` scales the loss before the gradient.
-
-    (``optimizer.scale_loss`` is the identity for every other optimizer; the
-    ``LossScaleOptimizer`` unscales the gradients in ``apply_gradients``.)
-    """
-
-    def scaled_loss(self, per_example: tf.Tensor, regularization: tf.Tensor) -> tf.Tensor:
-        return self.optimizer.scale_loss(super().scaled_loss(per_example, regularization))
-
-
 def _verbose(verbose: int | str) -> int:
     return 1 if verbose == "auto" else int(verbose)
 
@@ -150,7 +138,7 @@ def distributed_fit(model: keras.Model, record: CompileRecord, x: KerasData = No
                     restore_field="BackupAndRestore.backup_dir", first_step=initial_epoch * config.steps_per_epoch,
                     callbacks=run_callbacks, verbose=verbose, validation_data=validation,
                     validation_freq=validation_freq)
-    step = engine.build_step(state, strategy, run.forward, run.metrics, config=config, default=KerasTrainStep)
+    step = engine.build_step(state, strategy, run.forward, run.metrics, config=config)
     loop = engine.train(run, state, step, strategy).record
     if backup is not None and backup.delete_checkpoint and task.is_chief and tf.io.gfile.exists(backup.directory):
         tf.io.gfile.rmtree(backup.directory)  # Keras deletes the backup after a run that ended normally

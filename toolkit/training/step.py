@@ -283,14 +283,19 @@ class TrainStep(_Step):
         return contextlib.nullcontext()
 
     def scaled_loss(self, per_example: tf.Tensor, regularization: tf.Tensor) -> tf.Tensor:
-        """The loss whose gradients, summed over replicas, are those of the global batch's mean."""
+        """The loss whose gradients, summed over replicas, are those of the global batch's mean.
+
+        Times the optimizer's loss scale, as Keras' own step does: a ``LossScaleOptimizer``
+        scales the loss here and unscales the gradients in ``apply_gradients``
+        (``scale_loss`` is the identity for every other optimizer).
+        """
         global_batch = self.global_batch_size
         if global_batch is None:  # this replica's batch times the replicas (1 outside strategy.run)
             context = tf.distribute.get_replica_context()
             replicas = context.num_replicas_in_sync if context is not None else 1
             global_batch = tf.shape(per_example)[0] * replicas
         loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-        return loss + tf.nn.scale_regularization_loss(regularization)
+        return self.optimizer.scale_loss(loss + tf.nn.scale_regularization_loss(regularization))
 
     def apply(self, gradients: Sequence[tf.Tensor | None], variables: Sequence[keras.Variable], *,
               step: tf.Tensor | None = None) -> list[tf.Tensor]:
