@@ -322,6 +322,7 @@ _TF_NOISE = [
     "2024-03-01 10:00:00.123456: I tensorflow/core/util/port.cc:113] oneDNN custom operations are on.",
     ("W0000 00:00:1795371090.953979   31402 local_rendezvous.cc:412] Local rendezvous is aborting with status: "
      "ABORTED: Cleanup -6283041159023261540 [type.googleapis.com/tensorflow.DerivedStatus='']"),
+    "W0000 00:00:1795371090.953979   31402 grpc_worker_service.cc:475] RecvTensor cancelled for 6283041159023261540",
     "I0000 00:00:1795356655.077312    2682 eager_service_impl.cc:355] SessionOptions: goo.gle/debugproto    ",
     "device_count {", '  key: "CPU"', "  value: 1", "}", "gpu_options {", "  experimental {", "  }", "}",
     "allow_soft_placement: true", "experimental {",

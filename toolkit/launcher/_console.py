@@ -16,10 +16,12 @@ from collections.abc import Callable, Mapping
 # "2024-01-01 12:00:00.000000: I tensorflow/core/util/port.cc:113] ...".
 _CPP_LINE = re.compile(r"^(?:(?P<new>[IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ |"
                        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: (?P<old>[IWEF]) )\S+:\d+\] (?P<text>.*)$")
-# Warnings and errors that are noise on a machine without a GPU, and the warning a server logs when a
-# step's cross-task transfers are cleaned up before they were all consumed (a cancelled or finished step).
+# Warnings and errors that are noise on a machine without a GPU, and the warnings a server logs when a
+# step's cross-task transfers are cleaned up before they were all consumed (a cancelled or finished step,
+# e.g. when the chief ends the job): the rendezvous aborting, a pending RecvTensor cancelled.
 _NOISY_TEXT = re.compile(r"cuInit|cuda|CUDA|cuDNN|cuFFT|cuBLAS|TF-TRT|TensorRT|computation placer already registered|"
-                         r"Local rendezvous is aborting with status: (?:ABORTED|CANCELLED|OUT_OF_RANGE)")
+                         r"Local rendezvous is aborting with status: (?:ABORTED|CANCELLED|OUT_OF_RANGE)|"
+                         r"^RecvTensor cancelled for -?\d+$")
 _NOISY_LINES = (
     re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"),
     re.compile(r"^To enable the following instructions: .* in other operations, rebuild TensorFlow with the "
