@@ -132,9 +132,10 @@ def test_preempted_worker_0_checkpoints_at_the_step_reached_and_a_new_run_finish
         time.sleep(0.05)
     hand_cluster.procs["worker-0"].send_signal(signal.SIGTERM)
     code = hand_cluster.procs["worker-0"].wait(timeout=60)  # the grace period is 25 s
-    hand_cluster.kill_all()  # the ps would wait 6 s for a goodbye worker 0 does not say when preempted
+    ps_code = hand_cluster.procs["ps-0"].wait(timeout=60)  # worker 0's goodbye carries 143
+    hand_cluster.kill_all()
     logs = {name: hand_cluster.log(name) for name in hand_cluster.procs}
-    assert code == 143, logs["worker-0"][-3000:]
+    assert code == 143 and ps_code == 143, _tails({"worker-0": code, "ps-0": ps_code}, logs)
     stopped = re.search(r"stopping at global step (\d+), the step in flight when SIGTERM came", logs["worker-0"])
     saved = re.search(r"newest checkpoint \S+-(\d+); exiting with 143", logs["worker-0"])
     assert stopped and saved, logs["worker-0"][-3000:]
@@ -143,6 +144,7 @@ def test_preempted_worker_0_checkpoints_at_the_step_reached_and_a_new_run_finish
     assert int(seen.group(1)) < at == int(stopped.group(1)) < 150, (seen.group(1), at)  # the schedule: ~76, ~151
     assert tf.train.latest_checkpoint(str(ckpt)) == f"{ckpt}/model.ckpt-{at}" and "training done" not in \
         logs["worker-0"]
+    _preempt_the_ps(hand_cluster, tmp_path)
     # a new run on new ports resumes from that checkpoint and finishes
     (tmp_path / "rerun").mkdir()
     rerun = type(hand_cluster)(tmp_path / "rerun", preloader=hand_cluster.preloader)
@@ -154,3 +156,38 @@ def test_preempted_worker_0_checkpoints_at_the_step_reached_and_a_new_run_finish
     (_, local, step), = _done(logs, 1).values()
     final = int(tf.train.latest_checkpoint(str(ckpt)).rsplit("-", 1)[1])
     assert 300 <= step <= final <= 301 and local == final - at, (local, step, final, at)  # went on from `at`
+
+
+def _preempt_the_ps(hand_cluster, tmp_path: Path) -> None:
+    """A run whose ps gets SIGTERM: it tells worker 0 and serves on until worker 0 has checkpointed at the step
+    reached and said goodbye; both exit 143. (A long run: the notice travels while worker 0 steps on.)"""
+    import signal
+
+    import tensorflow as tf
+
+    (tmp_path / "ps-preempted").mkdir()
+    ckpt = tmp_path / "ps-preempted" / "ckpt"
+    run = type(hand_cluster)(tmp_path / "ps-preempted", preloader=hand_cluster.preloader)
+    flags = ["--num_gpus=0", f"--ps_hosts={_hosts(1)}", f"--worker_hosts={_hosts(1)}", "--train_steps=100000",
+             f"--checkpoint_dir={ckpt}"]  # saves at its start and at the preemption (the schedule: every 25000)
+    try:
+        for job in ("ps", "worker"):
+            run.start(f"{job}-0", [str(_ROOT / "mnist_replica.py"), f"--job_name={job}", "--task_index=0", *flags])
+        deadline = time.monotonic() + _TIMEOUT
+        while not (seen := re.search(r"training step 100 done \(global step: (\d+)\)", run.log("worker-0"))):
+            assert time.monotonic() < deadline and run.procs["worker-0"].poll() is None, run.log("worker-0")[-3000:]
+            time.sleep(0.05)
+        run.procs["ps-0"].send_signal(signal.SIGTERM)
+        codes = {name: code for name, (code, _) in run.wait(60).items()}  # the grace period is 25 s
+    finally:
+        run.kill_all()
+    logs = {name: run.log(name) for name in run.procs}
+    assert codes == {"ps-0": 143, "worker-0": 143}, _tails(codes, logs)
+    assert "SIGTERM: ps-0 was preempted; it tells the chief and serves until the chief has checkpointed" \
+        in logs["ps-0"] and "no goodbye from the chief" not in logs["ps-0"], logs["ps-0"][-3000:]
+    stopped = re.search(r"stopping at global step (\d+), ps-0 was preempted", logs["worker-0"])
+    saved = re.search(r"preempted \(ps-0 preempted\).*newest checkpoint \S+-(\d+); exiting with 143", logs["worker-0"])
+    assert stopped and saved and "training done" not in logs["worker-0"], logs["worker-0"][-3000:]
+    step = int(saved.group(1))
+    assert int(seen.group(1)) < step == int(stopped.group(1)) < 100000, (seen.group(1), step)
+    assert tf.train.latest_checkpoint(str(ckpt)) == f"{ckpt}/model.ckpt-{step}"
