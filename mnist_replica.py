@@ -164,8 +164,11 @@ def _preemption_hooks(args: argparse.Namespace, cluster: dict, scaffold: object)
 
     from toolkit.compat._preemption import ClusterPreemptionHook
     from toolkit.estimator._preemption import PreemptionHook
+    from toolkit.training.preemption import watcher
 
     hooks: list = [ClusterPreemptionHook(cluster, args.checkpoint_dir) if args.task_index == 0 else PreemptionHook()]
+    if watcher().task == "local":  # the log names the task (the launcher's name wins)
+        watcher().task = f"worker-{args.task_index}"
     if args.checkpoint_dir and args.task_index == 0:
         every = max(args.train_steps // 4, 1)
         hooks.append(tf.compat.v1.train.CheckpointSaverHook(args.checkpoint_dir, save_steps=every, scaffold=scaffold))
