@@ -14,6 +14,14 @@ import pytest
 from tf_config import generate
 
 _TIMEOUT = 240
+
+
+@pytest.fixture
+def hand_cluster(forked_hand_cluster):
+    """Each task forked from a process that imported TensorFlow once (conftest.py), not a fresh interpreter."""
+    return forked_hand_cluster
+
+
 _SCRIPT = textwrap.dedent('''
     import sys
     import numpy as np

@@ -2,9 +2,10 @@
 four-terminal procedure.
 
 TF_CONFIGs come from ``tf_config.generate`` (what ``tfdist tf-config generate --chief 1
---workers 2 --ps 1 --evaluator 1`` prints) and each task is a plain subprocess with its
-own exported TF_CONFIG, not the launcher: the point is that hand-started tasks, the ps
-included, end by themselves with exit code 0.
+--workers 2 --ps 1 --evaluator 1`` prints) and each task is started by hand with its own
+exported TF_CONFIG, not the launcher (forked from one process that imported TensorFlow,
+so the test pays for one import): the point is that hand-started tasks, the ps included,
+end by themselves with exit code 0.
 """
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ from tf_config import generate
 
 _ROOT = Path(__file__).resolve().parents[2]
 _TIMEOUT = 240
+
+
+@pytest.fixture
+def hand_cluster(forked_hand_cluster):
+    """Each task forked from a process that imported TensorFlow once (conftest.py), not a fresh interpreter."""
+    return forked_hand_cluster
 
 
 @pytest.mark.cluster

@@ -17,6 +17,12 @@ _ROOT = Path(__file__).resolve().parents[2]
 _TIMEOUT = 240
 
 
+@pytest.fixture
+def hand_cluster(forked_hand_cluster):
+    """Each task forked from a process that imported TensorFlow once (conftest.py), not a fresh interpreter."""
+    return forked_hand_cluster
+
+
 @pytest.mark.cluster
 def test_published_iris_estimator_on_ps_chief_worker_evaluator(tmp_path, no_orphans, hand_cluster, quiet_tf):
     import tensorflow as tf

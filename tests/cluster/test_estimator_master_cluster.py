@@ -13,6 +13,13 @@ from tf_config import generate
 
 _TIMEOUT = 180
 
+
+@pytest.fixture
+def hand_cluster(forked_hand_cluster):
+    """Each task forked from a process that imported TensorFlow once (conftest.py), not a fresh interpreter."""
+    return forked_hand_cluster
+
+
 _SCRIPT = '''
 import json, sys
 import numpy as np

@@ -28,6 +28,12 @@ _TIMEOUT = 240
 
 
 @pytest.fixture
+def hand_cluster(forked_hand_cluster):
+    """Each task forked from a process that imported TensorFlow once (conftest.py), not a fresh interpreter."""
+    return forked_hand_cluster
+
+
+@pytest.fixture
 def signals(tmp_path, monkeypatch):
     path = tmp_path / "signals"
     monkeypatch.setenv("TFDIST_SIGNAL_DIR", str(path))
@@ -39,7 +45,8 @@ def signals(tmp_path, monkeypatch):
 def test_a_hand_built_parameter_server_loop_ends_every_task_with_zero(tmp_path, quiet_tf, no_orphans, signals):
     out = tmp_path / "out.json"
     cmd = [sys.executable, "-m", "toolkit", "launch", "--workers", "2", "--ps", "2", "--job-dir", str(tmp_path / "job"),
-           "--timeout", str(_TIMEOUT), "--", "python", str(SCRIPTS / "pss_custom_loop_tutorial.py"), "--out", str(out)]
+           "--timeout", str(_TIMEOUT), "--preload", "--", "python", str(SCRIPTS / "pss_custom_loop_tutorial.py"),
+           "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT + 60)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     # each task exited 0 by itself: one the launcher had to stop would show -15
