@@ -3,10 +3,12 @@
 Both front doors hand an ``EngineRun`` to ``toolkit.training.engine.train``; the same model, data,
 optimizer and schedule must give the same checkpoints (the same steps, and the last one's variable names
 and values), the same validation and the same TensorBoard summaries (tags and values), in one process
-under a one-worker MultiWorkerMirroredStrategy (the path a multi-worker job takes).
+under a one-worker MultiWorkerMirroredStrategy (the path a multi-worker job takes). They also run the same
+traced step (the same ops) with as many executions and host waits: the Keras door costs nothing per step.
 """
 from __future__ import annotations
 
+import collections
 import glob
 
 import keras
@@ -68,18 +70,52 @@ def _summaries(logdir):
     return values
 
 
+def _watch_executions(monkeypatch) -> tuple[dict[str, list], collections.Counter, dict[str, str]]:
+    """Records, per front door, each execution's traced function and each host wait of the runner."""
+    from toolkit.training import runners
+
+    calls: dict[str, list] = {"fit": [], "keras": []}
+    waits: collections.Counter = collections.Counter()
+    door = {"now": "fit"}
+    call, wait = runners.SyncRunner._call, runners.SyncRunner.wait
+
+    def watched_call(self, num_steps):
+        function, args = call(self, num_steps)
+        calls[door["now"]].append((function, args))
+        return function, args
+
+    def watched_wait(self):
+        waits[door["now"]] += 1
+        return wait(self)
+
+    monkeypatch.setattr(runners.SyncRunner, "_call", watched_call)
+    monkeypatch.setattr(runners.SyncRunner, "wait", watched_wait)
+    return calls, waits, door
+
+
+def _op_counts(function, args) -> collections.Counter:
+    """The op types of a traced execution, its nested functions' included."""
+    graph = function.get_concrete_function(*args).graph.as_graph_def()
+    counts = collections.Counter(node.op for node in graph.node)
+    for nested in graph.library.function:
+        counts.update(node.op for node in nested.node_def)
+    return counts
+
+
 @pytest.fixture(scope="module")
 def strategy():
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-def test_fit_and_model_fit_write_the_same_checkpoints_and_summaries(strategy, tmp_path):
+def test_fit_and_model_fit_write_the_same_checkpoints_and_summaries(strategy, tmp_path, monkeypatch):
+    calls, waits, door = _watch_executions(monkeypatch)
     fit_steps, keras_steps = _CheckpointSteps(tmp_path / "fit"), _CheckpointSteps(tmp_path / "keras")
     fitted = toolkit.fit(_model, _dataset_fn, loss="mse", optimizer=lambda: keras.optimizers.SGD(0.05),
                          epochs=EPOCHS, steps_per_epoch=STEPS, steps_per_execution=2, strategy=strategy,
                          validation_fn=_validation_fn, model_dir=str(tmp_path / "fit"), verbose=0,
                          callbacks=[fit_steps, keras.callbacks.TensorBoard(str(tmp_path / "fit-tb"))],
                          options=FitOptions(checkpoint=CheckpointConfig(every=2, keep=1), export=False))
+    door["now"] = "keras"
     toolkit.enable_distributed_keras()
     try:
         with strategy.scope():
@@ -107,3 +143,9 @@ def test_fit_and_model_fit_write_the_same_checkpoints_and_summaries(strategy, tm
     assert sorted(fit_summaries) == sorted(keras_summaries)
     for tag, values in fit_summaries.items():
         np.testing.assert_allclose(keras_summaries[tag], values, rtol=1e-5, err_msg=tag)
+
+    # and the Keras door adds no work to a step, and no execution or host wait to an epoch
+    assert len(calls["fit"]) == len(calls["keras"]) == EPOCHS * STEPS // 2  # one call per execution
+    assert waits["fit"] == waits["keras"] > 0
+    ops_fit, ops_keras = _op_counts(*calls["fit"][-1]), _op_counts(*calls["keras"][-1])
+    assert sum(ops_fit.values()) > 50 and ops_keras == ops_fit
