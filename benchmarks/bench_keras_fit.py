@@ -30,13 +30,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO) not in sys.path:  # run as a plain script from a checkout
     sys.path.insert(0, str(_REPO))
 
 BATCH, FEATURES, EXAMPLES, EPOCHS = 64, 32, 8192, 3
-_CLUSTERS = {"multi_worker_mirrored": {"workers": 2}, "parameter_server": {"chief": 1, "workers": 2, "ps": 1}}
+_CLUSTERS: dict[str, dict[str, Any]] = {"multi_worker_mirrored": {"workers": 2},
+                                         "parameter_server": {"chief": 1, "workers": 2, "ps": 1}}
 
 
 def _child(argv) -> None:
