@@ -29,13 +29,14 @@ _REPO = Path(__file__).resolve().parents[2]
 _EXAMPLES = _REPO / "examples"
 _TIMEOUT = 300
 _EPOCHS = 5
+_PRELOAD = ("tensorflow", "keras")  # each task forked from one import, not a fresh interpreter
 
 
 def _launch(tmp_path, script, **kwargs):
     from toolkit.launcher import launch
 
     cmd = ["python", str(_EXAMPLES / script), "--model-dir", str(tmp_path / "model"), "--epochs", str(_EPOCHS)]
-    result = launch(cmd, job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False, **kwargs)
+    result = launch(cmd, job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False, preload=_PRELOAD, **kwargs)
     assert result.ok, result.message
     for task in result.tasks:
         assert (task.exit_code, task.stopped) == (0, False), (task.name, _log(result, task.name)[-2000:])
@@ -135,7 +136,8 @@ class _Job:
 
         def run():
             self.result = launch(cmd, job_dir=self.job_dir, timeout=_TIMEOUT, echo=False, max_restarts=1,
-                                 restartable=True, grace_period=60, on_task=self._seen, **shape)
+                                 restartable=True, grace_period=60, on_task=self._seen, preload=_PRELOAD,
+                                 **shape)
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
