@@ -26,6 +26,9 @@ def _parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = _parse_args(argv)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # under parameter servers each worker runs its own step loop: it says how many steps it ran
+    logging.getLogger("toolkit.training.between_graph_worker").setLevel(logging.INFO)
     import keras
 
     from models import digits_mlp
