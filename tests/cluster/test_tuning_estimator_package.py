@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from _study import submit_study
 
-from toolkit.cli import main
-from toolkit.jobs import JobState, JobStore, api
+from toolkit.jobs import JobState, JobStore
 from toolkit.jobs._procs import is_alive
 from toolkit.jobs.tuning import read_objective
 
@@ -135,15 +135,8 @@ def test_tuning_a_train_and_evaluate_package_on_master_worker_ps(tmp_path, monke
     monkeypatch.setenv("TFDIST_HOME", str(home))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "hptuning_config.yaml").write_text(_CONFIG)
-    package = _package(tmp_path / "src")
-    assert main(["jobs", "submit", "training", "census-hp", "--config", "hptuning_config.yaml",
-                 "--package-path", str(package), "--job-dir", "study"]) == 0
-    deadline = time.monotonic() + 300
-    while not (record := api.describe("census-hp")).is_final and time.monotonic() < deadline:
-        time.sleep(1)
+    record, trials = submit_study(home, "census-hp", _package(tmp_path / "src"), timeout=300, poll=1)
     store = JobStore(home)
-    trials = [store.get(name) for name in store.children("census-hp")]
-    assert record.state is JobState.SUCCEEDED, (record.error, [(t.name, t.state, t.error) for t in trials])
     assert [t.state for t in trials] == [JobState.SUCCEEDED] * 2
 
     output = record.details["trainingOutput"]

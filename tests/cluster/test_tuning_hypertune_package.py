@@ -10,12 +10,9 @@ only come from the metric file each trial wrote into its own directory.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
-
-from toolkit.cli import main
-from toolkit.jobs import JobState, JobStore, api
+from _study import submit_study
 
 pytestmark = pytest.mark.cluster
 
@@ -85,14 +82,7 @@ def test_a_hypertune_package_reports_each_trials_measurements(tmp_path, monkeypa
     trainer.mkdir(parents=True)
     (trainer / "__init__.py").write_text("")
     (trainer / "task.py").write_text(_TASK)
-    assert main(["jobs", "submit", "training", "hypertune-hp", "--config", "hptuning_config.yaml",
-                 "--package-path", str(trainer), "--job-dir", "study"]) == 0
-    deadline = time.monotonic() + 120
-    while not (record := api.describe("hypertune-hp")).is_final and time.monotonic() < deadline:
-        time.sleep(0.5)
-    store = JobStore(home)
-    trials = [store.get(name) for name in store.children("hypertune-hp")]
-    assert record.state is JobState.SUCCEEDED, (record.error, [(t.name, t.state, t.error) for t in trials])
+    record, _ = submit_study(home, "hypertune-hp", trainer, timeout=120)
 
     output = record.details["trainingOutput"]
     assert output["completedTrialCount"] == 2 and len(output["trials"]) == 2

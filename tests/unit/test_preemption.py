@@ -4,13 +4,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 
 import keras
 import pytest
 import tensorflow as tf
+from _children import preempted_and_stopped
 
 import models
 from toolkit import data, fit
@@ -149,15 +148,7 @@ _CHILD = textwrap.dedent("""
 
 
 def test_the_grace_ends_a_task_and_the_launcher_s_own_sigterm_is_no_preemption(tmp_path):
-    from toolkit.launcher._supervisor import STOP_MARKER
-
-    stopped = tmp_path / "stopped"
-    stopped.mkdir()
-    (stopped / STOP_MARKER).write_text("stop")
-    procs = {name: subprocess.Popen([sys.executable, "-c", _CHILD], env={**os.environ, "TFDIST_TASK_DIR": str(path)},
-                                    stderr=subprocess.PIPE, text=True)
-             for name, path in (("preempted", tmp_path), ("stopped", stopped))}  # in parallel: one import's time
-    out = {name: proc.communicate(timeout=120)[1] for name, proc in procs.items()}
+    procs, out = preempted_and_stopped(_CHILD, tmp_path)
     assert procs["stopped"].returncode == -signal.SIGTERM and "preempted" not in out["stopped"]
     assert procs["preempted"].returncode == EXIT_PREEMPTED, out["preempted"]
     assert "worker-0 was preempted" in out["preempted"]

@@ -5,11 +5,10 @@ Its notice to the chief and the chief's goodbye are exercised on a real cluster 
 """
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
+
+from _children import preempted_and_stopped
 
 from strategies._server_preemption import EXIT_PREEMPTED, arm, notice_kind
 
@@ -26,15 +25,7 @@ _CHILD = textwrap.dedent("""
 
 
 def test_a_preempted_server_serves_on_until_the_grace_and_the_launcher_s_sigterm_still_ends_it(tmp_path):
-    from toolkit.launcher._supervisor import STOP_MARKER
-
-    stopped = tmp_path / "stopped"
-    stopped.mkdir()
-    (stopped / STOP_MARKER).write_text("stop")
-    procs = {name: subprocess.Popen([sys.executable, "-c", _CHILD], env={**os.environ, "TFDIST_TASK_DIR": str(path)},
-                                    stderr=subprocess.PIPE, text=True)
-             for name, path in (("preempted", tmp_path), ("stopped", stopped))}
-    out = {name: proc.communicate(timeout=120)[1] for name, proc in procs.items()}
+    procs, out = preempted_and_stopped(_CHILD, tmp_path)
     assert procs["stopped"].returncode == -signal.SIGTERM and "preempted" not in out["stopped"]
     assert procs["preempted"].returncode == EXIT_PREEMPTED == 143, out["preempted"]
     assert "SIGTERM: ps-0 was preempted; it tells the chief and serves until the chief has checkpointed" \
