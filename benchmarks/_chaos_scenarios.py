@@ -67,6 +67,9 @@ SCENARIOS: dict[str, Scenario | None] = {
     "mwms-worker-preempt-step": Scenario("worker-1", "step", signal.SIGTERM, layout="mwms"),
     # the other front doors: Keras' model.fit (enable_distributed_keras) and the graph-mode Estimator
     "keras-chief-preempt-step": Scenario("chief-0", "step", signal.SIGTERM, job="keras"),
+    "keras-worker-preempt-step": Scenario("worker-0", "step", signal.SIGTERM, job="keras"),
+    "keras-ps-preempt-step": Scenario("ps-0", "step", signal.SIGTERM, job="keras"),
+    "keras-mwms-chief-preempt-step": Scenario("worker-0", "step", signal.SIGTERM, layout="mwms", job="keras"),
     "keras-mwms-worker-preempt-step": Scenario("worker-1", "step", signal.SIGTERM, layout="mwms", job="keras"),
     "estimator-chief-preempt-step": Scenario("chief-0", "step", signal.SIGTERM, job="estimator"),
     "estimator-worker-preempt-step": Scenario("worker-0", "step", signal.SIGTERM, job="estimator"),
