@@ -165,60 +165,53 @@ def _estimator_model_fn(features, labels, mode):
     return EstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
-def test_the_estimator_stops_after_the_step_checkpointed_and_resumes_to_max_steps(tmp_path, clean_watcher):
+class _AtLocalStep(tf.compat.v1.train.SessionRunHook):
+    """Calls ``act()`` after the session's ``step``-th run."""
+
+    def __init__(self, step, act):
+        self.local, self.step, self.act = 0, step, act
+
+    def after_run(self, run_context, run_values):
+        self.local += 1
+        if self.local == self.step:
+            self.act()
+
+
+def _input_fn():
     import numpy as np
-
-    from toolkit.estimator import Estimator, RunConfig
-
-    class SignalAt(tf.compat.v1.train.SessionRunHook):
-        def __init__(self):
-            self.local = 0
-
-        def after_run(self, run_context, run_values):
-            self.local += 1
-            if self.local == 7:
-                os.kill(os.getpid(), signal.SIGTERM)
 
     x = np.random.RandomState(0).normal(size=(64, 4)).astype("float32")
     y = (x[:, 0] > 0).astype("int64")
+    return tf.compat.v1.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
 
-    def input_fn():
-        return tf.compat.v1.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
+
+def test_the_estimator_stops_after_the_step_checkpointed_and_resumes_to_max_steps(tmp_path, clean_watcher):
+    from toolkit.estimator import Estimator, RunConfig
 
     estimator = Estimator(_estimator_model_fn, model_dir=str(tmp_path), config=RunConfig(tf_config={}))
     with pytest.raises(TrainingPreempted) as info:
-        estimator.train(input_fn, max_steps=40, hooks=[SignalAt()])
+        estimator.train(_input_fn, max_steps=40,
+                        hooks=[_AtLocalStep(7, lambda: os.kill(os.getpid(), signal.SIGTERM))])
     stopped = info.value.step
     assert stopped in (7, 8)  # signalled after step 7; at most the step in flight more
     assert estimator.latest_checkpoint().endswith(f"-{stopped}")  # the session's end saved it, off schedule
     clean_watcher.reset()
-    estimator.train(input_fn, max_steps=40)
+    estimator.train(_input_fn, max_steps=40)
     assert estimator.latest_checkpoint().endswith("-40") and estimator.last_local_steps == 40 - stopped
 
 
 def test_a_preempted_ps_s_notice_stops_the_estimator_chief_at_a_checkpoint(tmp_path, clean_watcher):
     import time
 
-    import numpy as np
-
     from toolkit.estimator import Estimator, RunConfig
 
-    class PsSignalledAt(tf.compat.v1.train.SessionRunHook):
-        def __init__(self):
-            self.local = 0
+    def ps_signalled():  # what a ps's handler leaves (toolkit.estimator._preemption.arm_ps)
+        write_notice(str(tmp_path), "ps-0", int(signal.SIGTERM), time.time())
+        time.sleep(0.6)  # past the chief's next look into the model directory
 
-        def after_run(self, run_context, run_values):
-            self.local += 1
-            if self.local == 7:  # what a ps's handler leaves (toolkit.estimator._preemption.arm_ps)
-                write_notice(str(tmp_path), "ps-0", int(signal.SIGTERM), time.time())
-                time.sleep(0.6)  # past the chief's next look into the model directory
-
-    x = np.random.RandomState(0).normal(size=(64, 4)).astype("float32")
-    y = (x[:, 0] > 0).astype("int64")
     estimator = Estimator(_estimator_model_fn, model_dir=str(tmp_path), config=RunConfig(tf_config={}))
     with pytest.raises(TrainingPreempted) as info:
-        estimator.train(lambda: tf.compat.v1.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8),
-                        max_steps=40, hooks=[PsSignalledAt()])
+        estimator.train(_input_fn, max_steps=40, hooks=[_AtLocalStep(7, ps_signalled)])
     assert info.value.code == EXIT_PREEMPTED and info.value.step in (8, 9)  # the notice was seen after step 8
     assert estimator.latest_checkpoint().endswith(f"-{info.value.step}")  # the chief's checkpoint the ps waits for
     assert clean_watcher.stopped_for == ["ps-0"] and not clean_watcher.requested
