@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
-__all__ = ["EXIT_PREEMPTED", "arm", "notice_kind"]
+__all__ = ["EXIT_PREEMPTED", "arm", "notice_kind", "notice_paths"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,16 @@ _EXIT_MARGIN = 1.0
 def notice_kind(job: str, index: int) -> str:
     """The signal a preempted server ``job:index`` leaves in its chief's process."""
     return f"preempted-{job}-{index}"
+
+
+def notice_paths(cluster: Mapping[str, Sequence[str]], jobs: Sequence[str] = ("ps", "worker")) -> dict[str, str]:
+    """Where each server of ``jobs`` leaves its notice in the chief's process, by task name (``ps-0``)."""
+    from strategies._shutdown import chief_of
+    from strategies._signals import signal_path
+
+    chief = chief_of(cluster)
+    return {f"{job}-{index}": signal_path(cluster, *chief, notice_kind(job, index))
+            for job in jobs for index in range(len(cluster.get(job, ())))}
 
 
 def _grace(environ: Mapping[str, str]) -> float:

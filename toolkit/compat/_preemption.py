@@ -52,16 +52,6 @@ def arm_server(cluster: Cluster, job: str, index: int) -> bool:
     return arm(cluster, job, index)
 
 
-def _ps_notice_paths(cluster: Cluster) -> dict[str, str]:
-    """Where each ps's notice lands in the chief's process, by task name (``ps-0``)."""
-    from strategies._server_preemption import notice_kind
-    from strategies._shutdown import chief_of
-    from strategies._signals import signal_path
-
-    chief = chief_of(cluster)
-    return {f"ps-{i}": signal_path(cluster, *chief, notice_kind("ps", i)) for i in range(len(cluster.get("ps", ())))}
-
-
 class ClusterPreemptionHook(PreemptionHook):
     """``PreemptionHook`` whose chief also takes the notices a preempted ps sends through the cluster.
 
@@ -73,9 +63,10 @@ class ClusterPreemptionHook(PreemptionHook):
 
     def __init__(self, cluster: Cluster, notices_in: str | None = None) -> None:
         super().__init__(notices_in)
+        from strategies._server_preemption import notice_paths
         from strategies._signals import clear_signals, ensure_private_dir
 
-        self._paths = _ps_notice_paths(cluster)
+        self._paths = notice_paths(cluster, jobs=("ps",))
         ensure_private_dir()
         clear_signals(list(self._paths.values()))  # notices of an earlier job on the same addresses are stale
         self._next_signal_look = 0.0

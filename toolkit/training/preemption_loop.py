@@ -65,9 +65,10 @@ class LoopPreemption:
         self.signal_step: int | None = None  # the last step known before this task saw its signal
         self.cluster = _cluster_of(runner)
         if self.cluster is not None:  # notices of an earlier run on the same addresses are stale
+            from strategies._server_preemption import notice_paths
             from strategies._signals import clear_signals
 
-            clear_signals(list(_notice_paths(self.cluster).values()))
+            clear_signals(list(notice_paths(self.cluster).values()))
         if self.model_dir is not None:
             check_grace(self.model_dir, self.watch.options.grace_period)
 
@@ -100,9 +101,10 @@ class LoopPreemption:
             return []
         found = [] if self.model_dir is None else take_notices(self.model_dir, since=self.started_wall - 1.0)
         if self.cluster is not None:
+            from strategies._server_preemption import notice_paths
             from strategies._signals import take_signal
 
-            found += [{"task": task} for task, path in _notice_paths(self.cluster).items()
+            found += [{"task": task} for task, path in notice_paths(self.cluster).items()
                       if take_signal(path) is not None]
         return found
 
@@ -144,17 +146,6 @@ def _cluster_of(runner: Runner) -> dict[str, list[str]] | None:
     from strategies._compat import pss_cluster
 
     return pss_cluster(runner.strategy)
-
-
-def _notice_paths(cluster: dict[str, list[str]]) -> dict[str, str]:
-    """Where each server's preemption notice lands in the chief's process, by task name."""
-    from strategies._server_preemption import notice_kind
-    from strategies._shutdown import chief_of
-    from strategies._signals import signal_path
-
-    chief = chief_of(cluster)
-    return {f"{job}-{index}": signal_path(cluster, *chief, notice_kind(job, index))
-            for job in ("ps", "worker") for index in range(len(cluster.get(job, ())))}
 
 
 def _saved(step: int, seconds: float | None) -> str:
