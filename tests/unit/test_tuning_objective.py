@@ -86,3 +86,42 @@ def test_report_metric_rejects_bad_arguments(tmp_path, args, field, text):
     with pytest.raises(MetricError, match=text.replace("(", r"\(").replace(")", r"\)")) as info:
         report_metric(*args, directory=tmp_path)
     assert info.value.field == field
+
+
+def test_a_trial_directory_is_read_while_checkpoints_come_and_go(tmp_path):
+    """TensorFlow writes each checkpoint into ``ckpt-N_temp/`` and renames it away: a directory can vanish while
+    the tuner walks the trial's directory, which must pass over it, not fail the study."""
+    import shutil
+    import threading
+
+    from toolkit.jobs.tuning._objective import EventTail
+    from toolkit.jobs.tuning._watch import first_checkpoint
+
+    report_metric("accuracy", 0.5, step=1, directory=tmp_path)
+    (tmp_path / "ckpt-1.index").write_bytes(b"")
+    stop, errors = threading.Event(), []
+
+    def churn():
+        n = 0
+        while not stop.is_set():
+            temp = tmp_path / f"ckpt-{n}_temp" / "deeper"
+            temp.mkdir(parents=True)
+            for i in range(20):
+                (temp / f"part-{i}.index").write_bytes(b"")
+            shutil.rmtree(tmp_path / f"ckpt-{n}_temp")
+            n += 1
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        for _ in range(300):
+            try:
+                EventTail(tmp_path).poll()
+                assert first_checkpoint(tmp_path) is not None
+            except FileNotFoundError as exc:  # what Path.rglob raised
+                errors.append(exc)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors[:3]
+    assert read_scalars(tmp_path)[("", "accuracy")][0].value == 0.5

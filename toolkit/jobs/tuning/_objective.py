@@ -24,9 +24,11 @@ the smallest for MINIMIZE.
 """
 from __future__ import annotations
 
+import fnmatch
 import math
+import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,18 @@ class Point:
     step: int
     wall_time: float
     value: float
+
+
+def files_under(root: Path, patterns: Sequence[str]) -> list[Path]:
+    """The files under ``root`` whose names match one of ``patterns``, sorted.
+
+    A running trial writes where this looks: TensorFlow saves each checkpoint into a
+    ``ckpt-N_temp`` directory and renames it away, so a directory may vanish while it
+    is walked. ``os.walk`` passes over it (``Path.rglob`` raised FileNotFoundError).
+    """
+    found = [Path(directory) / name for directory, _, names in os.walk(root)
+             for name in names if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)]
+    return sorted(found)
 
 
 def _records(path: Path, offset: int = 0) -> Iterator[tuple[bytes, int]]:
@@ -105,7 +119,7 @@ class EventTail:
         if not self.root.is_dir():
             return False
         grew = self._poll_metric_file()
-        for path in sorted(self.root.rglob("events.out.tfevents.*")):
+        for path in files_under(self.root, ("events.out.tfevents.*",)):
             run = path.parent.relative_to(self.root).as_posix()
             run = "" if run == "." else run
             offset = self._offsets.get(path, 0)

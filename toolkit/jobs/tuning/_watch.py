@@ -14,11 +14,12 @@ checkpoint hear of it at their end, when the trial fails for want of an objectiv
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs.tuning._objective import EventTail, Point, missing_tag, resolve_tag
+from toolkit.jobs.tuning._objective import EventTail, Point, files_under, missing_tag, resolve_tag
 
 __all__ = ["TrialWatch", "measurement_docs", "first_checkpoint"]
 
@@ -28,9 +29,10 @@ _CHECKPOINT_PATTERNS = ("checkpoint", "*.index", "*.weights.h5", "*.keras")
 
 def first_checkpoint(directory: str | Path) -> float | None:
     """When the first checkpoint under ``directory`` was written (its mtime), or None."""
-    root = Path(directory)
-    times = [path.stat().st_mtime for pattern in _CHECKPOINT_PATTERNS for path in root.rglob(pattern)
-             if path.is_file()]
+    times = []
+    for path in files_under(Path(directory), _CHECKPOINT_PATTERNS):
+        with contextlib.suppress(FileNotFoundError):  # a temporary file renamed away meanwhile
+            times.append(path.stat().st_mtime)
     return min(times) if times else None
 
 
