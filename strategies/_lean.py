@@ -4,10 +4,8 @@
 optimizers eagerly to register them), and Keras imports its optional companions
 when they are installed: scikit-learn (``keras.wrappers``, and SciPy with it),
 matplotlib (``keras.visualization``), IPython (the notebook file editor), pandas
-(DataFrame input) and Pillow (image files). Measured on TF 2.21 / Keras 3.15
-(``benchmarks/bench_resources.py``): ``import tensorflow`` peaks at 640 MiB RSS
-and takes 4-5 s; without the companions 540 MiB and about 2 s less; without
-Keras too, 530 MiB.
+(DataFrame input) and Pillow (image files), costing memory and start-up time
+in every task (``benchmarks/bench_resources.py`` measures it).
 
 Two kinds of task leave them out:
 

@@ -19,8 +19,7 @@ applied, and stale contributions dropped. A worker's contribution is::
             stale += 1                  # computed on old weights: dropped
 
 The critical section really is exclusive across closures running concurrently
-on different workers (measured: a non-atomic read-modify-write done 200 times
-inside it counts 200; outside it, 169). Contributions are counted, not
+on different workers. Contributions are counted, not
 attributed to workers, exactly like TF1: with only one worker alive,
 ``replicas_to_aggregate=2`` still makes progress, one global step per two of
 that worker's steps.

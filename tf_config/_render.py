@@ -119,7 +119,7 @@ def _yaml(configs: list[TFConfig]) -> str:
 
     shared = _Shared(configs)
     indent = "" if len(configs) == 1 else "  "
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's writer: the same text, 5x faster
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's writer: the same text
 
     def dump(data: object) -> str:
         return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False)

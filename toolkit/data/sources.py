@@ -118,7 +118,7 @@ def _load_digits(split: str) -> ArrayData:
     """scikit-learn's 1,797 real 8x8 digits, split 80/20 (stratified) the same way every time.
 
     The digits are read from the file scikit-learn ships, without importing scikit-learn:
-    its import brings SciPy and costs a trainer about 90 MiB and a second.
+    its import brings SciPy, which a trainer otherwise never needs.
     """
     _check_split(split)
     images, labels = _digits_arrays()

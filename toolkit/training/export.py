@@ -41,7 +41,7 @@ def release_memory() -> None:
 
     ``gc.collect()`` frees dropped traced functions (their graphs hold reference
     cycles); glibc keeps freed memory in its arenas, so ``malloc_trim(0)`` returns
-    it (11 MiB on the demo's chief after training). A no-op for the allocator
+    it. A no-op for the allocator
     where the C library has no ``malloc_trim`` (not glibc).
     """
     gc.collect()

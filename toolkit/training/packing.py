@@ -4,7 +4,7 @@ Under ParameterServerStrategy a step on a worker reads every trainable
 variable from its ps and sends every gradient back. TensorFlow moves each
 tensor between tasks as its own RPC, so a model with *n* variables costs 2*n
 round trips a step, and on a small model those round trips, not the maths, set
-the pace (the benchmark MLP: 6 variables, 12 transfers). ``RemotePacking``
+the pace. ``RemotePacking``
 concatenates the variables of each ps into one flat tensor *on that ps*, splits
 it on the worker, and sends the gradients back the same way: two transfers per
 ps and step, whatever the number of variables.

@@ -131,11 +131,7 @@ class Runner:
         function that loops over ``UNROLL_LIMIT`` straight steps per iteration
         (and one step per iteration for the rest), so the graph a chief traces
         and every worker instantiates holds at most ``UNROLL_LIMIT + 1`` copies
-        of the step however long the execution. Measured under parameter
-        servers (``docs/training.md``, "Long executions"): as many steps/s as
-        32 straight steps within the noise, and against executions of 22
-        straight steps a job 10-12 s shorter with 50-70 MiB less on the chief
-        and each worker.
+        of the step however long the execution.
         """
         if num_steps <= UNROLL_LIMIT:
             if num_steps not in self._unrolled:
@@ -196,15 +192,14 @@ class SyncRunner(Runner):
             dataset = strategy.distribute_datasets_from_function(_skipping(dataset_fn, skip_steps * per_pipeline))
         self._iterator = iter(dataset)
         self._pending: list[tf.Tensor] = []
-        # Every execution here runs exactly once, so the global step is known without reading it back
-        # (a read per execution was 8 % of an MWMS worker's samples at one step per execution).
+        # Every execution here runs exactly once, so the global step is known without reading it back.
         self._step = int(global_step.numpy()) if step.counts_steps else None
 
     def _call(self, num_steps: int) -> tuple[Callable[..., tf.Tensor], tuple[object, ...]]:
         """As ``Runner._call``, but a short execution captures the iterator instead of taking it.
 
-        Turning a distributed iterator into its tensors on every call was about 7 % of an MWMS
-        worker's samples at one step per execution. (A coordinator needs the iterator as an argument.)
+        Turning a distributed iterator into its tensors costs on every call; a coordinator,
+        though, needs the iterator as an argument.
         """
         if num_steps > UNROLL_LIMIT:
             return super()._call(num_steps)

@@ -58,9 +58,8 @@ class TracedWriteCheckpoint(tf.train.Checkpoint):
 
     TensorFlow 2.21 writes a checkpoint whose tensors sit on more than one task
     (a parameter-server model, saved from the chief) by tracing a new function
-    on every write, after reading every variable eagerly: 120-200 ms of the
-    chief's time per save, and the traced graph instantiated again on every
-    task that holds variables. Written from inside one ``tf.function``, the
+    on every write, after reading every variable eagerly, and every task that
+    holds variables instantiates that graph again. Written from inside one ``tf.function``, the
     same save ops read the variables when the function runs, so later writes
     save the values of that moment. The function is traced again when the
     checkpoint's objects change (e.g. a variable created after the first
