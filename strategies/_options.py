@@ -132,9 +132,9 @@ class StrategyOptions:
                     f"Pass partitioner_args={{{key!r}: ...}}.", field=f"partitioner_args.{key}"
                 )
 
-    def set_fields(self) -> list[str]:
-        """Names of the options given a non-default value."""
-        values = {
+    def check_applies(self, strategy: str) -> list[str]:
+        """Options set by the caller (to a non-default value) that the given strategy would ignore."""
+        given = {
             "communication": self.communication not in (None, "auto"),
             "timeout_seconds": self.timeout_seconds is not None,
             "devices": self.devices is not None,
@@ -142,8 +142,4 @@ class StrategyOptions:
             "partitioner": self.partitioner is not None,
             "partitioner_args": bool(self.partitioner_args),
         }
-        return [name for name, is_set in values.items() if is_set]
-
-    def check_applies(self, strategy: str) -> list[str]:
-        """Options set by the caller that the given strategy would ignore."""
-        return [name for name in self.set_fields() if strategy not in APPLIES_TO[name]]
+        return [name for name, is_set in given.items() if is_set and strategy not in APPLIES_TO[name]]

@@ -101,10 +101,10 @@ class EngineRun:
 
 def build_step(state: TrainState, strategy: tf.distribute.Strategy, forward: Forward,
                metrics: Mapping[str, ResolvedMetric], *, config: FitConfig, workers: int = 1,
-               factory: Callable[..., TrainStep] | None = None, default: type[TrainStep] = TrainStep) -> TrainStep:
+               factory: Callable[..., TrainStep] | None = None) -> TrainStep:
     """The per-replica step, built under ``strategy``'s scope: the front door's ``factory``, else the step
     registered for the model (``ShardedTrainStep`` for sharded tables, ``toolkit.training.extensions``),
-    else ``default``; with a ``SyncReplicas`` aggregator when ``config.sync`` is set."""
+    else ``TrainStep``; with a ``SyncReplicas`` aggregator when ``config.sync`` is set."""
     with strategy.scope():
         sync = None
         if config.sync is not None:
@@ -112,7 +112,7 @@ def build_step(state: TrainState, strategy: tf.distribute.Strategy, forward: For
 
             sync = SyncReplicas(state.optimizer, state.model.trainable_variables, global_step=state.global_step,
                                 replicas_to_aggregate=config.sync.replicas_to_aggregate or max(workers, 1))
-        step = (factory or step_factory_for(state.model, default))(
+        step = (factory or step_factory_for(state.model, TrainStep))(
             state, forward, metrics, global_batch_size=config.global_batch_size, sync=sync)
     if not isinstance(step, TrainStep):
         raise TrainingError(

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tf_config.checks import check_int, check_number
-from toolkit.training.config import TrainingError, default_steps_per_execution
+from toolkit.training.config import PS_STEPS_PER_EXECUTION, TrainingError
 
 if TYPE_CHECKING:
     from strategies import ServeOptions, StrategyOptions
@@ -39,9 +39,11 @@ __all__ = ["CheckpointConfig", "FitConfig", "FitOptions", "LogConfig", "SyncConf
 _CHIEF_SIDE = ("goodbye_timeout", "workers_done_timeout")
 
 
-def _positive_int(owner: str, name: str, value: object, example: str, *, optional: bool = False) -> None:
-    check_int(value, field=f"{owner}.{name}", optional=optional, error=TrainingError,
-              fix=f"Pass e.g. {owner}({name}={example}).")
+def _positive(field: str, value: object, example: str, *, optional: bool = False) -> None:
+    """Checks a positive int; a group's field (``LogConfig.every``) is fixed by building that group."""
+    owner, _, name = field.rpartition(".")
+    check_int(value, field=field, example=example, optional=optional, error=TrainingError,
+              fix=f"Pass e.g. {owner}({name}={example})." if owner else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +59,8 @@ class CheckpointConfig:
     keep: int = 3
 
     def __post_init__(self) -> None:
-        _positive_int("CheckpointConfig", "every", self.every, "500", optional=True)
-        _positive_int("CheckpointConfig", "keep", self.keep, "3")
+        _positive("CheckpointConfig.every", self.every, "500", optional=True)
+        _positive("CheckpointConfig.keep", self.keep, "3")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +79,8 @@ class LogConfig:
     summary_every: int = 100
 
     def __post_init__(self) -> None:
-        _positive_int("LogConfig", "every", self.every, "50", optional=True)
-        _positive_int("LogConfig", "summary_every", self.summary_every, "100")
+        _positive("LogConfig.every", self.every, "50", optional=True)
+        _positive("LogConfig.summary_every", self.summary_every, "100")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +97,7 @@ class ValidationConfig:
     evaluator_timeout: float = 600.0
 
     def __post_init__(self) -> None:
-        _positive_int("ValidationConfig", "steps", self.steps, "10", optional=True)
+        _positive("ValidationConfig.steps", self.steps, "10", optional=True)
         check_number(self.evaluator_timeout, field="ValidationConfig.evaluator_timeout", unit="seconds",
                      error=TrainingError, fix="Pass e.g. ValidationConfig(evaluator_timeout=600).")
 
@@ -116,7 +118,7 @@ class SyncConfig:
     replicas_to_aggregate: int | None = None
 
     def __post_init__(self) -> None:
-        _positive_int("SyncConfig", "replicas_to_aggregate", self.replicas_to_aggregate, "2", optional=True)
+        _positive("SyncConfig.replicas_to_aggregate", self.replicas_to_aggregate, "2", optional=True)
 
 
 def _check_group(value: object, kind: type, name: str, *, optional: bool = False) -> None:
@@ -127,10 +129,6 @@ def _check_group(value: object, kind: type, name: str, *, optional: bool = False
     example = f"{owner}({attribute}={kind.__name__}())" if owner else f"{name}={kind.__name__}()"
     raise TrainingError(f"`{name}` must be a toolkit.training.{kind.__name__}{' or None' if optional else ''}. "
                         f"Received: {name}={value!r}. Pass e.g. {example}.", field=name)
-
-
-def _positive(field: str, value: object, example: str, *, optional: bool = False) -> None:
-    check_int(value, field=field, example=example, optional=optional, error=TrainingError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,9 +143,9 @@ class FitConfig:
         steps_per_execution: steps run per ``tf.function`` call (or per closure
             scheduled on a parameter-server worker). Larger values amortise the
             Python and RPC overhead, the main lever for small models. None lets
-            the engine choose with ``default_steps_per_execution``: 1 where every
-            step is visible to callbacks, more under parameter servers, whose
-            coordinator only sees chunks of steps anyway.
+            the engine choose (``resolved``): 1 where every step is visible to
+            callbacks, more under parameter servers, whose coordinator only sees
+            chunks of steps anyway.
         global_batch_size: examples per step over all replicas, used to average
             the loss (None: inferred from the batch each replica receives).
         checkpoint, logs, validation: the groups above.
@@ -170,10 +168,19 @@ class FitConfig:
         _positive("global_batch_size", self.global_batch_size, "64", optional=True)
 
     def resolved(self, *, parameter_server: bool) -> FitConfig:
-        """This config with ``steps_per_execution`` chosen if it was left None."""
+        """This config with ``steps_per_execution`` chosen if it was left None.
+
+        Synchronous strategies (one process, mirrored, multi-worker mirrored) run
+        one step per call, like Keras: Keras callbacks and the progress bar see
+        every step. Under parameter servers the coordinator only waits every few
+        hundred steps, so callbacks see chunks whatever the execution length, and
+        each closure costs an RPC round trip to a worker, so ``PS_STEPS_PER_EXECUTION``
+        steps share one. Chunks still end exactly on checkpoint steps and epoch
+        ends (a shorter last execution), so results do not depend on it.
+        """
         if self.steps_per_execution is not None:
             return self
-        chosen = default_steps_per_execution(parameter_server=parameter_server)
+        chosen = PS_STEPS_PER_EXECUTION if parameter_server else 1
         return dataclasses.replace(self, steps_per_execution=chosen)
 
     @property
