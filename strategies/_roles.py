@@ -170,14 +170,11 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, peer: str = "ch
                         server: tf.distribute.Server | None = None) -> int:
     """The serve/goodbye protocol: runs this task's server until its chief (or client) ends the job.
 
-    Every task that only serves uses it, and this loop is the one place that
-    decides when a server exits: parameter-server ps and workers (``serve``),
-    the hosts of an in-graph device map
-    (``strategies.device_map.serve_devices``), and a ``server.join()`` in a
-    TF1 script or a hand-built strategy (``strategies._hand_built``). The
-    chief ends it with a goodbye (``strategies._shutdown``); a chief gone for
-    ``options.chief_lost_after`` s, or never up within
-    ``options.chief_start_timeout`` s, ends it too.
+    The one place that decides when a server exits, for every task that only
+    serves: parameter-server ps and workers (``serve``), the hosts of an
+    in-graph device map (``strategies.device_map.serve_devices``), and a
+    ``server.join()`` in a TF1 script or a hand-built strategy
+    (``strategies._hand_built``).
 
     Args:
         server: a server already started for this task (``join()``); None
@@ -240,8 +237,7 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", optio
 
     Called before anything imports TensorFlow (or Keras), a serving task also
     leaves out Keras, scikit-learn, matplotlib and SciPy, which TensorFlow's
-    import would otherwise pull in and a server never runs: about 110 MiB less
-    per task (``strategies._lean``).
+    import would otherwise pull in and a server never runs (``strategies._lean``).
 
     Example:
         >>> cfg = run_role()                                   # doctest: +SKIP
@@ -274,6 +270,6 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", optio
     cfg.check(strategy="parameter_server")  # fail as fast as the chief will, rather than wait for it
     work = worker_work if cfg.task_type == "worker" else None
     if work is None:  # a worker with its own work (a training loop) may need Keras & co.
-        skip_imports(SERVER_UNUSED_MODULES)  # called before TensorFlow's import, a server leaves out Keras & co.
+        skip_imports(SERVER_UNUSED_MODULES)
     code = serve(cfg, options=options, work=work)
     sys.exit(code)

@@ -150,8 +150,7 @@ def report_done(cluster: Mapping[str, Sequence[str]], task: Task, chief: Task) -
     if key in _once:
         return True
     _once.add(key)
-    sent = send(cluster, [chief], f"done-{task[0]}-{task[1]}", "done")
-    return bool(sent)
+    return bool(send(cluster, [chief], f"done-{task[0]}-{task[1]}", "done"))
 
 
 def expect_trainers(cluster: Mapping[str, Sequence[str]], chief: Task, trainers: Sequence[Task]) -> None:
@@ -204,30 +203,22 @@ def end_job(ending: Ending, exit_code: object = 0, *, options: ServeOptions | No
     _once.add(key)
     code = exit_code_of(exit_code)
     options = ServeOptions.from_env() if options is None else options
-    # A preempted chief (128 + SIGTERM, the launcher's EXIT_PREEMPTED) also ends with a worker recovery
-    # possibly in flight: stopping the coordinator first keeps its exit from aborting.
+    # A worker recovery still in flight when the interpreter exits aborts the chief, a preempted one
+    # (128 + SIGTERM, the launcher's EXIT_PREEMPTED) too: stopping the coordinator's threads now, while
+    # the servers still serve, lets it end against live servers.
     if code in (0, 128 + signal.SIGTERM) and ending.strategy is not None:
-        _stop_coordinator(ending.strategy, options.goodbye_timeout)
+        from strategies._compat import stop_coordinator_threads
+
+        late = stop_coordinator_threads(ending.strategy, options.goodbye_timeout)
+        if late:
+            logger.warning("the coordinator's %s did not stop within %g s (goodbye_timeout)", ", ".join(late),
+                           options.goodbye_timeout)
     if code == 0 and ending.trainers:
         chief = chief_of(ending.cluster)
         wait_for_trainers(ending.cluster, chief, ending.trainers, timeout=options.workers_done_timeout)
     reached = say_goodbye(ending.cluster, ending.servers, code, timeout=options.goodbye_timeout)
     logger.info("told %s to exit with code %d", ", ".join(reached) or "no server", code)
     return reached
-
-
-def _stop_coordinator(strategy: tf.distribute.Strategy, timeout: float) -> None:
-    """Stops the coordinator's threads while the servers still serve.
-
-    A worker recovery still in flight when the interpreter exits aborts the
-    chief (``strategies._compat.stop_coordinator_threads``); waiting for it
-    here, before the goodbye, lets it end against live servers.
-    """
-    from strategies._compat import stop_coordinator_threads
-
-    late = stop_coordinator_threads(strategy, timeout)
-    if late:
-        logger.warning("the coordinator's %s did not stop within %g s (goodbye_timeout)", ", ".join(late), timeout)
 
 
 def _at_exit() -> None:
