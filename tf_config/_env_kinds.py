@@ -130,11 +130,8 @@ def _slurm(environ: Mapping[str, str]) -> Placement | None:
                     hosts.append(node)
                     left[i] -= 1
     job = env.get_int("SLURM_JOB_ID") if env.has("SLURM_JOB_ID") else 0
-    # one port block per job, so that two jobs sharing a node do not collide: 32 ports per node and job
-    if not rank < len(hosts):
-        raise _error("SLURM_PROCID", f"is {rank} but there are {len(hosts)} tasks ({size_var}); "
-                     f"expected 0..{len(hosts) - 1}. The environment is inconsistent.")
-    if env.has("SLURMD_NODENAME") and env.get("SLURMD_NODENAME") != hosts[rank]:
+    # a rank out of range is refused by env.placement, with the same message as the other engines'
+    if rank < len(hosts) and env.has("SLURMD_NODENAME") and env.get("SLURMD_NODENAME") != hosts[rank]:
         raise _error("SLURMD_NODENAME", f"is {environ['SLURMD_NODENAME']!r}, but SLURM_PROCID {rank} belongs on "
                      f"{hosts[rank]!r} by SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE ({method} "
                      "distribution). The environment is inconsistent.")

@@ -141,8 +141,8 @@ class TFConfig:
         """One config per task of ``cluster``, validating the cluster once instead of once per task.
 
         Every task's TF_CONFIG repeats the whole cluster, so validating each on its
-        own is quadratic (2,000 workers took 74 s). A task's own rules depend only on
-        its type and index; the first and last task of each job stand for the rest.
+        own is quadratic. A task's own rules depend only on its type and index; the
+        first and last task of each job stand for the rest.
         """
         ends: dict[str, list[Task]] = {}
         for task in tasks:
