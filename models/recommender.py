@@ -66,9 +66,7 @@ def recommender(
     for i, units in enumerate(hidden_units):
         check_positive(units, field=f"hidden_units[{i}]", owner="recommender", fix="Pass e.g. hidden_units=(64, 32).")
 
-    def init(offset: int, kind: str = "uniform") -> keras.initializers.Initializer:
-        if kind == "zeros":
-            return keras.initializers.Zeros()
+    def init(offset: int) -> keras.initializers.Initializer:
         return keras.initializers.RandomUniform(-0.05, 0.05, seed=None if seed is None else seed + offset)
 
     if embedding is None:
@@ -84,7 +82,7 @@ def recommender(
                          embeddings_initializer=init(0), **embedding_options)(user)
     item_vec = embedding(num_items, embedding_dim, name="item_embedding",
                          embeddings_initializer=init(1), **embedding_options)(item)
-    wide = embedding(num_items, 1, name="item_bias", embeddings_initializer=init(2, "zeros"),
+    wide = embedding(num_items, 1, name="item_bias", embeddings_initializer=keras.initializers.Zeros(),
                      **embedding_options)(item)
     x = keras.layers.Concatenate(name="features")(
         [user_vec, item_vec, keras.layers.Multiply(name="interaction")([user_vec, item_vec])])

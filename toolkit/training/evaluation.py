@@ -79,9 +79,7 @@ class WorkerValidator(Validator):
     shard is one closure that builds the dataset on the worker running it,
     evaluates its part and returns the totals. Every example counts exactly
     once, whichever worker runs a shard and however often the coordinator
-    retries a closure after a worker failure. The chief neither reads the data
-    nor runs the model, so it holds no validation pipeline and no executing
-    evaluation function, and the workers evaluate side by side.
+    retries a closure after a worker failure.
 
     ``validation_fn`` is traced into the closure, as the training
     ``dataset_fn`` is. (A ``Dataset.from_generator`` still works: TensorFlow
@@ -178,8 +176,6 @@ def evaluate_continuously(model_dir: str, evaluate: Callable[[str], _R], *, fina
       ``CheckpointConfig.keep`` pruned it) is skipped with a warning, and the
       poller goes on with the next one: an error raised by ``evaluate`` or
       ``step_of`` while the checkpoint's files are gone is not fatal.
-    * ``throttle_secs``: after an evaluation, newer checkpoints are skipped for
-      this long (never the final one).
 
     It returns after evaluating the final checkpoint (global step >=
     ``final_step``, or the step in the chief's done marker), when the chief's
@@ -194,7 +190,7 @@ def evaluate_continuously(model_dir: str, evaluate: Callable[[str], _R], *, fina
         evaluate: ``evaluate(checkpoint_path) -> result``.
         final_step: the last step training will reach (None: only the done marker says).
         timeout: seconds without a new checkpoint before giving up.
-        throttle_secs: minimum seconds between two evaluations.
+        throttle_secs: minimum seconds between two evaluations (the final checkpoint is never skipped).
         poll_secs: seconds between polls of ``model_dir``.
         step_of: the global step of a checkpoint path.
 
@@ -239,10 +235,6 @@ def run_sidecar_evaluator(model_fn: Callable[[], keras.Model], validation_fn: Ca
                           forward: Forward, metrics: Mapping[str, ResolvedMetric], model_dir: str, final_step: int,
                           steps: int | None = None, timeout: float = 600.0) -> LoopRecord:
     """Evaluates each new checkpoint in ``model_dir`` once, until the final one (``evaluate_continuously``).
-
-    Stops after evaluating a checkpoint at ``final_step`` (or at the step the
-    chief recorded in ``training_done.json`` when training stopped early), or
-    when no new checkpoint appears for ``timeout`` seconds.
 
     Returns:
         A ``LoopRecord`` with one entry per evaluated checkpoint (``epochs``

@@ -249,7 +249,7 @@ class TrainStep(_Step):
     * ``counts_steps``: False when ``apply`` advances the global step itself.
 
     ``toolkit.layers.ShardedTrainStep`` (sharded embedding tables) plugs in this
-    way; pass such a class to ``fit(train_step=...)``.
+    way; pass such a class as ``FitOptions(train_step=...)``.
 
     With ``sync`` (a ``strategies.sync_replicas.SyncReplicas``) the step is one
     *contribution*: it reads the global step before the forward pass, so the
