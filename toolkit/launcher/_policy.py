@@ -88,14 +88,7 @@ class FailurePolicy:
     """When a launch restarts a task, restarts the cluster, waits, or fails.
 
     Attributes:
-        max_restarts: how many times a parameter-server worker may be
-            restarted alone, and how many times the whole cluster may be.
-        restartable: the entrypoint resumes from its last checkpoint, so a
-            ps death, a multi-worker-mirrored death or a failed chief restarts
-            the whole cluster instead of failing the job.
-        settle_period: seconds a failed non-chief task waits before the policy
-            acts on it (servers told by a failing chief to exit non-zero leave
-            just before the chief: that is the chief's failure, not theirs).
+        max_restarts, restartable, settle_period: as ``LaunchSpec``'s.
         parameter_server: the job has ps tasks, so its workers are servers
             that can be restarted alone.
         max_preemptions: how many preemptions the job may be restarted after
@@ -124,7 +117,7 @@ class FailurePolicy:
         """The policy a validated ``LaunchSpec`` asks for."""
         return cls(max_restarts=spec.max_restarts, restartable=spec.restartable, settle_period=spec.settle_period,
                    parameter_server=spec.is_parameter_server,
-                   max_preemptions=getattr(spec, "max_preemptions", cls.max_preemptions))
+                   max_preemptions=spec.max_preemptions)
 
     def decide(self, ended: TaskExit) -> Decision:
         """The decision for ``ended``; see the module docstring."""

@@ -25,10 +25,6 @@ ENV_TASK_NAME = "TFDIST_TASK_NAME"        # e.g. "worker-1"
 ENV_RESTART_COUNT = "TFDIST_RESTART_COUNT"  # times this task was started before in this job
 ENV_JOB_NONCE = "TFDIST_JOB_NONCE"        # random per job: keeps two jobs on the same ports apart
 
-# Defaults a task gets unless the caller's environment (or ``env=``) sets them. None for now:
-# TensorFlow's C++ chatter is kept in the log files and left off the console (``_console``).
-TASK_ENV_DEFAULTS: dict[str, str] = {}
-
 _PYTHON_NAMES = ("python", "python3")
 
 

@@ -1,21 +1,9 @@
-"""The launcher's control loop: start every task, watch them, apply the failure policy.
+"""The launcher's control loop: start every task, watch them, carry out the ``FailurePolicy``'s decisions.
 
-Policy (documented in docs/launcher.md):
-- The job ends when the chief ends; its exit code is the job's. The other
-  tasks get ``grace_period`` seconds to exit by themselves (ps/worker servers
-  do, on the chief's goodbye), then their process groups are stopped.
-- A worker of a parameter-server job that dies is restarted alone, with the
-  same TF_CONFIG and port (the coordinator takes it back), up to
-  ``max_restarts`` times per worker.
-- Any other death (a ps, any task of a multi-worker-mirrored job, or a failed
-  chief) restarts the whole cluster on fresh ports when the entrypoint is
-  ``restartable``, up to ``max_restarts`` times; otherwise the job fails with
-  the task's name, exit code and log tail.
-- A non-chief task that fails is given ``settle_period`` seconds before the
-  policy acts, because servers told by a failing chief to exit non-zero leave just
-  before the chief does; that is the chief's failure, not theirs.
-- A preempted task (``EXIT_PREEMPTED``, or killed by SIGTERM) is restarted the
-  same way but on its own budget, ``max_preemptions`` (docs/preemption.md).
+The policy itself (``_policy``, docs/launcher.md) decides; this loop only acts:
+- The job ends when the chief ends; the other tasks get ``grace_period``
+  seconds to exit by themselves (servers do, on the chief's goodbye), then
+  their process groups are stopped.
 - A SIGTERM to the launcher itself (its machine is being taken away) is passed
   on to every task unmarked, so each checkpoints and exits 143; the launcher
   waits up to the preemption grace (``TFDIST_PREEMPTION_GRACE`` + 2 s) before
@@ -57,7 +45,6 @@ from toolkit.launcher._spec import (
     ENV_RESTART_COUNT,
     ENV_TASK_DIR,
     ENV_TASK_NAME,
-    TASK_ENV_DEFAULTS,
     LaunchError,
     LaunchSpec,
 )
@@ -107,7 +94,7 @@ class Job:
                  verbose: bool = False, wrap: Callable[[Sequence[str]], list[str]] | None = None) -> None:
         self.spec, self.job_dir = spec, job_dir
         self.policy = FailurePolicy.of(spec)
-        self.base_env = {**TASK_ENV_DEFAULTS, **os.environ, **(env or {})}
+        self.base_env = {**os.environ, **(env or {})}
         self.wrap = wrap  # runs a task's command inside the private network namespace, if any
         noise = console_filter(self.base_env, verbose=verbose)
         # one per job, shared by its tasks and kept across restarts: their goodbye files are per job

@@ -92,8 +92,10 @@ def die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-class TaskProcess:
-    """A task of the local cluster, restartable with the same name and log file."""
+class TaskBase:
+    """What the control loop reads of a task, wherever it runs (a local process, or a Ray actor's)."""
+
+    pid: int | None = None
 
     def __init__(self, name: str, *, log_path: Path, stream: IO[str] | None, lock: threading.Lock,
                  on_event: Callable[[TaskEvent], None] | None = None,
@@ -106,7 +108,6 @@ class TaskProcess:
         self.log_path = log_path
         self.stream = stream
         self.lock = lock
-        self.proc: subprocess.Popen[bytes] | ForkedTask | None = None
         self.reader: threading.Thread | None = None
         self.starts = 0
         self.exit_code: int | None = None
@@ -114,6 +115,50 @@ class TaskProcess:
         self.handled = False   # its exit has been acted on (restart, accepted, or failure)
         self.stopped = False   # the launcher had to signal it
         self.recent: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+
+    def _emit(self, kind: EventKind) -> None:
+        if self.on_event is None:
+            return
+        event = TaskEvent(name=self.name, kind=kind, pid=self.pid or 0, restarts=self.starts - 1,
+                          exit_code=self.exit_code, log_path=self.log_path)
+        try:
+            self.on_event(event)
+        except Exception:  # an observer's bug must not take the cluster down with it
+            logger.exception("the on_task callback failed on %s %s", self.name, kind)
+
+    def _show(self, line: str) -> None:
+        """Keeps ``line`` for the tail and echoes it, prefixed, unless it is noise kept off the console."""
+        self.recent.append(line)
+        if self.stream is not None and not (self.hide is not None and self.hide(line)):
+            self._echo(f"[{self.name}] {line}\n")
+
+    def _echo(self, text: str) -> None:
+        """Shows a line on the console; a console that went away (closed pipe) only loses the echo."""
+        with self.lock:
+            if self.stream is None:
+                return
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (OSError, ValueError) as exc:
+                logger.warning("console output of %s stopped (%s); its log file still has everything",
+                               self.name, exc)
+                self.stream = None
+
+    def join_output(self, timeout: float) -> None:
+        """Waits for the output pump to drain (the pipe closes when the group is gone)."""
+        if self.reader is not None:
+            self.reader.join(timeout)
+
+    def tail(self) -> list[str]:
+        """The last lines this task printed (its current run)."""
+        return list(self.recent)
+
+
+class TaskProcess(TaskBase):
+    """A task of the local cluster, restartable with the same name and log file."""
+
+    proc: subprocess.Popen[bytes] | ForkedTask | None = None
 
     def start(self, cmd: Sequence[str], env: Mapping[str, str], *, cwd: str | os.PathLike[str] | None = None,
               fork: Callable[[Mapping[str, str]], ForkedTask] | None = None) -> None:
@@ -140,6 +185,7 @@ class TaskProcess:
                 preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl and getppid run in the child
             )
         self.starts += 1
+        self.pid = self.proc.pid
         self.exit_code = self.ended_at = None
         self.handled = self.stopped = False
         self.reader = threading.Thread(target=self._pump, args=(self.proc, log), daemon=True,
@@ -148,41 +194,14 @@ class TaskProcess:
         logger.info("started %s (pid %d)", self.name, self.proc.pid)
         self._emit(EventKind.STARTED)
 
-    def _emit(self, kind: EventKind) -> None:
-        if self.on_event is None or self.proc is None:
-            return
-        event = TaskEvent(name=self.name, kind=kind, pid=self.proc.pid, restarts=self.starts - 1,
-                          exit_code=self.exit_code, log_path=self.log_path)
-        try:
-            self.on_event(event)
-        except Exception:  # an observer's bug must not take the cluster down with it
-            logger.exception("the on_task callback failed on %s %s", self.name, kind)
-
     def _pump(self, proc: subprocess.Popen[bytes] | ForkedTask, log: IO[bytes]) -> None:
-        prefix = f"[{self.name}] "
         assert proc.stdout is not None  # started with stdout=PIPE
         with log:
             for raw in iter(proc.stdout.readline, b""):
                 log.write(raw)
                 log.flush()
-                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                self.recent.append(line)
-                if self.stream is not None and not (self.hide is not None and self.hide(line)):
-                    self._echo(prefix + line + "\n")
+                self._show(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
         proc.stdout.close()
-
-    def _echo(self, text: str) -> None:
-        """Shows a line on the console; a console that went away (closed pipe) only loses the echo."""
-        with self.lock:
-            if self.stream is None:
-                return
-            try:
-                self.stream.write(text)
-                self.stream.flush()
-            except (OSError, ValueError) as exc:
-                logger.warning("console output of %s stopped (%s); its log file still has everything",
-                               self.name, exc)
-                self.stream = None
 
     def poll(self) -> int | None:
         """The exit code once the process has ended (cached), else None."""
@@ -206,15 +225,6 @@ class TaskProcess:
         except (ProcessLookupError, PermissionError):
             return False
         return True
-
-    def join_output(self, timeout: float) -> None:
-        """Waits for the output pump to drain (the pipe closes when the group is gone)."""
-        if self.reader is not None:
-            self.reader.join(timeout)
-
-    def tail(self) -> list[str]:
-        """The last lines this task printed (its current run)."""
-        return list(self.recent)
 
 
 def stop_all(tasks: Sequence[TaskProcess], *, kill_after: float = 5.0) -> None:

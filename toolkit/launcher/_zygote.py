@@ -28,9 +28,8 @@ joined, ``atexit`` run), with the exit code and traceback ``python`` gives.
 The garbage collector is off in the zygote, and its objects are frozen
 (``gc.freeze()``) before each fork, as the ``gc`` module's documentation advises
 for processes that fork without exec: a task's collections, and the final
-one at its exit, then never write to the pages it shares with the zygote.
-Without it, a task's exit alone took 1.5 s longer (its last collection copied
-the whole preloaded heap).
+one at its exit, then never write to (and so copy) the pages it shares with
+the zygote.
 
 When the launcher's end of the socket closes, the zygote kills every task it
 forked that is still running, and exits.

@@ -36,7 +36,6 @@ from collections.abc import Mapping, Sequence
 import ray
 
 from tf_config.ports import pick_port
-from toolkit.launcher._spec import TASK_ENV_DEFAULTS
 from toolkit.launcher._task import die_with_parent
 
 _MAX_BUFFERED = 20000  # lines kept for a driver that stopped reading
@@ -123,7 +122,7 @@ class TaskRunner:
         self._wait_reader()
         # The driver's interpreter (``python`` in the entrypoint) means this node's.
         argv = [sys.executable if part == driver_python else part for part in cmd]
-        full_env = {**TASK_ENV_DEFAULTS, **os.environ, **env}
+        full_env = {**os.environ, **env}
         try:
             self._grace = float(full_env.get(ENV_GRACE) or _DEFAULT_GRACE)
         except ValueError:  # the task itself reports a bad value

@@ -9,7 +9,6 @@ driver's machine, whichever node the task ran on.
 """
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import signal
@@ -23,11 +22,10 @@ from typing import IO, Any
 import ray
 
 from toolkit.launcher._result import EXIT_PREEMPTED, EventKind, TaskEvent
-from toolkit.launcher._task import armed_env
+from toolkit.launcher._task import TaskBase, armed_env
 
 logger = logging.getLogger(__name__)
 
-_TAIL_LINES = 20
 _CALL_TIMEOUT = 30.0
 _DIED_GRACE = 10.0  # seconds a dead actor gets to come back through Ray's own restart
 ACTOR_LOST = -int(signal.SIGKILL)  # the exit code a task gets when its actor (or node) vanished
@@ -59,38 +57,26 @@ class _Waiter:
             time.sleep(0.05)
 
 
-class RayTask:
+class RayTask(TaskBase):
     """A task of the job, run by a Ray actor that keeps the task's port, process and output."""
 
     def __init__(self, name: str, *, make_actor: Callable[[], Any], log_path: Path, stream: IO[str] | None,
                  lock: threading.Lock, start_timeout: float,
                  on_event: Callable[[TaskEvent], None] | None = None,
                  hide: Callable[[str], bool] | None = None) -> None:
-        self.name = name
-        self.hide = hide  # lines kept off the console (the log file still gets them)
-        self.task_type, _, index = name.rpartition("-")
-        self.index = int(index)
+        super().__init__(name, log_path=log_path, stream=stream, lock=lock, on_event=on_event, hide=hide)
         self.make_actor = make_actor
         self.actor = make_actor()
-        self.log_path, self.stream, self.lock, self.on_event = log_path, stream, lock, on_event
         self.start_timeout = start_timeout
-        self.starts = 0
-        self.exit_code: int | None = None
-        self.ended_at: float | None = None
-        self.handled = False
-        self.stopped = False
-        self.recent: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self.node_id: str | None = None
         self.ip: str | None = None
         self.port: int | None = None
-        self.pid: int | None = None
         self.actor_restarts = 0
         self._death_noted = False  # the log already says this actor died (by the reader or a failed start)
         self._actor_id: tuple[str, int] | None = None  # (node id, pid) of the actor process last seen
         self._seen: int | None = None      # the exit code the reader saw for the current run
         self._lost = False                 # the actor died under the current run
         self._restarts_noted = 0           # actor restarts the task log already tells of
-        self._reader: threading.Thread | None = None
         self.proc = _Waiter(self)
 
     # ---- placement ----------------------------------------------------------------
@@ -176,17 +162,16 @@ class RayTask:
             log.write(f"----- {self.name} could not start on Ray: {exc} -----\n".encode())
             log.close()
             self._seen, self._death_noted = ACTOR_LOST, True
-            self._reader = None
+            self.reader = None
             self._emit(EventKind.STARTED)
             return
-        self._reader = threading.Thread(target=self._pump, args=(self.actor, cursor, log), daemon=True,
-                                        name=f"tfdist-ray-{self.name}")
-        self._reader.start()
+        self.reader = threading.Thread(target=self._pump, args=(self.actor, cursor, log), daemon=True,
+                                       name=f"tfdist-ray-{self.name}")
+        self.reader.start()
         logger.info("started %s on node %s (%s, pid %s)", self.name, (self.node_id or "?")[:12], self.ip, self.pid)
         self._emit(EventKind.STARTED)
 
     def _pump(self, actor: Any, cursor: int, log: IO[bytes]) -> None:
-        prefix = f"[{self.name}] "
         with log:
             while True:
                 try:
@@ -202,41 +187,18 @@ class RayTask:
                     return
                 for line in lines:
                     log.write((line + "\n").encode())
-                    self.recent.append(line)
-                    if self.stream is not None and not (self.hide is not None and self.hide(line)):
-                        self._echo(prefix + line + "\n")
+                    self._show(line)
                 log.flush()
                 if code is not None:
                     self._seen = code
                     return
 
-    def _echo(self, text: str) -> None:
-        with self.lock:
-            if self.stream is None:
-                return
-            try:
-                self.stream.write(text)
-                self.stream.flush()
-            except (OSError, ValueError) as exc:
-                logger.warning("console output of %s stopped (%s); its log file still has everything", self.name, exc)
-                self.stream = None
-
-    def _emit(self, kind: EventKind) -> None:
-        if self.on_event is None:
-            return
-        event = TaskEvent(name=self.name, kind=kind, pid=self.pid or 0, restarts=self.starts - 1,
-                          exit_code=self.exit_code, log_path=self.log_path)
-        try:
-            self.on_event(event)
-        except Exception:  # an observer's bug must not take the cluster down with it
-            logger.exception("the on_task callback failed on %s %s", self.name, kind)
-
     def poll(self) -> int | None:
         if self.starts == 0:
             return None
         if self.exit_code is None and self._seen is not None:
-            if self._reader is not None:
-                self._reader.join(5.0)
+            if self.reader is not None:
+                self.reader.join(5.0)
             self.exit_code, self.ended_at = self._seen, time.monotonic()
             self._emit(EventKind.EXITED)
         return self.exit_code
@@ -252,13 +214,6 @@ class RayTask:
             return bool(ray.get(self.actor.stop.remote(int(sig)), timeout=_CALL_TIMEOUT))
         except ray.exceptions.RayError:
             return False
-
-    def join_output(self, timeout: float) -> None:
-        if self._reader is not None:
-            self._reader.join(timeout)
-
-    def tail(self) -> list[str]:
-        return list(self.recent)
 
     def kill_actor(self) -> None:
         """Ends the actor for good (and, by ``PR_SET_PDEATHSIG``, anything it still ran)."""
