@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._run_parts import RunResult, dialect_of, env_of, finish
+from toolkit.jobs._run_parts import RunResult, env_of, finish, launch_spec
 from toolkit.jobs.states import JobState
 from toolkit.jobs.store import JobStore
 
 if TYPE_CHECKING:
-    from toolkit.launcher import LaunchSpec, TaskEvent
+    from toolkit.launcher import TaskEvent
 
 __all__ = ["run_ray_tasks"]
 
@@ -58,17 +58,6 @@ def _watch(store: JobStore | None, job: str | None) -> _Watch:
                   lambda: recorder_store.get(name).state is JobState.CANCELLING)
 
 
-def _launch_spec(plan: LocalPlan, *, max_restarts: int, timeout: float | None, trial: int | None) -> LaunchSpec:
-    """The plan's cluster as one launch (a chief, its workers, ps and evaluator) for a remote engine."""
-    from toolkit.launcher import LaunchSpec
-
-    counts = plan.counts
-    return LaunchSpec(cmd=tuple(plan.argv), chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
-                      evaluator=counts.get("evaluator", 0), max_restarts=max_restarts,
-                      timeout=timeout if timeout is not None else plan.timeout,
-                      dialect=dialect_of(plan, trial), cwd=plan.cwd)
-
-
 def _job_dir_arg(args: tuple[str, ...]) -> list[str]:
     """The trainer's ``--job-dir`` (its model_dir), which every task must be able to reach."""
     return [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--job-dir"]
@@ -85,7 +74,7 @@ def run_ray_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | No
     options = RayOptions.from_dict(plan.engine["options"])
     watch = _watch(store, job)
     try:
-        spec = _launch_spec(plan, max_restarts=max_restarts, timeout=timeout, trial=trial)
+        spec = launch_spec(plan, max_restarts=max_restarts, timeout=timeout, trial=trial)
         result = launch_ray(
             spec, job_dir=job_dir, env={**env_of(plan), **(env or {})},
             stream=stream or sys.stdout, echo=stream is not None, options=options,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._run_parts import RunResult, dialect_of, env_of, finish, recorder, task_name
+from toolkit.jobs._run_parts import RunResult, env_of, finish, launch_spec, recorder, task_name
 from toolkit.jobs.store import JobStore
 
 __all__ = ["RUNNERS", "RunResult", "run_tasks", "task_name"]
@@ -48,13 +48,9 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
 def _run_local(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None = None, job: str | None = None,
                max_restarts: int = 0, timeout: float | None = None, stream: TextIO | None = None,
                env: Mapping[str, str] | None = None, trial: int | None = None) -> RunResult:
-    from toolkit.launcher import LaunchSpec, launch
+    from toolkit.launcher import launch
 
-    counts = plan.counts
-    spec = LaunchSpec(cmd=tuple(plan.argv), chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
-                      evaluator=counts.get("evaluator", 0), max_restarts=max_restarts,
-                      timeout=timeout if timeout is not None else plan.timeout,
-                      dialect=dialect_of(plan, trial), cwd=plan.cwd)
+    spec = launch_spec(plan, max_restarts=max_restarts, timeout=timeout, trial=trial)
     on_task = recorder(store, job) if store is not None and job is not None else None
     result = launch(spec, job_dir=job_dir, env={**env_of(plan), **(env or {})}, stream=stream or sys.stdout,
                     echo=stream is not None, on_task=on_task)

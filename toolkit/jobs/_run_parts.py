@@ -1,8 +1,8 @@
-"""What the local and the Ray job runners share: the job's result, its dialect, its
-tasks' environment, the store recorder, and the final bookkeeping.
+"""What the job runners share: the job's result, its launch spec, its tasks' environment, the
+store recorder, and the final bookkeeping.
 
-A leaf below both runners, so that ``_run`` (which hands Ray plans to ``_ray_run``)
-and ``_ray_run`` import it and never each other.
+A leaf below the runners, so that ``_run`` (which hands Ray and Slurm plans on)
+and the engine runners import it and never each other.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from toolkit.jobs._procs import start_ticks
 from toolkit.jobs.store import JobStore
 
 if TYPE_CHECKING:
-    from toolkit.launcher import Dialect, LaunchResult, TaskEvent
+    from toolkit.launcher import Dialect, LaunchResult, LaunchSpec, TaskEvent
 
-__all__ = ["RunResult", "dialect_of", "env_of", "finish", "recorder", "task_name"]
+__all__ = ["RunResult", "dialect_of", "env_of", "finish", "launch_spec", "recorder", "task_name"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,17 @@ def dialect_of(plan: LocalPlan, trial: int | None = None) -> Dialect:
     return cmle_dialect(job=plan.training_input, trial=trial, use_chief=plan.primary == "chief")
 
 
+def launch_spec(plan: LocalPlan, *, max_restarts: int, timeout: float | None, trial: int | None) -> LaunchSpec:
+    """The plan's cluster as one launch: a chief, its workers, ps and evaluator, in the job's dialect."""
+    from toolkit.launcher import LaunchSpec
+
+    counts = plan.counts
+    return LaunchSpec(cmd=tuple(plan.argv), chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
+                      evaluator=counts.get("evaluator", 0), max_restarts=max_restarts,
+                      timeout=timeout if timeout is not None else plan.timeout,
+                      dialect=dialect_of(plan, trial), cwd=plan.cwd)
+
+
 def env_of(plan: LocalPlan) -> dict[str, str]:
     root = str(Path(toolkit.__file__).resolve().parents[1])
     pythonpath = [*plan.pythonpath, root, *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -65,9 +76,8 @@ def env_of(plan: LocalPlan) -> dict[str, str]:
 
 def restart_counts(result: LaunchResult) -> dict[str, Any]:
     """The restarts a launch made, preemptions apart from failures (``describe`` shows them)."""
-    preempted = {t.name: t.preemptions for t in result.tasks if getattr(t, "preemptions", 0)}
-    return {"preemptions": getattr(result, "preemptions", 0), "failures": getattr(result, "failures", 0),
-            "preemptedTasks": preempted}
+    preempted = {t.name: t.preemptions for t in result.tasks if t.preemptions}
+    return {"preemptions": result.preemptions, "failures": result.failures, "preemptedTasks": preempted}
 
 
 def finish(result: LaunchResult, *, store: JobStore | None, job: str | None) -> RunResult:

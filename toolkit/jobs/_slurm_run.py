@@ -4,18 +4,9 @@ The Slurm counterpart of ``_run_local`` and ``_ray_run``: tasks are recorded as
 they start, restart and end (without pids: they run on the cluster's nodes);
 each task's node goes to the job's ``details["nodes"]`` and the Slurm job id to
 ``details["slurm"]``, so a reaper can ``scancel`` it. A cancel is seen in the
-store (the job turns CANCELLING) and ends in ``scancel``.
-
-Accounting without slurmdbd: ``details["slurm"]["jobs"]`` keeps every Slurm
-job of the run as ``scontrol`` recorded it at its end (state, exit code,
-reason, times, nodes), and ``details["nodes"]`` each task's own state, exit
-code, and restarts after failures and after preemptions; a task Slurm killed
-before it reported an end says so (``state: KILLED`` and the reason).
-
-A preempted job (its chief exited 143, e.g. on Slurm's ``--signal`` before the
-time limit) is submitted again on the preemption budget (``max_preemptions``),
-not the failure budget: the job's trainer resumes from its ``--job-dir``, as a
-CMLE trainer does when its master is restarted.
+store (the job turns CANCELLING) and ends in ``scancel``. A preempted job is
+always submitted again on ``max_preemptions``: the job's trainer resumes from
+its ``--job-dir``, as a CMLE trainer does when its master is restarted.
 """
 from __future__ import annotations
 
@@ -24,8 +15,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._ray_run import _job_dir_arg, _launch_spec, _watch
-from toolkit.jobs._run_parts import RunResult, env_of, finish
+from toolkit.jobs._ray_run import _job_dir_arg, _watch
+from toolkit.jobs._run_parts import RunResult, env_of, finish, launch_spec
 from toolkit.jobs.store import JobStore
 
 __all__ = ["run_slurm_tasks"]
@@ -50,7 +41,7 @@ def run_slurm_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | 
             recorder_store.update_details(name, slurm={"job_id": jobs[-1]["job_id"], "jobs": jobs},
                                           restarts=progress["restarts"])
     try:
-        spec = _launch_spec(plan, max_restarts=max_restarts, timeout=timeout, trial=trial)
+        spec = launch_spec(plan, max_restarts=max_restarts, timeout=timeout, trial=trial)
         result = launch_slurm(spec, job_dir=Path(job_dir or Path.cwd() / "slurm-job"),
                               env={**env_of(plan), **(env or {})}, stream=stream, options=options,
                               on_task=watch.on_task, on_placement=watch.on_placement, on_job=on_job,

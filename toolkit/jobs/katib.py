@@ -40,16 +40,13 @@ against the TFJob CRD, the way ``kubectl apply`` would.
 """
 from __future__ import annotations
 
-import functools
-import json
 from dataclasses import replace
-from importlib import resources
 from typing import Any
 
 from toolkit.jobs.errors import BackendError, JobSpecError, Problem
 from toolkit.jobs.hyperparams import HyperparameterSpec, ParameterSpec
 from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.tfjob import KubernetesOptions, render_tfjob, to_yaml, validate_tfjob
+from toolkit.jobs.tfjob import KubernetesOptions, render_tfjob, schema_errors, to_yaml, validate_tfjob
 
 __all__ = ["render_experiment", "validate_experiment", "experiment_yaml"]
 
@@ -152,18 +149,9 @@ def render_experiment(spec: JobSpec, *, options: KubernetesOptions | None = None
     return experiment, warnings
 
 
-@functools.lru_cache(maxsize=1)
-def _validator() -> Any:
-    import jsonschema  # imported here: only validation needs it
-
-    text = resources.files("toolkit.jobs").joinpath("schemas/katib-experiment-v1beta1.json").read_text("utf-8")
-    return jsonschema.Draft7Validator(json.loads(text))
-
-
 def validate_experiment(manifest: Any) -> list[str]:
     """Every reason Katib would reject ``manifest`` (its trial TFJob included); empty when it is valid."""
-    errors = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-              for e in sorted(_validator().iter_errors(manifest), key=lambda e: list(map(str, e.path)))]
+    errors = schema_errors(manifest, "katib-experiment-v1beta1.json", strict=False)
     if errors:
         return errors
     template = manifest["spec"]["trialTemplate"]

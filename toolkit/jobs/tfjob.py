@@ -36,6 +36,7 @@ __all__ = [
     "KubernetesOptions",
     "pod_tf_configs",
     "render_tfjob",
+    "schema_errors",
     "to_yaml",
     "validate_tfjob",
 ]
@@ -235,12 +236,19 @@ def to_yaml(manifest: dict[str, Any]) -> str:
     return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False)
 
 
-@functools.lru_cache(maxsize=1)
-def _validator() -> Any:
-    import jsonschema  # imported here: it takes ~1 s, and only validation needs it
+@functools.lru_cache(maxsize=4)
+def _validator(filename: str, strict: bool) -> Any:
+    import jsonschema  # imported here: it is slow to import, and only validation needs it
 
-    text = resources.files("toolkit.jobs").joinpath("schemas/tfjob-v1.json").read_text(encoding="utf-8")
-    return jsonschema.Draft7Validator(_strict(json.loads(text)))
+    schema = json.loads(resources.files("toolkit.jobs").joinpath(f"schemas/{filename}").read_text(encoding="utf-8"))
+    return jsonschema.Draft7Validator(_strict(schema) if strict else schema)
+
+
+def schema_errors(manifest: Any, filename: str, *, strict: bool = True) -> list[str]:
+    """Where ``manifest`` breaks the embedded ``schemas/<filename>``, as ``path: message``; with ``strict``
+    unknown fields are errors too."""
+    return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+            for e in sorted(_validator(filename, strict).iter_errors(manifest), key=lambda e: list(map(str, e.path)))]
 
 
 def _strict(node: Any) -> Any:
@@ -257,8 +265,7 @@ def _strict(node: Any) -> Any:
 
 def validate_tfjob(manifest: Any) -> list[str]:
     """Every reason the cluster would reject ``manifest``; empty when it is valid."""
-    errors = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-              for e in sorted(_validator().iter_errors(manifest), key=lambda e: list(map(str, e.path)))]
+    errors = schema_errors(manifest, "tfjob-v1.json")
     if errors or not isinstance(manifest, dict):
         return errors
     return _webhook_errors(manifest)

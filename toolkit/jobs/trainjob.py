@@ -27,14 +27,19 @@ Example:
 """
 from __future__ import annotations
 
-import functools
-import json
-from importlib import resources
 from typing import Any
 
 from toolkit.jobs.errors import JobSpecError, Problem
 from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.tfjob import _DNS_1035, TFJOB_PORT, KubernetesOptions, _strict, _warnings, default_image, to_yaml
+from toolkit.jobs.tfjob import (
+    _DNS_1035,
+    TFJOB_PORT,
+    KubernetesOptions,
+    _warnings,
+    default_image,
+    schema_errors,
+    to_yaml,
+)
 from toolkit.jobs.tiers import machine_for, resources_for
 
 __all__ = ["RUNTIME_NAME", "render_runtime", "render_trainjob", "trainjob_yaml", "validate_runtime",
@@ -137,17 +142,8 @@ def trainjob_yaml(spec: JobSpec, *, options: KubernetesOptions | None = None) ->
     return to_yaml(runtime) + "---\n" + to_yaml(job), warnings
 
 
-@functools.lru_cache(maxsize=2)
-def _validator(filename: str) -> Any:
-    import jsonschema  # imported here: it takes ~1 s, and only validation needs it
-
-    text = resources.files("toolkit.jobs").joinpath(f"schemas/{filename}").read_text(encoding="utf-8")
-    return jsonschema.Draft7Validator(_strict(json.loads(text)))
-
-
 def _errors(manifest: Any, filename: str, kind: str) -> list[str]:
-    errors = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-              for e in sorted(_validator(filename).iter_errors(manifest), key=lambda e: list(map(str, e.path)))]
+    errors = schema_errors(manifest, filename)
     if errors or not isinstance(manifest, dict):
         return errors
     if manifest.get("apiVersion") != API_VERSION or manifest.get("kind") != kind:
