@@ -10,6 +10,7 @@ TensorFlow is never imported here: every task is a separate process.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -62,30 +63,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                  description=__doc__, epilog=EXIT_CODES, formatter_class=fmt)
     verbs = jobs.add_subparsers(dest="jobs_verb", metavar="COMMAND")
     verbs.required = True
-    submit = verbs.add_parser("submit", help="submit a job", epilog=EXIT_CODES, formatter_class=fmt)
-    kinds = submit.add_subparsers(dest="job_kind", metavar="KIND", parser_class=UserArgsParser)
+    verb = functools.partial(verbs.add_parser, epilog=EXIT_CODES, formatter_class=fmt)
+    kinds = verb("submit", help="submit a job").add_subparsers(dest="job_kind", metavar="KIND",
+                                                               parser_class=UserArgsParser)
     kinds.required = True
     _add_training(kinds.add_parser("training", help="submit a training job", epilog=EXIT_CODES,
                                    formatter_class=fmt, description=_TRAINING_HELP))
-    listing = verbs.add_parser("list", help="list jobs, newest first", epilog=EXIT_CODES, formatter_class=fmt)
+    listing = verb("list", help="list jobs, newest first")
     _add_backend(listing, default=None)
     listing.add_argument("--format", choices=("table", "json"), default="table")
     listing.set_defaults(handler=_guard(_list))
-    describe = verbs.add_parser("describe", help="show a job's state, tasks and history",
-                                epilog=EXIT_CODES, formatter_class=fmt)
+    describe = verb("describe", help="show a job's state, tasks and history")
     describe.add_argument("job")
     _add_backend(describe, default=None)
     describe.add_argument("--format", choices=("text", "json"), default="text")
     describe.add_argument("--plot", metavar="PATH", help="tuning jobs: write a PNG of objective vs trial to PATH")
     describe.set_defaults(handler=_guard(_describe))
-    logs = verbs.add_parser("stream-logs", help="follow a job's logs until it ends",
-                            epilog=EXIT_CODES, formatter_class=fmt)
+    logs = verb("stream-logs", help="follow a job's logs until it ends")
     logs.add_argument("job")
     logs.add_argument("--task", help="only this task, e.g. worker-1 or master-0")
     logs.add_argument("--no-follow", dest="follow", action="store_false", help="print what exists and stop")
     _add_backend(logs, default=None)
     logs.set_defaults(handler=_guard(_stream_logs))
-    cancel = verbs.add_parser("cancel", help="stop every process of a job", epilog=EXIT_CODES, formatter_class=fmt)
+    cancel = verb("cancel", help="stop every process of a job")
     cancel.add_argument("job")
     cancel.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the job to stop")
     _add_backend(cancel, default=None)
@@ -142,22 +142,15 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
 def _guard(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Maps the jobs error family onto the documented exit codes, printing one clear message."""
     def run(args: argparse.Namespace) -> int:
-        from toolkit.jobs.errors import (
-            BackendError,
-            JobError,
-            JobExistsError,
-            JobNameError,
-            JobNotFoundError,
-            JobSpecError,
-            JobStateError,
-        )
-        codes = ((JobNameError, EXIT_USAGE), (JobNotFoundError, EXIT_NOT_FOUND), (JobSpecError, EXIT_FAILED),
-                 (JobExistsError, EXIT_FAILED), (JobStateError, EXIT_FAILED), (BackendError, EXIT_FAILED))
+        from toolkit.jobs.errors import JobError, JobNameError, JobNotFoundError
+
         try:
             return handler(args)
         except JobError as exc:
             print(f"ERROR: {_text(exc)}", file=sys.stderr)
-            return next(code for kind, code in codes + ((JobError, EXIT_FAILED),) if isinstance(exc, kind))
+            if isinstance(exc, (JobNameError, JobNotFoundError)):
+                return EXIT_USAGE if isinstance(exc, JobNameError) else EXIT_NOT_FOUND
+            return EXIT_FAILED  # a bad spec, a taken name, a job in the wrong state, a failing backend
     return run
 
 
@@ -166,24 +159,14 @@ def _text(exc: Exception) -> str:
     return error_text(exc, JOBS_FLAGS) if isinstance(exc, FieldError) else speak_flags(str(exc), {})
 
 
+# flag (as argparse stores it) -> the backend constructor option it sets
+_OPTION_FLAGS = {"namespace": "namespace", "image": "image", "ray_address": "address", "placement": "placement",
+                 "shared_job_dir": "shared_job_dir", "partition": "partition", "time_limit": "time_limit"}
+
+
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """Backend constructor options from the flags that were given."""
-    options = {}
-    if getattr(args, "namespace", None):
-        options["namespace"] = args.namespace
-    if getattr(args, "image", None):
-        options["image"] = args.image
-    if getattr(args, "ray_address", None):
-        options["address"] = args.ray_address
-    if getattr(args, "placement", None):
-        options["placement"] = args.placement
-    if getattr(args, "shared_job_dir", None):
-        options["shared_job_dir"] = True
-    if getattr(args, "partition", None):
-        options["partition"] = args.partition
-    if getattr(args, "time_limit", None):
-        options["time_limit"] = args.time_limit
-    return options
+    return {option: getattr(args, flag) for flag, option in _OPTION_FLAGS.items() if getattr(args, flag, None)}
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TextIO
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -66,28 +67,29 @@ def register_from_env(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_from_env)
 
 
-def _derive(args: argparse.Namespace) -> tuple[str | None, str]:
-    """(TF_CONFIG JSON or None on error, the explanation or the error text)."""
+def _derive(args: argparse.Namespace, explain_to: TextIO) -> str | None:
+    """This task's TF_CONFIG as JSON (with ``--explain``, how it was derived goes to ``explain_to``);
+    None once the error is printed."""
     from tf_config import TFConfigError, from_env
 
     try:
         result = from_env(os.environ, layout=args.layout, strategy=args.strategy, port=args.port, kind=args.kind)
     except TFConfigError as exc:
-        return None, f"error: {exc}"
+        print(f"error: {exc}", file=sys.stderr)
+        return None
     cfg = result.tf_config
     if args.dialect == "cmle":
         from toolkit.launcher._dialect import DIALECTS
         cfg = DIALECTS["cmle"].apply(cfg)
-    return cfg.to_json(), result.explain()
+    if args.explain:
+        print(result.explain(), file=explain_to)
+    return cfg.to_json()
 
 
 def _from_env(args: argparse.Namespace) -> int:
-    text, explanation = _derive(args)
+    text = _derive(args, sys.stdout)
     if text is None:
-        print(explanation, file=sys.stderr)
         return EXIT_INVALID
-    if args.explain:
-        print(explanation)
     print(text)
     return EXIT_OK
 
@@ -97,12 +99,9 @@ def _run(args: argparse.Namespace) -> int:
     if not cmd:
         print("error: no command given; use `tfdist run [options] -- CMD ...`.", file=sys.stderr)
         return EXIT_USAGE
-    text, explanation = _derive(args)
+    text = _derive(args, sys.stderr)
     if text is None:
-        print(explanation, file=sys.stderr)
         return EXIT_INVALID
-    if args.explain:
-        print(explanation, file=sys.stderr)
     os.environ["TF_CONFIG"] = text
     try:
         os.execvp(cmd[0], cmd)
