@@ -69,9 +69,9 @@ class FieldReader:
     def integer(self, doc: Mapping[str, Any], key: str, path: str, *, default: int | None,
                 minimum: int | None = None, maximum: int | None = None, fix: str = "") -> int | None:
         """Reads an integer; CMLE's JSON writes int64 as strings ("4"), so those count too."""
-        if key not in doc or doc[key] is None:
+        value = doc.get(key)
+        if value is None:
             return default
-        value = doc[key]
         number: int | None = None
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
@@ -87,9 +87,9 @@ class FieldReader:
         return default
 
     def number(self, doc: Mapping[str, Any], key: str, path: str) -> float | None:
-        if key not in doc or doc[key] is None:
+        value = doc.get(key)
+        if value is None:
             return None
-        value = doc[key]
         if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             try:
                 number = float(value)
@@ -103,18 +103,18 @@ class FieldReader:
     def string(self, doc: Mapping[str, Any], key: str, path: str, *,
                pattern: re.Pattern[str] | None = None, expected: str = "a non-empty string",
                fix: str = "") -> str | None:
-        if key not in doc or doc[key] is None:
+        value = doc.get(key)
+        if value is None:
             return None
-        value = doc[key]
         if isinstance(value, str) and value and (pattern is None or pattern.fullmatch(value)):
             return value
         self.error(f"{path}.{key}", value, expected, fix or f"Set `{key}` to {expected}.")
         return None
 
     def boolean(self, doc: Mapping[str, Any], key: str, path: str, *, default: bool) -> bool:
-        if key not in doc or doc[key] is None:
+        value = doc.get(key)
+        if value is None:
             return default
-        value = doc[key]
         if isinstance(value, bool):
             return value
         self.error(f"{path}.{key}", value, "true or false",
@@ -123,9 +123,9 @@ class FieldReader:
 
     def choice(self, doc: Mapping[str, Any], key: str, path: str, choices: Iterable[str], *,
                default: str | None) -> str | None:
-        if key not in doc or doc[key] is None:
+        value = doc.get(key)
+        if value is None:
             return default
-        value = doc[key]
         choices = list(choices)
         if isinstance(value, str) and value.upper() in choices:
             return value.upper()
@@ -136,9 +136,9 @@ class FieldReader:
     def string_list(self, doc: Mapping[str, Any], key: str, path: str, *,
                     scalars_ok: bool = False) -> tuple[str, ...]:
         """Reads a list of strings; with ``scalars_ok`` numbers become strings (for args)."""
-        if key not in doc or doc[key] is None:
+        value = doc.get(key)
+        if value is None:
             return ()
-        value = doc[key]
         if not isinstance(value, (list, tuple)):
             self.error(f"{path}.{key}", value, "a list of strings",
                        f"Write `{key}` as a YAML list, one item per line starting with '- '.")

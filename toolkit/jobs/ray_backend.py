@@ -1,13 +1,10 @@
 """The Ray backend: a job's tasks run as Ray actors on a Ray cluster of any size.
 
 Everything about a job's life is ``SupervisedBackend``'s, as for its peers the
-local and Slurm backends: the record in the same SQLite store, a detached supervisor on this machine that
-keeps it current, ``describe``/``list``/``stream-logs``/``cancel``. Only the
-tasks move: the supervisor is the Ray driver and starts them through
-``toolkit.launcher.ray.launch_ray``, one actor per task. Their output comes
-back to ``<job dir>/logs/<task>.log`` here, so ``stream-logs`` reads it from
-files as for a local job, and each task's Ray node is recorded in the job's
-``details["nodes"]`` for ``describe``.
+local and Slurm backends; only the tasks move: the supervisor is the Ray driver
+(``toolkit.launcher.ray.launch_ray``, one actor per task). Their output comes
+back to ``<job dir>/logs/<task>.log`` here, so ``stream-logs`` reads files as
+for a local job, and each task's Ray node goes to ``details["nodes"]``.
 
 Machine types become Ray resources through one table (``ray_resources``):
 

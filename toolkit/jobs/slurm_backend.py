@@ -1,17 +1,10 @@
 """The Slurm backend: one ``sbatch`` per job (or per tuning trial), one ``srun`` task per TensorFlow task.
 
-A peer of the local and Ray backends (``SupervisedBackend``): the record lives
-in the same store and a detached supervisor on this machine (the submit host)
-keeps it current, so ``describe``, ``list``, ``stream-logs`` and ``cancel``
-work as for the others. The supervisor submits the job and watches it
-(``toolkit.launcher.slurm.launch_slurm``): Slurm's state from ``squeue`` and
-``scontrol``, each task's node, state, exit code and restarts (after failures
-and after preemptions apart) in ``details["nodes"]`` and the task rows, and
-each Slurm job's own record (``scontrol``'s state, exit code, reason, times)
-in ``details["slurm"]["jobs"]``: the accounting ``sacct`` would give, without
-slurmdbd. ``cancel`` ends in ``scancel``; a preempted job is submitted again
-on the preemption budget. Each task's TF_CONFIG comes from
-Slurm's variables (``tf_config.from_env``).
+A peer of the local and Ray backends (``SupervisedBackend``): a detached
+supervisor on the submit host runs ``toolkit.launcher.slurm.launch_slurm`` and
+keeps the record current, each task's node and state in ``details["nodes"]``
+and each Slurm job's own record in ``details["slurm"]["jobs"]`` (the accounting
+``sacct`` would give, without slurmdbd).
 
 Machine types become Slurm resources through one table (``slurm_resources``);
 every task of the job's single ``srun`` step gets the largest:

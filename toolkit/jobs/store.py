@@ -118,6 +118,10 @@ class JobStore:
         conn.execute("PRAGMA foreign_keys=ON")
         return conn
 
+    def _rows(self, query: str, *args: Any) -> list[sqlite3.Row]:
+        with contextlib.closing(self._open()) as conn:
+            return conn.execute(query, args).fetchall()
+
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with contextlib.closing(self._open()) as conn, _immediate(conn):
@@ -164,12 +168,8 @@ class JobStore:
 
     def names(self, *, backend: str | None = None) -> list[str]:
         """Job names, newest first."""
-        query, args = "SELECT name FROM jobs", tuple[str, ...]()
-        if backend is not None:
-            query, args = query + " WHERE backend = ?", (backend,)
-        with contextlib.closing(self._open()) as conn:
-            rows = conn.execute(query + " ORDER BY created_at DESC", args).fetchall()
-        return [r["name"] for r in rows]
+        where, args = (" WHERE backend = ?", (backend,)) if backend is not None else ("", ())
+        return [r["name"] for r in self._rows(f"SELECT name FROM jobs{where} ORDER BY created_at DESC", *args)]
 
     def transition(self, name: str, new: JobState | str, *, message: str | None = None,
                    error: str | None = None, exit_code: int | None = None) -> JobRecord:
@@ -207,12 +207,11 @@ class JobStore:
             conn.execute("UPDATE jobs SET heartbeat_at = ? WHERE name = ?", (time.time(), name))
 
     def supervisor(self, name: str) -> SupervisorInfo:
-        with contextlib.closing(self._open()) as conn:
-            row = conn.execute("SELECT supervisor_pid, supervisor_start, supervisor_host, heartbeat_at "
-                               "FROM jobs WHERE name = ?", (name,)).fetchone()
-        if row is None:
+        rows = self._rows("SELECT supervisor_pid, supervisor_start, supervisor_host, heartbeat_at "
+                          "FROM jobs WHERE name = ?", name)
+        if not rows:
             raise JobNotFoundError(f"no job named {name!r} in {self.path}.")
-        return SupervisorInfo(*row)
+        return SupervisorInfo(*rows[0])
 
     def update_task(self, job: str, task: str, *, state: str, **fields: Any) -> None:
         """Creates or updates one task row; ``fields`` are pid, pid_start, restarts, exit_code, log_path."""
@@ -239,16 +238,12 @@ class JobStore:
 
     def children(self, parent: str) -> list[str]:
         """The jobs started on behalf of ``parent`` (a tuning job's trials), oldest first."""
-        with contextlib.closing(self._open()) as conn:
-            rows = conn.execute("SELECT name FROM jobs WHERE parent_job = ? ORDER BY created_at, name",
-                                (parent,)).fetchall()
-        return [r["name"] for r in rows]
+        return [r["name"] for r in self._rows("SELECT name FROM jobs WHERE parent_job = ? ORDER BY created_at, name",
+                                              parent)]
 
     def task_processes(self, job: str) -> list[tuple[str, int, int | None]]:
         """``(task, pid, start_ticks)`` of every task that ever had a process."""
-        with contextlib.closing(self._open()) as conn:
-            rows = conn.execute("SELECT name, pid, pid_start FROM tasks WHERE job = ? AND pid IS NOT NULL",
-                                (job,)).fetchall()
+        rows = self._rows("SELECT name, pid, pid_start FROM tasks WHERE job = ? AND pid IS NOT NULL", job)
         return [(r["name"], r["pid"], r["pid_start"]) for r in rows]
 
 

@@ -45,6 +45,7 @@ from toolkit.launcher._result import (
     is_preemption,
 )
 from toolkit.launcher._spec import ENV_JOB_NONCE, LaunchError, LaunchSpec
+from toolkit.launcher._task import shell_exit_code
 from toolkit.launcher.slurm import _commands as slurm
 from toolkit.launcher.slurm._options import SlurmOptions
 from toolkit.launcher.slurm._shared import check_shared, status_dir
@@ -358,32 +359,29 @@ def _result(spec: LaunchSpec, job_dir: Path, job_id: str, names: list[str], watc
     chief = tasks[0]
     alone = watch.restarts("preemptions"), watch.restarts("failures")  # tasks restarted alone, by cause
     where = f"Slurm job {job_id} ({info.get('JobState', 'gone')}, nodes {info.get('NodeList', '?')})"
-    counts = {"preemptions": resubmits + alone[0], "failures": alone[1]}  # what the launch acted on
+
+    def end(code: int, why: Reason, message: str, preemptions: int = resubmits + alone[0],
+            failures: int = alone[1]) -> LaunchResult:  # counts: what the launch acted on
+        return LaunchResult(code, why, f"{where}: {message}", tuple(tasks), duration, job_dir, resubmits,
+                            preemptions=preemptions, failures=failures)
+
     if reason is Reason.TIMEOUT:
-        return LaunchResult(124, reason, f"{where}: timed out after {spec.timeout:g} s", tuple(tasks), duration,
-                            job_dir, resubmits, **counts)
+        return end(124, reason, f"timed out after {spec.timeout:g} s")
     if reason is Reason.INTERRUPTED:
-        return LaunchResult(143, reason, f"{where}: cancelled", tuple(tasks), duration, job_dir, resubmits,
-                            **counts)
+        return end(143, reason, "cancelled")
     if chief.exit_code is None:
-        tail = _tail(job_dir / "slurm" / "batch.log")
-        return LaunchResult(1, Reason.FAILED, f"{where}: {chief.name} never reported an exit code\n{tail}",
-                            tuple(tasks), duration, job_dir, resubmits, preemptions=counts["preemptions"],
-                            failures=alone[1] + 1)
-    code = chief.exit_code if chief.exit_code >= 0 else 128 - chief.exit_code
+        return end(1, Reason.FAILED, f"{chief.name} never reported an exit code\n"
+                   f"{_tail(job_dir / 'slurm' / 'batch.log')}", failures=alone[1] + 1)
+    code = shell_exit_code(chief.exit_code)
     preemptions = resubmits + alone[0] + int(is_preemption(chief.exit_code))
     if code == 0:
-        return LaunchResult(0, Reason.SUCCEEDED, f"{where}: {chief.name} finished", tuple(tasks), duration,
-                            job_dir, resubmits, preemptions=preemptions, failures=alone[1])
+        return end(0, Reason.SUCCEEDED, f"{chief.name} finished", preemptions)
     if is_preemption(chief.exit_code):
-        return LaunchResult(EXIT_PREEMPTED, Reason.PREEMPTED,
-                            f"{where}: {chief.name} was preempted (exit {code}) and the job ends as preempted "
-                            f"after {preemptions} preemption(s) (max_preemptions={spec.max_preemptions}; "
-                            "a job is submitted again only if it resumes from its checkpoint)", tuple(tasks),
-                            duration, job_dir, resubmits,
-                            preemptions=preemptions, failures=alone[1])
-    return LaunchResult(code, Reason.FAILED, f"{where}: {chief.name} exited with {code}\n{_tail(chief.log_path)}",
-                        tuple(tasks), duration, job_dir, resubmits, preemptions=preemptions, failures=alone[1] + 1)
+        return end(EXIT_PREEMPTED, Reason.PREEMPTED, f"{chief.name} was preempted (exit {code}) and the job ends "
+                   f"as preempted after {preemptions} preemption(s) (max_preemptions={spec.max_preemptions}; a job "
+                   "is submitted again only if it resumes from its checkpoint)", preemptions)
+    return end(code, Reason.FAILED, f"{chief.name} exited with {code}\n{_tail(chief.log_path)}", preemptions,
+               alone[1] + 1)
 
 
 def _tail(path: Path, lines: int = 15) -> str:
