@@ -20,7 +20,7 @@ def tf2_job(task_type: str) -> str:
     return _TF2_JOB_NAMES.get(task_type, task_type)
 
 
-def tf2_cluster(cluster: Mapping[str, tuple[str, ...]]) -> dict[str, list[str]]:
+def tf2_cluster(cluster: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     """The cluster as TF2's ClusterSpec wants it: ``master`` renamed, evaluator dropped."""
     return {
         tf2_job(job): list(addresses)

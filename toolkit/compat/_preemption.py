@@ -27,6 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from strategies._cluster import tf2_cluster
 from toolkit.estimator._preemption import _NOTICE_POLL, PreemptionHook, raise_if_preempted
 from toolkit.training.preemption import EXIT_PREEMPTED, watcher
 
@@ -100,12 +101,6 @@ def end_if_preempted(checkpoint_dir: str | None, task: str, cluster: Cluster | N
     raise_if_preempted(checkpoint_dir, task)
 
 
-def _tf2_cluster(cluster: Cluster) -> dict[str, list[str]]:
-    from strategies._cluster import tf2_cluster
-
-    return {k: list(v) for k, v in tf2_cluster({k: tuple(v) for k, v in cluster.items()}).items()}
-
-
 def preemptible_session(original: Any) -> Any:
     """``tf.compat.v1.train.MonitoredTrainingSession`` with the preemption hook, ending with 143 when preempted."""
     signature = inspect.signature(original)
@@ -115,7 +110,7 @@ def preemptible_session(original: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         chief, directory = bool(bound.arguments["is_chief"]), bound.arguments["checkpoint_dir"]
-        cluster = _tf2_cluster(_SERVER["cluster"]) if _SERVER else None
+        cluster = tf2_cluster(_SERVER["cluster"]) if _SERVER else None
         hook = (ClusterPreemptionHook(cluster, directory) if chief and cluster and cluster.get("ps")
                 else PreemptionHook(directory if chief else None))
         bound.arguments["hooks"] = [*(bound.arguments["hooks"] or ()), hook]

@@ -135,7 +135,10 @@ class LoopPreemption:
             f"no checkpoint configured: the job resumes from its last one (step {step} not saved)"
         logger.warning("preempted (%s%s): %s; exiting with %d", who, since, where, EXIT_PREEMPTED)
         self.watch.done.set()
-        _goodbye(self.runner)
+        if self.cluster is not None:  # a parameter-server chief: its servers exit with EXIT_PREEMPTED too
+            from strategies import shutdown_cluster
+
+            shutdown_cluster(self.runner.strategy, EXIT_PREEMPTED)
         raise TrainingPreempted(step if self.checkpoints else None)
 
 
@@ -153,11 +156,3 @@ def _saved(step: int, seconds: float | None) -> str:
         return f"step {step} is checkpointed already (or the job started there)"
     return f"checkpoint at step {step} written in {seconds:.2f} s"
 
-
-def _goodbye(runner: Runner) -> None:
-    """A parameter-server chief tells its servers to exit with ``EXIT_PREEMPTED`` (elsewhere: nothing)."""
-    if getattr(runner, "coordinator", None) is None:
-        return
-    from strategies import shutdown_cluster
-
-    shutdown_cluster(runner.strategy, EXIT_PREEMPTED)
