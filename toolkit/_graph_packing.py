@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from toolkit._compat.tensorflow import in_control_flow, update_input
 
-__all__ = ["pack_transfers"]
+__all__ = ["pack_transfers", "task_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +40,16 @@ def _task(device: str) -> tuple[str | None, int | None, int | None]:
     return spec.job, spec.replica or 0, spec.task
 
 
-def _placed(op: tf.Operation, graph: tf.Graph) -> str:
-    """The device ``op`` runs on: its own, that of the op it is colocated with, or of its resource.
+def task_of(op: tf.Operation) -> tuple[str | None, int | None, int | None]:
+    """The (job, replica, task) graph op ``op`` runs on."""
+    return _task(_placed(op, op.graph))
 
-    TensorFlow's placer puts an op without a device next to the resource it reads (a
-    variable's ``ReadVariableOp`` built inside a layer), so that one is followed too.
+
+def _placed(op: tf.Operation, graph: tf.Graph) -> str:
+    """The device ``op`` runs on: that of the op it is colocated with, of the resource it uses, or its own.
+
+    TensorFlow's placer puts an op next to the resource it reads or writes (a variable's
+    ``ReadVariableOp`` built inside a layer, or under another device's scope), so that one is followed first.
     """
     for group in op.colocation_groups():
         name = group.decode()[len("loc:@"):]
@@ -53,10 +58,9 @@ def _placed(op: tf.Operation, graph: tf.Graph) -> str:
                 return _placed(graph.get_operation_by_name(name), graph)
             except KeyError:
                 return ""
-    if not op.device:
-        for tensor in op.inputs:
-            if tensor.dtype == tf.resource:
-                return _placed(tensor.op, graph)
+    for tensor in op.inputs:
+        if tensor.dtype == tf.resource:
+            return _placed(tensor.op, graph)
     return op.device
 
 

@@ -97,7 +97,12 @@ def count_atomically(variable: keras.Variable) -> None:
     import tensorflow as tf
 
     inner = variable._value
-    variable.assign_add = lambda value: inner.assign_add(tf.cast(value, inner.dtype), read_value=False)
+
+    def assign_add(value: Any) -> Any:
+        with tf.device(inner.device):  # where the counter lives: no transfer of the increment
+            return inner.assign_add(tf.cast(value, inner.dtype), read_value=False)
+
+    variable.assign_add = assign_add
 
 
 def mean_metric_fn(metric: keras.metrics.MeanMetricWrapper) -> Callable[[Any, Any], Any]:

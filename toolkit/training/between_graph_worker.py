@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from toolkit._compat.keras import bind_variable, count_atomically
 from toolkit._compat.tensorflow import automatic_control_dependencies, named_variable
-from toolkit._graph_packing import pack_transfers
+from toolkit._graph_packing import pack_transfers, task_of
 from toolkit.training.between_graph import MANIFEST, QUEUE_CAPACITY, WORKER_FLAG
 from toolkit.training.config import TrainingError
 from toolkit.training.runners import DatasetFn, _check_batch
@@ -133,9 +133,28 @@ def _add(variable: tf.Variable, value: Any) -> tf.Operation:
     return tf.raw_ops.AssignAddVariableOp(resource=variable.handle, value=tf.cast(value, variable.dtype))
 
 
+class _WorkerStep(TrainStep):
+    """The ``TrainStep`` with nothing read back after the update: ``_steps`` counts a step only after every
+    stateful op in it has run, so the worker need not wait for the ps's updates (six RPCs less a step)."""
+
+    def apply(self, gradients: Sequence[tf.Tensor | None], variables: Sequence[keras.Variable], *,
+              step: tf.Tensor | None = None) -> list[tf.Tensor]:
+        self.optimizer.apply_gradients(zip(gradients, variables, strict=False))
+        return []
+
+
 def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, count: int, global_step: tf.Variable,
-           totals: tf.Variable, done_device: str) -> list[tf.Operation]:
-    """``count`` steps in a row, the ``i``-th run only when ``token > i``; each counted after its updates."""
+           totals: tf.Variable, worker_device: str) -> tuple[list[tf.Operation], tf.Tensor]:
+    """``count`` steps in a row, the ``i``-th run only when ``token > i``; each counted after its stateful ops.
+
+    Returns the ops and the token as this worker sees it: a float beside the variables' values (packed with
+    them), not a transfer of its own. The worker's own stateful ops (its batch, the loss's asserts) travel
+    ahead of its stats, which travel packed with the gradients.
+    """
+    with v1.device(token.device):
+        as_float = tf.cast(token, tf.float32)
+    with v1.device(worker_device):
+        seen = tf.cast(as_float, tf.int64)
     ops: list[tf.Operation] = []
     previous: list[Any] = [token]
     for i in range(count):
@@ -143,15 +162,18 @@ def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, 
         with tf.control_dependencies(previous + gate), automatic_control_dependencies() as ordered:
             features, labels = _check_batch(next_batch())
             stats = step(features, labels)
-        with v1.device(done_device):  # the step's stateful ops, gathered where the counts live
-            done = tf.group(*ordered.ops_which_must_run)
+        here = [op for op in ordered.ops_which_must_run if task_of(op) == task_of(stats.op)]
+        with v1.device(worker_device), tf.control_dependencies(here):
+            stats = tf.identity(stats)
+        with v1.device(global_step.device):  # the step's other stateful ops (its updates), gathered on the ps
+            done = tf.group(*[op for op in ordered.ops_which_must_run if op not in here])
         with v1.device(totals.device), tf.control_dependencies([done]):
             added = _add(totals, stats)
         with v1.device(global_step.device), tf.control_dependencies([done, added]):
             counted = _add(global_step, 1)
         ops += [added, counted]
         previous = [counted]
-    return ops
+    return ops, seen
 
 
 def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], keras.Model],
@@ -184,10 +206,9 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
         _bind(optimizer.variables, manifest["optimizer"]["variables"], "the optimizer")
         count_atomically(optimizer.iterations)  # workers step at once: Keras' read-and-write would lose counts
         state = TrainState(model=model, optimizer=optimizer, global_step=global_step)
-        step = TrainStep(state, forward, metrics, global_batch_size=global_batch_size)
-        ops = _steps(step, iterator.get_next, token, count=int(manifest["steps_per_execution"]),
-                     global_step=global_step, totals=_open(manifest["totals"]),
-                     done_device=manifest["global_step"]["device"])
+        step = _WorkerStep(state, forward, metrics, global_batch_size=global_batch_size)
+        ops, token = _steps(step, iterator.get_next, token, count=int(manifest["steps_per_execution"]),
+                            global_step=global_step, totals=_open(manifest["totals"]), worker_device=worker_device)
     with v1.device(manifest["ready"]["device"]):
         ready = _add(_open(manifest["ready"]), 1)
     return ops, token, iterator.initializer, ready
