@@ -93,12 +93,6 @@ def arm_trainer(server: tf.distribute.Server) -> None:
         _shutdown.arm_report(cluster, (job, cfg.task_index), chief)
 
 
-def _greet(strategy: tf.distribute.Strategy) -> None:
-    from strategies._shutdown import greet
-
-    greet(strategy)
-
-
 def install() -> None:
     """Makes TensorFlow's ``Server.join()`` and ``ParameterServerStrategy`` speak the protocol (once)."""
     import tensorflow as tf
@@ -113,8 +107,10 @@ def install() -> None:
         prepare(self)
 
     def init_strategy(self: Any, *args: Any, **kwargs: Any) -> None:
+        from strategies._shutdown import greet
+
         strategy_init(self, *args, **kwargs)
-        _greet(self)
+        greet(self)
 
     server_class.__init__ = init_server
     server_class.join = join

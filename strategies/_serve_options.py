@@ -9,9 +9,7 @@ the server (the job is restarted as a whole from the last checkpoint).
 Set them per call (``run_role``, ``fit(options=FitOptions(serve=...))``, the Estimator's
 ``RunConfig``) or for every task of a launched job through the environment
 the launcher sets: ``TFDIST_<NAME>`` in capitals, e.g.
-``TFDIST_CHIEF_LOST_AFTER=20`` (seconds). A new phase of the protocol (a
-preemption grace, say) is one more field here and one more variable, read by
-the same ``from_env``.
+``TFDIST_CHIEF_LOST_AFTER=20`` (seconds).
 """
 from __future__ import annotations
 

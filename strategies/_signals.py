@@ -46,7 +46,7 @@ def signal_path(cluster: Mapping[str, Sequence[str]], job: str, index: int, kind
     return os.path.join(signal_dir(), f"{cluster_token(cluster)}-{job}-{index}.{kind}")
 
 
-def ensure_private_dir(path: str | None = None) -> str:
+def ensure_private_dir() -> str:
     """Creates the signal directory (mode 0700) or checks that the existing one is this user's alone.
 
     A directory of this user that others may only read (a signal that arrived
@@ -56,7 +56,7 @@ def ensure_private_dir(path: str | None = None) -> str:
         StrategyError: the path is a symlink or not a directory, another user
             owns it, or other users may write to it.
     """
-    path = signal_dir() if path is None else path
+    path = signal_dir()
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     info = os.lstat(path)
