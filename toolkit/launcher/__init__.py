@@ -5,9 +5,6 @@ task in parallel in its own process group, prefixes each output line with the
 task's name (``[worker-1] ...``) and keeps a log per task. The job ends when the
 chief ends; dead tasks are restarted according to the failure policy; nothing
 is left running afterwards. ``tfdist launch`` is the same from the shell.
-With ``preload=("tensorflow", "keras")`` (``tfdist launch --preload``) the tasks
-are forked from one process that imported those modules once, instead of each
-importing them again (``toolkit.launcher._preload``).
 
 Example:
     >>> from toolkit.launcher import launch                         # doctest: +SKIP
@@ -15,17 +12,11 @@ Example:
     >>> result.exit_code, [t.name for t in result.tasks]  # doctest: +SKIP
     (0, ['ps-0', 'chief-0', 'worker-0', 'worker-1'])
 
-What happens when a task dies is a ``FailurePolicy`` (built from the spec's
-``max_restarts``, ``restartable`` and ``settle_period``): a pure function from
-a ``TaskExit`` to a ``Decision``.
-
-Every task's environment holds ``TF_CONFIG`` plus ``TFDIST_JOB_DIR`` (the
-job's directory), ``TFDIST_TASK_DIR`` (the task's own write directory),
-``TFDIST_TASK_NAME``, ``TFDIST_RESTART_COUNT`` (0 on the first start) and
-``TFDIST_JOB_NONCE`` (random per job; it names the servers' goodbye files).
-The servers' timeouts are set for every task through ``env=``:
-``TFDIST_CHIEF_START_TIMEOUT`` and ``TFDIST_CHIEF_LOST_AFTER`` (see
-``strategies.ServeOptions``). Tasks die with the launcher: if it is killed,
+What happens when a task dies is a ``FailurePolicy``: a pure function from a
+``TaskExit`` to a ``Decision``. Every task's environment holds ``TF_CONFIG``
+plus the ``ENV_*`` variables (its job and task directories, name and restart
+count); the servers' timeouts reach every task through ``env=``
+(``strategies.ServeOptions``). Tasks die with the launcher: if it is killed,
 even by SIGKILL, the kernel kills them too (Linux).
 """
 from __future__ import annotations
@@ -127,10 +118,8 @@ def launch(cmd: Sequence[str] | LaunchSpec, *, job_dir: str | PathLike[str] | No
         env: extra environment variables for every task.
         stream: where prefixed task output goes; default ``sys.stdout``.
         echo: False keeps task output in the log files only.
-        verbose: also echo TensorFlow's C++ start-up noise (oneDNN and CPU
-            notices, CUDA probes, absl's pre-init warning), which is otherwise
-            kept off the console, unless ``TF_CPP_MIN_LOG_LEVEL`` is set in the
-            environment. The log files always keep every line.
+        verbose: also echo TensorFlow's C++ start-up noise, otherwise kept off
+            the console (``_console``); the log files always keep every line.
         isolate: run the whole cluster in a private network namespace, so no
             task port is reachable from another host or namespace (TensorFlow's
             servers listen on every interface). None: wherever the kernel

@@ -126,9 +126,8 @@ class LaunchSpec:
             death, a multi-worker-mirrored death or a failed chief restarts
             the whole cluster instead of failing the job.
         grace_period: seconds the other tasks get to exit by themselves after
-            the chief ended, before they are stopped (default 30: TensorFlow's
-            shutdown of a multi-worker-mirrored worker takes up to about 5 s
-            on an idle machine, and longer under load).
+            the chief ended, before they are stopped (a multi-worker-mirrored
+            worker's shutdown is slow, slower under load).
         settle_period: seconds a failed non-chief task waits before the
             failure policy acts on it: servers told by a failing chief to
             exit non-zero leave just before the chief, and that is the
@@ -137,18 +136,13 @@ class LaunchSpec:
             ``EXIT_PREEMPTED``, or killed by SIGTERM) the job is restarted
             after, apart from ``max_restarts`` (docs/preemption.md).
         dialect: ``"tf"`` (the chief is ``chief-0``), ``"cmle"`` (it is
-            ``master-0``, and TF_CONFIG has ``"environment": "cloud"``),
-            ``"tfjob"`` (Kubeflow TFJob's TF_CONFIG: TF2's names,
-            ``"environment": "cloud"``, loopback addresses where the operator
-            writes service names) or a ``Dialect``; the name holds in TF_CONFIG, log file names, task
-            directories and the launcher's messages.
+            ``master-0``), ``"tfjob"`` (Kubeflow TFJob's TF_CONFIG) or a
+            ``Dialect`` (``_dialect`` says what each one writes).
         cwd: the directory every task runs in (default: the launcher's).
         preload: modules (e.g. ``("tensorflow", "keras")``) one process
-            imports once, before every task is forked from it with the
-            command's script run in the fork, instead of each task starting
-            a fresh interpreter that imports them again. The command must be
-            ``python SCRIPT ARGS`` or ``python -m MODULE ARGS``. Default
-            ``()``: fresh interpreters. See ``toolkit.launcher._preload``.
+            imports once, every task then being forked from it instead of
+            starting a fresh interpreter; the command must be ``python SCRIPT
+            ARGS`` or ``python -m MODULE ARGS`` (``toolkit.launcher._preload``).
 
     The failure fields (``max_restarts``, ``restartable``, ``settle_period``, ``max_preemptions``)
     become the job's ``FailurePolicy``.
@@ -162,7 +156,7 @@ class LaunchSpec:
     timeout: float | None = None
     max_restarts: int = 0
     restartable: bool = False
-    grace_period: float = 30.0  # a MultiWorkerMirrored worker's exit alone can take 5-15 s (docs/launcher.md)
+    grace_period: float = 30.0
     settle_period: float = 10.0
     dialect: Dialect | str = "tf"
     cwd: str | os.PathLike[str] | None = None

@@ -6,21 +6,13 @@ task (``worker-1``) and runs CMD with the launcher's per-task environment, its
 output appended to ``<job dir>/logs/<task>.log``, in a session of its own (as
 the local launcher's tasks: Slurm starts a node's tasks in one session, which
 the kernel's autogroup scheduler would give one process's share of the CPU).
-It reports itself in ``<job dir>/slurm/tasks/<task>.json`` (node, pid,
-restarts, exit code), which
-the launcher reads, and restarts CMD as the launcher's ``FailurePolicy`` says
-(a parameter-server worker alone, with the same TF_CONFIG and port; a
-preempted run on the ``max_preemptions`` budget, apart from failures). SIGTERM
-(scancel, Slurm's ``--signal`` before the time limit, a preemption) is passed
-on to CMD, which checkpoints and exits 143 (docs/preemption.md).
+It restarts CMD as the launcher's ``FailurePolicy`` says, and passes SIGTERM
+(scancel, Slurm's ``--signal``, a preemption) on to CMD (docs/preemption.md).
 
-The status file is the job's accounting where Slurm keeps none per task
-(``sacct`` needs slurmdbd): each run's start and end time, the task's state
-(``RUNNING``, ``SUCCEEDED``, ``FAILED``, ``PREEMPTED``, ``STOPPED``), its exit
-code, and its restarts after failures and after preemptions apart. A task whose
-file still says ``RUNNING`` when the Slurm job has ended was killed with it
-(time limit, node failure, ``scancel``): the launcher says so from
-``scontrol``'s record of the job.
+Its status file, ``<job dir>/slurm/tasks/<task>.json`` (node, pid, state, exit
+code, times, restarts by cause), is the per-task accounting Slurm keeps none of
+without slurmdbd; the launcher reads it, and a file still ``RUNNING`` after the
+Slurm job ended means the task was killed with the job.
 """
 from __future__ import annotations
 
