@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
 
-__all__ = ["KerasUpdates", "from_keras", "graph_keras_optimizer", "is_keras_optimizer"]
+__all__ = ["V1_TWINS", "KerasUpdates", "from_keras", "graph_keras_optimizer", "is_keras_optimizer"]
 
 logger = logging.getLogger(__name__)
 _v1 = tf.compat.v1.train
@@ -63,7 +63,7 @@ def _sgd(c: dict[str, Any]) -> Any:
     return _v1.GradientDescentOptimizer(c["learning_rate"])
 
 
-_BUILDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+V1_TWINS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "Adagrad": _adagrad, "Adam": _adam, "Ftrl": _ftrl, "RMSprop": _rmsprop, "SGD": _sgd,
 }
 
@@ -71,10 +71,10 @@ _BUILDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
 def from_keras(field: str, optimizer: Any) -> Callable[[], Any]:
     """A function building the v1 twin of a Keras optimizer in the current graph; refuses what has none."""
     name = type(optimizer).__name__
-    builder = _BUILDERS.get(name)
+    builder = V1_TWINS.get(name)
     if builder is None:
         raise CannedError(f"`{field}` is the Keras optimizer {name}, which has no TF1 graph counterpart "
-                          f"here (translated: {sorted(_BUILDERS)}). Pass a tf.compat.v1.train optimizer instead, "
+                          f"here (translated: {sorted(V1_TWINS)}). Pass a tf.compat.v1.train optimizer instead, "
                           "e.g. tf.compat.v1.train.AdamOptimizer(0.01).", field=field)
     config = dict(optimizer.get_config())
     config.setdefault("learning_rate", config.get("lr"))

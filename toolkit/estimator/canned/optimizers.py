@@ -20,6 +20,7 @@ another class trains as its ``tf_keras.optimizers.legacy`` twin. See
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
 from toolkit.estimator.canned._keras_optimizers import (
+    V1_TWINS,
     KerasUpdates,
     from_keras,
     graph_keras_optimizer,
@@ -35,31 +37,16 @@ from toolkit.estimator.canned._keras_optimizers import (
 
 __all__ = ["DEFAULT_LEARNING_RATES", "OPTIMIZER_NAMES", "check_optimizer", "get_optimizer", "is_v1_optimizer"]
 
-_v1 = tf.compat.v1.train
+
+def _v1_twin(keras_class: str, learning_rate: float) -> Any:
+    return V1_TWINS[keras_class]({"learning_rate": learning_rate})
 
 
-def _adagrad(lr: float) -> Any:
-    return _v1.AdagradOptimizer(lr, initial_accumulator_value=0.1)
-
-
-def _adam(lr: float) -> Any:
-    return _v1.AdamOptimizer(lr, beta1=0.9, beta2=0.999, epsilon=1e-7)
-
-
-def _ftrl(lr: float) -> Any:
-    return _v1.FtrlOptimizer(lr, learning_rate_power=-0.5, initial_accumulator_value=0.1)
-
-
-def _rmsprop(lr: float) -> Any:
-    return _v1.RMSPropOptimizer(lr, decay=0.9, momentum=0.0, epsilon=1e-7)
-
-
-def _sgd(lr: float) -> Any:
-    return _v1.GradientDescentOptimizer(lr)
-
-
+# each name trains as the v1 twin of its Keras class, with Keras' hyper-parameters
 OPTIMIZER_NAMES: dict[str, Callable[[float], Any]] = {
-    "Adagrad": _adagrad, "Adam": _adam, "Ftrl": _ftrl, "RMSProp": _rmsprop, "SGD": _sgd,
+    name: functools.partial(_v1_twin, keras_class)
+    for name, keras_class in (("Adagrad", "Adagrad"), ("Adam", "Adam"), ("Ftrl", "Ftrl"), ("RMSProp", "RMSprop"),
+                              ("SGD", "SGD"))
 }
 # Keras' default learning rates: what TF 2's DNN estimators used for a bare name
 DEFAULT_LEARNING_RATES: dict[str, float] = {"Adagrad": 0.001, "Adam": 0.001, "Ftrl": 0.001, "RMSProp": 0.001,
