@@ -14,7 +14,6 @@ from typing import Any
 import tensorflow as tf
 
 from toolkit.estimator.canned._errors import CannedError
-from toolkit.estimator.export import PredictOutput
 from toolkit.estimator.head.base import (  # one set of signature and mode names for both kinds of head
     CLASSIFY_SERVING_KEY,
     DEFAULT_SERVING_KEY,
@@ -139,10 +138,6 @@ class Head:
 
     def create_estimator_spec(self, **kwargs: Any) -> Any:
         return make_spec(**self.build(**kwargs))
-
-
-def predict_output(predictions: Mapping[str, tf.Tensor]) -> Any:
-    return PredictOutput(dict(predictions))
 
 
 def broadcast(weights: tf.Tensor | None, values: tf.Tensor) -> tf.Tensor | None:

@@ -16,7 +16,7 @@ from toolkit.estimator.canned._nets import check_features, dnn_logits, linear_lo
 from toolkit.estimator.canned.optimizers import get_optimizer
 from toolkit.estimator.canned.sdca import LinearSDCA, sdca_train_op
 
-__all__ = ["combined_model_fn", "dnn_model_fn", "linear_learning_rate", "linear_model_fn"]
+__all__ = ["combined_model_fn", "dnn_model_fn", "linear_learning_rate", "linear_model_fn", "refuse_sync_replicas"]
 
 v1 = tf.compat.v1
 _LINEAR_LEARNING_RATE = 0.2            # TF's linear estimators, for an optimizer given by name
@@ -114,12 +114,12 @@ def combined_model_fn(features: Any, labels: Any, mode: str, *, head: Any, linea
         ops = []
         if dnn_feature_columns:
             opt = get_optimizer("dnn_optimizer", dnn_optimizer, learning_rate=_COMBINED_DNN_LEARNING_RATE)
-            _refuse_sync_replicas("dnn_optimizer", opt)
+            refuse_sync_replicas("dnn_optimizer", opt)
             ops.append(_minimize(opt, loss, _scope_vars("dnn"), global_step=None))
         if linear_feature_columns:
             opt = get_optimizer("linear_optimizer", linear_optimizer,
                                 learning_rate=linear_learning_rate(len(linear_feature_columns)))
-            _refuse_sync_replicas("linear_optimizer", opt)
+            refuse_sync_replicas("linear_optimizer", opt)
             ops.append(_minimize(opt, loss, _scope_vars("linear"), global_step=None))
         with tf.control_dependencies([tf.group(*ops)]):
             return v1.assign_add(global_step, 1).op
@@ -128,7 +128,7 @@ def combined_model_fn(features: Any, labels: Any, mode: str, *, head: Any, linea
                  train_op_fn=train_op_fn if mode == TRAIN else None)
 
 
-def _refuse_sync_replicas(field: str, optimizer: Any) -> None:
+def refuse_sync_replicas(field: str, optimizer: Any) -> None:
     if isinstance(optimizer, v1.train.SyncReplicasOptimizer):
         raise CannedError(f"`{field}` is a SyncReplicasOptimizer; a combined model trains with two "
                           "optimizers and SyncReplicasOptimizer supports one (as in TF). Use DNN* or Linear* "

@@ -17,7 +17,7 @@ import tensorflow as tf
 from toolkit.estimator import Estimator
 from toolkit.estimator.canned import _args
 from toolkit.estimator.canned._model_fns import dnn_model_fn
-from toolkit.estimator.canned.heads import RegressionHead, classification_head
+from toolkit.estimator.canned.heads import classifier_head, regressor_head
 from toolkit.estimator.canned.optimizers import check_optimizer
 
 __all__ = ["DNNClassifier", "DNNRegressor"]
@@ -73,11 +73,7 @@ class DNNClassifier(Estimator):
                  activation_fn: Callable[..., Any] = tf.nn.relu, dropout: float | None = None, config: Any = None,
                  warm_start_from: Any = None, loss_reduction: Any = "sum_over_batch_size",
                  batch_norm: bool = False) -> None:
-        n_classes = _args.check_n_classes(n_classes)
-        head = classification_head(n_classes=n_classes,
-                                   label_vocabulary=_args.check_label_vocabulary(label_vocabulary, n_classes),
-                                   weight_column=_args.check_weight_column(weight_column),
-                                   loss_reduction=_args.check_loss_reduction(loss_reduction))
+        head = classifier_head(n_classes, label_vocabulary, weight_column, loss_reduction)
         _dnn_estimator(self, head, hidden_units=hidden_units, feature_columns=feature_columns, optimizer=optimizer,
                        activation_fn=activation_fn, dropout=dropout, batch_norm=batch_norm, model_dir=model_dir,
                        config=config, warm_start_from=warm_start_from)
@@ -95,9 +91,7 @@ class DNNRegressor(Estimator):
                  optimizer: Any = "Adagrad", activation_fn: Callable[..., Any] = tf.nn.relu,
                  dropout: float | None = None, config: Any = None, warm_start_from: Any = None,
                  loss_reduction: Any = "sum_over_batch_size", batch_norm: bool = False) -> None:
-        head = RegressionHead(label_dimension=_args.check_label_dimension(label_dimension),
-                              weight_column=_args.check_weight_column(weight_column),
-                              loss_reduction=_args.check_loss_reduction(loss_reduction))
+        head = regressor_head(label_dimension, weight_column, loss_reduction)
         _dnn_estimator(self, head, hidden_units=hidden_units, feature_columns=feature_columns, optimizer=optimizer,
                        activation_fn=activation_fn, dropout=dropout, batch_norm=batch_norm, model_dir=model_dir,
                        config=config, warm_start_from=warm_start_from)

@@ -20,8 +20,8 @@ import tensorflow as tf
 from toolkit.estimator import Estimator
 from toolkit.estimator.canned import _args
 from toolkit.estimator.canned._errors import CannedError
-from toolkit.estimator.canned._model_fns import combined_model_fn
-from toolkit.estimator.canned.heads import RegressionHead, classification_head
+from toolkit.estimator.canned._model_fns import combined_model_fn, refuse_sync_replicas
+from toolkit.estimator.canned.heads import classifier_head, regressor_head
 from toolkit.estimator.canned.optimizers import check_optimizer
 
 __all__ = ["DNNLinearCombinedClassifier", "DNNLinearCombinedRegressor"]
@@ -43,11 +43,8 @@ def _combined_estimator(self: Estimator, head: Any, *, linear_feature_columns: A
     units = _args.check_hidden_units("dnn_hidden_units", dnn_hidden_units) if dnn else None
     linear_optimizer = check_optimizer("linear_optimizer", linear_optimizer)
     dnn_optimizer = check_optimizer("dnn_optimizer", dnn_optimizer)
-    for field, value in (("linear_optimizer", linear_optimizer), ("dnn_optimizer", dnn_optimizer)):
-        if isinstance(value, tf.compat.v1.train.SyncReplicasOptimizer):
-            raise CannedError(f"`{field}` is a SyncReplicasOptimizer; a combined model trains with two "
-                              "optimizers and SyncReplicasOptimizer supports one (as in TF). Use DNN* or Linear* "
-                              "estimators for synchronous training.", field=field)
+    refuse_sync_replicas("linear_optimizer", linear_optimizer)
+    refuse_sync_replicas("dnn_optimizer", dnn_optimizer)
     activation = _args.check_activation("dnn_activation_fn", dnn_activation_fn)
     dropout = _args.check_dropout("dnn_dropout", dnn_dropout)
     combiner = _args.check_sparse_combiner("linear_sparse_combiner", linear_sparse_combiner)
@@ -87,11 +84,7 @@ class DNNLinearCombinedClassifier(Estimator):
                  n_classes: int = 2, weight_column: Any = None, label_vocabulary: Iterable[str] | None = None,
                  config: Any = None, warm_start_from: Any = None, loss_reduction: Any = "sum_over_batch_size",
                  batch_norm: bool = False, linear_sparse_combiner: str = "sum") -> None:
-        n_classes = _args.check_n_classes(n_classes)
-        head = classification_head(n_classes=n_classes,
-                                   label_vocabulary=_args.check_label_vocabulary(label_vocabulary, n_classes),
-                                   weight_column=_args.check_weight_column(weight_column),
-                                   loss_reduction=_args.check_loss_reduction(loss_reduction))
+        head = classifier_head(n_classes, label_vocabulary, weight_column, loss_reduction)
         _combined_estimator(self, head, linear_feature_columns=linear_feature_columns,
                             linear_optimizer=linear_optimizer, dnn_feature_columns=dnn_feature_columns,
                             dnn_optimizer=dnn_optimizer, dnn_hidden_units=dnn_hidden_units,
@@ -114,9 +107,7 @@ class DNNLinearCombinedRegressor(Estimator):
                  label_dimension: int = 1, weight_column: Any = None, config: Any = None,
                  warm_start_from: Any = None, loss_reduction: Any = "sum_over_batch_size", batch_norm: bool = False,
                  linear_sparse_combiner: str = "sum") -> None:
-        head = RegressionHead(label_dimension=_args.check_label_dimension(label_dimension),
-                              weight_column=_args.check_weight_column(weight_column),
-                              loss_reduction=_args.check_loss_reduction(loss_reduction))
+        head = regressor_head(label_dimension, weight_column, loss_reduction)
         _combined_estimator(self, head, linear_feature_columns=linear_feature_columns,
                             linear_optimizer=linear_optimizer, dnn_feature_columns=dnn_feature_columns,
                             dnn_optimizer=dnn_optimizer, dnn_hidden_units=dnn_hidden_units,

@@ -26,6 +26,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from toolkit.estimator.canned import _args
 from toolkit.estimator.canned._errors import CannedError
 from toolkit.estimator.canned._head_base import (
     CLASSIFY_SERVING_KEY,
@@ -34,11 +35,11 @@ from toolkit.estimator.canned._head_base import (
     REGRESS_SERVING_KEY,
     Head,
     broadcast,
-    predict_output,
 )
-from toolkit.estimator.export import ClassificationOutput, RegressionOutput
+from toolkit.estimator.export import ClassificationOutput, PredictOutput, RegressionOutput
 
-__all__ = ["BinaryClassHead", "MultiClassHead", "RegressionHead", "classification_head"]
+__all__ = ["BinaryClassHead", "MultiClassHead", "RegressionHead", "classification_head", "classifier_head",
+           "regressor_head"]
 
 v1 = tf.compat.v1
 
@@ -160,7 +161,7 @@ class BinaryClassHead(_ClassHead):
         classification = self.classification_output(predictions)
         return {DEFAULT_SERVING_KEY: classification, CLASSIFY_SERVING_KEY: classification,
                 REGRESS_SERVING_KEY: RegressionOutput(value=predictions["logistic"]),
-                PREDICT_SERVING_KEY: predict_output(predictions)}
+                PREDICT_SERVING_KEY: PredictOutput(dict(predictions))}
 
 
 class MultiClassHead(_ClassHead):
@@ -189,7 +190,7 @@ class MultiClassHead(_ClassHead):
     def export_outputs(self, predictions: Mapping[str, tf.Tensor]) -> dict[str, Any]:
         classification = self.classification_output(predictions)
         return {DEFAULT_SERVING_KEY: classification, CLASSIFY_SERVING_KEY: classification,
-                PREDICT_SERVING_KEY: predict_output(predictions)}
+                PREDICT_SERVING_KEY: PredictOutput(dict(predictions))}
 
 
 class RegressionHead(Head):
@@ -225,7 +226,7 @@ class RegressionHead(Head):
     def export_outputs(self, predictions: Mapping[str, tf.Tensor]) -> dict[str, Any]:
         regression = RegressionOutput(value=predictions["predictions"])
         return {DEFAULT_SERVING_KEY: regression, REGRESS_SERVING_KEY: regression,
-                PREDICT_SERVING_KEY: predict_output(predictions)}
+                PREDICT_SERVING_KEY: PredictOutput(dict(predictions))}
 
 
 def classification_head(*, n_classes: int, **kwargs: Any) -> Head:
@@ -233,3 +234,19 @@ def classification_head(*, n_classes: int, **kwargs: Any) -> Head:
     if n_classes == 2:
         return BinaryClassHead(**kwargs)
     return MultiClassHead(n_classes=n_classes, **kwargs)
+
+
+def classifier_head(n_classes: Any, label_vocabulary: Any, weight_column: Any, loss_reduction: Any) -> Head:
+    """The head of a canned classifier, from its checked constructor arguments."""
+    n_classes = _args.check_n_classes(n_classes)
+    return classification_head(n_classes=n_classes,
+                               label_vocabulary=_args.check_label_vocabulary(label_vocabulary, n_classes),
+                               weight_column=_args.check_weight_column(weight_column),
+                               loss_reduction=_args.check_loss_reduction(loss_reduction))
+
+
+def regressor_head(label_dimension: Any, weight_column: Any, loss_reduction: Any) -> Head:
+    """The head of a canned regressor, from its checked constructor arguments."""
+    return RegressionHead(label_dimension=_args.check_label_dimension(label_dimension),
+                          weight_column=_args.check_weight_column(weight_column),
+                          loss_reduction=_args.check_loss_reduction(loss_reduction))

@@ -14,7 +14,7 @@ from typing import Any
 from toolkit.estimator import Estimator
 from toolkit.estimator.canned import _args
 from toolkit.estimator.canned._model_fns import linear_model_fn
-from toolkit.estimator.canned.heads import RegressionHead, classification_head
+from toolkit.estimator.canned.heads import classifier_head, regressor_head
 from toolkit.estimator.canned.optimizers import check_optimizer
 from toolkit.estimator.canned.sdca import LinearSDCA, check_sdca
 
@@ -59,11 +59,7 @@ class LinearClassifier(Estimator):
                  n_classes: int = 2, weight_column: Any = None, label_vocabulary: Iterable[str] | None = None,
                  optimizer: Any = "Ftrl", config: Any = None, warm_start_from: Any = None,
                  loss_reduction: Any = "sum_over_batch_size", sparse_combiner: str = "sum") -> None:
-        n_classes = _args.check_n_classes(n_classes)
-        head = classification_head(n_classes=n_classes,
-                                   label_vocabulary=_args.check_label_vocabulary(label_vocabulary, n_classes),
-                                   weight_column=_args.check_weight_column(weight_column),
-                                   loss_reduction=_args.check_loss_reduction(loss_reduction))
+        head = classifier_head(n_classes, label_vocabulary, weight_column, loss_reduction)
         _linear_estimator(self, head, feature_columns=feature_columns, optimizer=optimizer,
                           sparse_combiner=sparse_combiner, model_dir=model_dir, config=config,
                           warm_start_from=warm_start_from)
@@ -80,9 +76,7 @@ class LinearRegressor(Estimator):
                  label_dimension: int = 1, weight_column: Any = None, optimizer: Any = "Ftrl", config: Any = None,
                  warm_start_from: Any = None, loss_reduction: Any = "sum_over_batch_size",
                  sparse_combiner: str = "sum") -> None:
-        head = RegressionHead(label_dimension=_args.check_label_dimension(label_dimension),
-                              weight_column=_args.check_weight_column(weight_column),
-                              loss_reduction=_args.check_loss_reduction(loss_reduction))
+        head = regressor_head(label_dimension, weight_column, loss_reduction)
         _linear_estimator(self, head, feature_columns=feature_columns, optimizer=optimizer,
                           sparse_combiner=sparse_combiner, model_dir=model_dir, config=config,
                           warm_start_from=warm_start_from)

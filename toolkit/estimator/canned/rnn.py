@@ -29,7 +29,7 @@ from toolkit.estimator.canned._errors import CannedError
 from toolkit.estimator.canned._head_base import TRAIN, make_spec
 from toolkit.estimator.canned._model_fns import _minimize, _spec
 from toolkit.estimator.canned.head_based import check_head
-from toolkit.estimator.canned.heads import classification_head
+from toolkit.estimator.canned.heads import classifier_head
 from toolkit.estimator.canned.optimizers import check_optimizer, get_optimizer
 
 __all__ = ["RNNClassifier", "RNNEstimator"]
@@ -231,11 +231,7 @@ class RNNClassifier(RNNEstimator):
                  weight_column: Any = None, label_vocabulary: Iterable[str] | None = None,
                  optimizer: Any = "Adagrad", loss_reduction: Any = "sum_over_batch_size",
                  sequence_mask: str = "sequence_mask", config: Any = None) -> None:
-        n_classes = _args.check_n_classes(n_classes)
-        head = classification_head(n_classes=n_classes,
-                                   label_vocabulary=_args.check_label_vocabulary(label_vocabulary, n_classes),
-                                   weight_column=_args.check_weight_column(weight_column),
-                                   loss_reduction=_args.check_loss_reduction(loss_reduction))
+        head = classifier_head(n_classes, label_vocabulary, weight_column, loss_reduction)
         self.sequence_mask = sequence_mask
         _rnn_estimator(self, head, sequence_feature_columns=sequence_feature_columns,
                        context_feature_columns=context_feature_columns, units=units, cell_type=cell_type,

@@ -32,8 +32,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from toolkit.estimator.canned import _args, dnn, dnn_linear_combined, linear
-from toolkit.estimator.canned.heads import RegressionHead, classification_head
+from toolkit.estimator.canned import dnn, dnn_linear_combined, linear
+from toolkit.estimator.canned.heads import classifier_head, regressor_head
 
 __all__ = [
     "DNNClassifier",
@@ -48,20 +48,6 @@ _SUM = "weighted_sum"
 _DNN_LEARNING_RATE = 0.05  # TF1's canned DNN, for an optimizer given by name
 
 
-def _class_head(n_classes: Any, label_vocabulary: Any, weight_column: Any, loss_reduction: Any) -> Any:
-    n_classes = _args.check_n_classes(n_classes)
-    return classification_head(n_classes=n_classes,
-                                label_vocabulary=_args.check_label_vocabulary(label_vocabulary, n_classes),
-                                weight_column=_args.check_weight_column(weight_column),
-                                loss_reduction=_args.check_loss_reduction(loss_reduction))
-
-
-def _regression_head(label_dimension: Any, weight_column: Any, loss_reduction: Any) -> Any:
-    return RegressionHead(label_dimension=_args.check_label_dimension(label_dimension),
-                          weight_column=_args.check_weight_column(weight_column),
-                          loss_reduction=_args.check_loss_reduction(loss_reduction))
-
-
 class DNNClassifier(dnn.DNNClassifier):
     """``tf.compat.v1.estimator.DNNClassifier``: TF1's signature and defaults."""
 
@@ -71,7 +57,7 @@ class DNNClassifier(dnn.DNNClassifier):
                  activation_fn: Callable[..., Any] = tf.nn.relu, dropout: float | None = None,
                  input_layer_partitioner: Any = None, config: Any = None, warm_start_from: Any = None,
                  loss_reduction: Any = _SUM, batch_norm: bool = False) -> None:
-        dnn._dnn_estimator(self, _class_head(n_classes, label_vocabulary, weight_column, loss_reduction),
+        dnn._dnn_estimator(self, classifier_head(n_classes, label_vocabulary, weight_column, loss_reduction),
                            hidden_units=hidden_units, feature_columns=feature_columns, optimizer=optimizer,
                            activation_fn=activation_fn, dropout=dropout, batch_norm=batch_norm, model_dir=model_dir,
                            config=config, warm_start_from=warm_start_from, name_learning_rate=_DNN_LEARNING_RATE,
@@ -86,7 +72,7 @@ class DNNRegressor(dnn.DNNRegressor):
                  optimizer: Any = "Adagrad", activation_fn: Callable[..., Any] = tf.nn.relu,
                  dropout: float | None = None, input_layer_partitioner: Any = None, config: Any = None,
                  warm_start_from: Any = None, loss_reduction: Any = _SUM, batch_norm: bool = False) -> None:
-        dnn._dnn_estimator(self, _regression_head(label_dimension, weight_column, loss_reduction),
+        dnn._dnn_estimator(self, regressor_head(label_dimension, weight_column, loss_reduction),
                            hidden_units=hidden_units, feature_columns=feature_columns, optimizer=optimizer,
                            activation_fn=activation_fn, dropout=dropout, batch_norm=batch_norm, model_dir=model_dir,
                            config=config, warm_start_from=warm_start_from, name_learning_rate=_DNN_LEARNING_RATE,
@@ -100,7 +86,7 @@ class LinearClassifier(linear.LinearClassifier):
                  n_classes: int = 2, weight_column: Any = None, label_vocabulary: Iterable[str] | None = None,
                  optimizer: Any = "Ftrl", config: Any = None, partitioner: Any = None, warm_start_from: Any = None,
                  loss_reduction: Any = _SUM, sparse_combiner: str = "sum") -> None:
-        linear._linear_estimator(self, _class_head(n_classes, label_vocabulary, weight_column, loss_reduction),
+        linear._linear_estimator(self, classifier_head(n_classes, label_vocabulary, weight_column, loss_reduction),
                                  feature_columns=feature_columns, optimizer=optimizer, sparse_combiner=sparse_combiner,
                                  model_dir=model_dir, config=config, warm_start_from=warm_start_from,
                                  partitioner=partitioner)
@@ -113,7 +99,7 @@ class LinearRegressor(linear.LinearRegressor):
                  label_dimension: int = 1, weight_column: Any = None, optimizer: Any = "Ftrl", config: Any = None,
                  partitioner: Any = None, warm_start_from: Any = None, loss_reduction: Any = _SUM,
                  sparse_combiner: str = "sum") -> None:
-        linear._linear_estimator(self, _regression_head(label_dimension, weight_column, loss_reduction),
+        linear._linear_estimator(self, regressor_head(label_dimension, weight_column, loss_reduction),
                                  feature_columns=feature_columns, optimizer=optimizer, sparse_combiner=sparse_combiner,
                                  model_dir=model_dir, config=config, warm_start_from=warm_start_from,
                                  partitioner=partitioner)
@@ -130,7 +116,7 @@ class DNNLinearCombinedClassifier(dnn_linear_combined.DNNLinearCombinedClassifie
                  input_layer_partitioner: Any = None, config: Any = None, warm_start_from: Any = None,
                  loss_reduction: Any = _SUM, batch_norm: bool = False, linear_sparse_combiner: str = "sum") -> None:
         dnn_linear_combined._combined_estimator(
-            self, _class_head(n_classes, label_vocabulary, weight_column, loss_reduction),
+            self, classifier_head(n_classes, label_vocabulary, weight_column, loss_reduction),
             linear_feature_columns=linear_feature_columns, linear_optimizer=linear_optimizer,
             dnn_feature_columns=dnn_feature_columns, dnn_optimizer=dnn_optimizer, dnn_hidden_units=dnn_hidden_units,
             dnn_activation_fn=dnn_activation_fn, dnn_dropout=dnn_dropout, batch_norm=batch_norm,
@@ -149,7 +135,7 @@ class DNNLinearCombinedRegressor(dnn_linear_combined.DNNLinearCombinedRegressor)
                  config: Any = None, warm_start_from: Any = None, loss_reduction: Any = _SUM,
                  batch_norm: bool = False, linear_sparse_combiner: str = "sum") -> None:
         dnn_linear_combined._combined_estimator(
-            self, _regression_head(label_dimension, weight_column, loss_reduction),
+            self, regressor_head(label_dimension, weight_column, loss_reduction),
             linear_feature_columns=linear_feature_columns, linear_optimizer=linear_optimizer,
             dnn_feature_columns=dnn_feature_columns, dnn_optimizer=dnn_optimizer, dnn_hidden_units=dnn_hidden_units,
             dnn_activation_fn=dnn_activation_fn, dnn_dropout=dnn_dropout, batch_norm=batch_norm,
