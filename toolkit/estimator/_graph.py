@@ -7,7 +7,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from toolkit.estimator._spec_base import is_metric_object
 from toolkit.estimator.spec import EstimatorSpec, SpecError
 
 __all__ = ["call_input_fn", "call_model_fn", "metric_ops"]
@@ -22,10 +21,6 @@ def _arg_names(fn: Callable[..., Any]) -> tuple[set[str], bool]:
         return set(), False
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     return set(params), var_kw
-
-
-def _is_tensor_like(value: Any) -> bool:
-    return isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor, tf.Variable))
 
 
 def _reads_a_dataset_or_queue(result: Any) -> bool:
@@ -90,37 +85,17 @@ def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mode
     return spec
 
 
-def _as_local_variables(variables: Any) -> None:
-    """A Keras metric's variables, initialised by the session's local init op like tf.metrics' own."""
-    known = {id(v) for v in v1.global_variables() + v1.local_variables()}
-    for variable in variables:
-        if id(variable) not in known:
-            v1.add_to_collection(v1.GraphKeys.LOCAL_VARIABLES, variable)
-
-
 def metric_ops(spec: EstimatorSpec) -> tuple[dict[str, Any], list[Any]]:
-    """``({name: value tensor}, [update ops])`` from eval_metric_ops, plus the mean ``loss``."""
+    """``({name: value}, [update ops])`` from eval_metric_ops (the spec made each a pair), plus the mean ``loss``."""
     values: dict[str, Any] = {}
     updates: list[Any] = []
-    for name, metric in (spec.eval_metric_ops or {}).items():  # __post_init__ made None {}
+    for name, (value, update) in (spec.eval_metric_ops or {}).items():  # __post_init__ made None {}
         if name == "global_step":
             raise SpecError("Metric with name `global_step` is not allowed, because Estimator already defines "
                             "a default metric with the same name. Rename the metric in eval_metric_ops.",
                             field="eval_metric_ops.global_step")
-        if is_metric_object(metric):
-            value = metric.result()
-            update = list(getattr(metric, "updates", ()) or ())
-            if not update:
-                raise SpecError(f"EstimatorSpec `eval_metric_ops[{name!r}]` is a metric "
-                                "object that was never updated in this graph; call it (metric(labels, "
-                                "predictions)) or metric.update_state(...) in model_fn before returning it.",
-                                field=f"eval_metric_ops.{name}")
-            values[name], updates = value, updates + update
-            _as_local_variables(getattr(metric, "variables", ()))
-        else:
-            value, update = metric
-            values[name] = value
-            updates.append(update)
+        values[name] = value
+        updates.append(update)
     if "loss" not in values:
         loss_value, loss_update = v1.metrics.mean(spec.loss)
         values["loss"] = loss_value

@@ -8,7 +8,6 @@ that matched TF's messages still matches. Pure Python except
 from __future__ import annotations
 
 import inspect
-import os
 from typing import Any
 
 from tf_config import TFConfigError
@@ -133,11 +132,7 @@ def _count(config: Any, field: str, tf_phrase: str, minimum: int, example: str) 
 
 
 def check_fields(config: Any) -> None:
-    """TF's checks of every argument (None passes each, as in TF), with the phrases TF's messages had."""
-    model_dir = config.model_dir
-    if model_dir is not None and (not isinstance(model_dir, (str, os.PathLike)) or not os.fspath(model_dir)):
-        raise _error(f"RunConfig `model_dir` is {model_dir!r}; model_dir should be non-empty: expected a path "
-                     "such as 'runs/digits', or None.", "model_dir")
+    """TF's checks of every argument (None passes each, as in TF; model_dir is RunConfig's), with TF's phrases."""
     _count(config, "save_summary_steps", "save_summary_steps should be >= 0", 0, "100")
     _count(config, "save_checkpoints_steps", "save_checkpoints_steps should be >= 0 (and >= 1: a checkpoint "
            "every 0 steps is none)", 1, "1000")

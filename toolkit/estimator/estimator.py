@@ -246,7 +246,7 @@ class Estimator:
         config = self._config
         setter = _session.replica_setter(config)
         with v1.device(setter):
-            global_step = v1.train.get_or_create_global_step()
+            v1.train.get_or_create_global_step()
         job, index = _session.job_and_task(config)
         worker_cpu = None if config.is_local else f"/job:{job}/task:{index}/device:CPU:0"
         with tf.device(worker_cpu):
@@ -261,7 +261,6 @@ class Estimator:
         v1.summary.scalar("loss", spec.loss)
         stop = v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps) if (steps or max_steps) else \
             v1.train.StopAtStepHook(last_step=2**62)
-        del global_step
         return spec, stop
 
     def _run_training(self, spec: EstimatorSpec, hooks: list[Any], listeners: list[Any], target: str) -> None:

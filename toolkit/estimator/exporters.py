@@ -17,15 +17,11 @@ import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from toolkit.estimator._spec_base import SpecError, SpecTypeError
+from toolkit.estimator._spec_base import SpecError
 
 __all__ = ["BestExporter", "Exporter", "FinalExporter", "LatestExporter"]
 
 logger = logging.getLogger(__name__)
-
-
-def _error(message: str, field: str, *, type_error: bool = False) -> Exception:
-    return (SpecTypeError if type_error else SpecError)(message, field=field)
 
 
 class Exporter(abc.ABC):
@@ -44,15 +40,15 @@ class Exporter(abc.ABC):
 
 def _check(name: Any, fn: Any, exports_to_keep: Any) -> None:
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
-        raise _error(f"exporter `name` is {name!r}; expected letters, digits, '-' and '_' "
-                     "(it becomes a directory under model_dir/export).", "name")
+        raise SpecError(f"exporter `name` is {name!r}; expected letters, digits, '-' and '_' "
+                        "(it becomes a directory under model_dir/export).", field="name")
     if not callable(fn):
-        raise _error(f"exporter `serving_input_receiver_fn` is {fn!r}; expected a function such as "
-                     "build_parsing_serving_input_receiver_fn(feature_spec).", "serving_input_receiver_fn")
+        raise SpecError(f"exporter `serving_input_receiver_fn` is {fn!r}; expected a function such as "
+                        "build_parsing_serving_input_receiver_fn(feature_spec).", field="serving_input_receiver_fn")
     if exports_to_keep is not None and (isinstance(exports_to_keep, bool) or not isinstance(exports_to_keep, int)
                                         or exports_to_keep <= 0):
-        raise _error(f"`exports_to_keep`, if provided, must be a positive number. Got {exports_to_keep!r}; pass "
-                     "e.g. 5, or None to keep every export.", "exports_to_keep")
+        raise SpecError(f"`exports_to_keep`, if provided, must be a positive number. Got {exports_to_keep!r}; pass "
+                        "e.g. 5, or None to keep every export.", field="exports_to_keep")
 
 
 class _SavedModelExporter(Exporter):
@@ -106,25 +102,25 @@ class FinalExporter(_SavedModelExporter):
 def _loss_smaller(best_eval_result: Mapping[str, Any], current_eval_result: Mapping[str, Any]) -> bool:
     for result, which in ((best_eval_result, "best_eval_result"), (current_eval_result, "current_eval_result")):
         if not result or "loss" not in result:
-            raise _error(f"{which} cannot be empty or no loss is found in it: got {result!r}. Evaluate with a "
-                         "model_fn that reports a loss, or pass compare_fn=.", which)
+            raise SpecError(f"{which} cannot be empty or no loss is found in it: got {result!r}. Evaluate with a "
+                            "model_fn that reports a loss, or pass compare_fn=.", field=which)
     return bool(best_eval_result["loss"] > current_eval_result["loss"])
 
 
 def _check_compare_fn(compare_fn: Any) -> None:
     if compare_fn is None:
-        raise _error("`compare_fn` must not be None: BestExporter needs compare_fn(best_eval_result, "
-                     "current_eval_result) -> bool.", "compare_fn")
+        raise SpecError("`compare_fn` must not be None: BestExporter needs compare_fn(best_eval_result, "
+                        "current_eval_result) -> bool.", field="compare_fn")
     try:
         args = set(inspect.signature(compare_fn).parameters)
     except (TypeError, ValueError):
         return
     for required in ("best_eval_result", "current_eval_result"):
         if required not in args:
-            raise _error(f"compare_fn ({compare_fn!r}) must include {required} argument.", "compare_fn")
+            raise SpecError(f"compare_fn ({compare_fn!r}) must include {required} argument.", field="compare_fn")
     extra = sorted(args - {"best_eval_result", "current_eval_result"})
     if extra:
-        raise _error(f"compare_fn ({compare_fn!r}) has following not expected args: {extra}.", "compare_fn")
+        raise SpecError(f"compare_fn ({compare_fn!r}) has following not expected args: {extra}.", field="compare_fn")
 
 
 class BestExporter(_SavedModelExporter):

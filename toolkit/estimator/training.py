@@ -42,9 +42,12 @@ def _export_all(estimator: Any, eval_spec: EvalSpec, path: str, result: Mapping[
     return exports
 
 
-def _evaluate_and_export(estimator: Any, eval_spec: EvalSpec, path: str, final: bool) -> tuple[Any, list[str]]:
+def _evaluate_and_export(estimator: Any, eval_spec: EvalSpec, path: str, max_steps: int | None, *,
+                         final: bool = False) -> tuple[Any, list[str]]:
+    """Evaluates ``path`` and runs the exporters; the final export once the checkpoint reaches ``max_steps``."""
     result = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
                                 checkpoint_path=path, name=eval_spec.name)
+    final = final or (max_steps is not None and result["global_step"] >= max_steps)
     return result, _export_all(estimator, eval_spec, path, result, final)
 
 
@@ -55,7 +58,7 @@ def _train(estimator: Any, train_spec: TrainSpec, saving_listeners: list[Any] | 
 
 def _run_local(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
     _train(estimator, train_spec)
-    return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), True)
+    return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), None, final=True)
 
 
 def _run_ps(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
@@ -82,13 +85,8 @@ def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec,
 def _run_master(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
     from toolkit.estimator._master import EvaluateOnNewCheckpoint
 
-    max_steps = train_spec.max_steps
-
     def evaluate_and_export(path: str, step: int) -> tuple[Any, list[str]]:
-        result = estimator.evaluate(eval_spec.input_fn, steps=eval_spec.steps, hooks=eval_spec.hooks,
-                                    checkpoint_path=path, name=eval_spec.name)
-        final = max_steps is not None and result["global_step"] >= max_steps
-        return result, _export_all(estimator, eval_spec, path, result, final)
+        return _evaluate_and_export(estimator, eval_spec, path, train_spec.max_steps)
 
     listener = EvaluateOnNewCheckpoint(evaluate_and_export, estimator.latest_checkpoint, eval_spec.throttle_secs)
     _run_chief(estimator, train_spec, eval_spec, [listener])
@@ -112,11 +110,8 @@ def _run_evaluator(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -
     def _global_step(path: str) -> int:
         return int(tf.train.load_variable(path, "global_step"))
 
-    def is_final(path: str) -> bool:
-        return max_steps is not None and _global_step(path) >= max_steps
-
     def evaluate(path: str) -> Any:
-        result, done = _evaluate_and_export(estimator, eval_spec, path, is_final(path))
+        result, done = _evaluate_and_export(estimator, eval_spec, path, max_steps)
         exports.extend(done)
         return result
 
