@@ -1,12 +1,12 @@
 """What ``numpy_input_fn`` and ``pandas_input_fn`` share: their errors, argument checks and the pipeline."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tf_config.errors import FieldError
 
-__all__ = ["InputsError", "InputsTypeError", "batches", "check_feed_args"]
+__all__ = ["InputsError", "InputsTypeError", "batches", "check_feed_args", "unique_key"]
 
 
 class InputsError(FieldError):
@@ -32,9 +32,16 @@ def check_feed_args(*, batch_size: Any, num_epochs: Any, queue_capacity: Any, nu
     _count("num_threads", num_threads)
 
 
-def batches(columns: Mapping[str, Any], *, batch_size: int, num_epochs: int | None, shuffle: bool,
-            queue_capacity: int) -> Any:
-    """In a graph: the next batch's ``{column: tensor}``; eagerly: the ``tf.data.Dataset`` of batches."""
+def unique_key(name: str, taken: Any) -> str:
+    """``name``, with ``_n`` appended until no key in ``taken`` has it (how TF named the targets)."""
+    while name in taken:
+        name += "_n"
+    return name
+
+
+def batches(columns: Mapping[str, Any], split: Callable[[Any], Any], *, batch_size: int, num_epochs: int | None,
+            shuffle: bool, queue_capacity: int) -> Any:
+    """In a graph: ``split`` of the next batch's ``{column: tensor}``; eagerly: the ``tf.data.Dataset`` of those."""
     import tensorflow as tf
 
     dataset = tf.data.Dataset.from_tensor_slices(dict(columns)).repeat(num_epochs)
@@ -42,5 +49,5 @@ def batches(columns: Mapping[str, Any], *, batch_size: int, num_epochs: int | No
         dataset = dataset.shuffle(queue_capacity)
     dataset = dataset.batch(batch_size, drop_remainder=False)
     if tf.executing_eagerly():
-        return dataset
-    return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+        return dataset.map(split)
+    return split(tf.compat.v1.data.make_one_shot_iterator(dataset).get_next())

@@ -22,19 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.estimator.inputs._feed import InputsError, InputsTypeError, batches, check_feed_args
+from toolkit.estimator.inputs._feed import InputsError, InputsTypeError, batches, check_feed_args, unique_key
 
 __all__ = ["numpy_input_fn"]
 
 _TARGET_KEY = "__target_key__"
 _DIRECT_KEY = "__direct_np_input__"
-
-
-def _unique_target_key(features: Mapping[str, Any]) -> str:
-    key = _TARGET_KEY
-    while key in features:
-        key += "_n"
-    return key
 
 
 def _features(x: Any) -> collections.OrderedDict[str, Any]:
@@ -99,7 +92,7 @@ def numpy_input_fn(x: Any, y: Any = None, batch_size: int = 128, num_epochs: int
                                   "Rename the targets.", field="y")
             data.update(ordered_y)
         else:
-            target_keys = _unique_target_key(data)
+            target_keys = unique_key(_TARGET_KEY, data)
             data[target_keys] = y
         lengths = {np.shape(v)[0] if np.ndim(v) else None for v in data.values()}
         if len(lengths) != 1:
@@ -113,11 +106,9 @@ def numpy_input_fn(x: Any, y: Any = None, batch_size: int = 128, num_epochs: int
             raise InputsError(f"Length of tensors in x and y is mismatched. All elements in x and y must have "
                               f"the same length.\nShapes in x: {x_shapes}\nShapes in y: {y_shapes}\nGive every "
                               "array one row per example.", field="y")
-        batch = batches({k: np.asarray(v) for k, v in data.items()}, batch_size=batch_size,
-                        num_epochs=num_epochs, shuffle=shuffle, queue_capacity=queue_capacity)
-        if not isinstance(batch, dict):
-            return batch.map(lambda row: _split(row, x, feature_keys, target_keys))
-        return _split(batch, x, feature_keys, target_keys)
+        return batches({k: np.asarray(v) for k, v in data.items()},
+                       lambda batch: _split(batch, x, feature_keys, target_keys), batch_size=batch_size,
+                       num_epochs=num_epochs, shuffle=shuffle, queue_capacity=queue_capacity)
 
     return input_fn
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.estimator.inputs._feed import InputsError, InputsTypeError, batches, check_feed_args
+from toolkit.estimator.inputs._feed import InputsError, InputsTypeError, batches, check_feed_args, unique_key
 
 __all__ = ["pandas_input_fn"]
 
@@ -28,12 +28,6 @@ def _pandas() -> Any:
         raise InputsError("pandas_input_fn needs pandas, which is not installed: pip install pandas, or feed "
                           "NumPy arrays with numpy_input_fn.", field="x") from exc
     return pandas
-
-
-def _unique_target_key(x: Any, name: str) -> str:
-    while name in x:
-        name += "_n"
-    return name
 
 
 def _column(values: Any) -> np.ndarray:
@@ -78,7 +72,7 @@ def pandas_input_fn(x: Any, y: Any = None, batch_size: int = 128, num_epochs: in
             raise InputsError(f"Index for x and y are mismatched.\nIndex for x: {x.index}\nIndex for y: "
                               f"{y.index}\nAlign them, e.g. y = y.loc[x.index].", field="y")
         if isinstance(y, pd.DataFrame):
-            target = [(column, _unique_target_key(x, column)) for column in list(y)]
+            target = [(column, unique_key(column, x)) for column in list(y)]
             for column, key in target:
                 x[key] = y[column]
         else:
@@ -88,11 +82,8 @@ def pandas_input_fn(x: Any, y: Any = None, batch_size: int = 128, num_epochs: in
     names = list(x.columns)
 
     def input_fn() -> Any:
-        batch = batches(columns, batch_size=batch_size, num_epochs=num_epochs, shuffle=shuffle,
-                        queue_capacity=queue_capacity)
-        if not isinstance(batch, dict):
-            return batch.map(lambda row: _split(row, names, target))
-        return _split(batch, names, target)
+        return batches(columns, lambda batch: _split(batch, names, target), batch_size=batch_size,
+                       num_epochs=num_epochs, shuffle=shuffle, queue_capacity=queue_capacity)
 
     return input_fn
 
