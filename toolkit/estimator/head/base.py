@@ -111,6 +111,10 @@ class Head(abc.ABC):
     def _summary_key(self, key: str) -> str:
         return f"{key}/{self.name}" if self.name else key
 
+    def _regularization_metric(self, metrics: dict[str, Any], regularization_losses: Sequence[Any] | None) -> None:
+        if regularization_losses is not None:
+            metrics[self._summary_key("regularization_loss")].update_state(tf.math.add_n(list(regularization_losses)))
+
     def _train_summary_key(self, key: str) -> str:
         """The tag of the training-loss summaries (``loss/<name>`` for a named head)."""
         return self._summary_key(key)
@@ -173,6 +177,20 @@ class SingleHead(Head):
 
     def _loss_and_weights(self, logits: Any, labels: Any, features: Any) -> tuple[tf.Tensor, tf.Tensor, Any, Any]:
         raise NotImplementedError
+
+    def _threshold_keys(self, t: float) -> tuple[str, ...]:
+        kinds = ("accuracy", "precision", "recall")
+        return tuple(self._summary_key(f"{kind}/positive_threshold_%g" % t) for kind in kinds)
+
+    def _threshold_metrics(self, thresholds: Sequence[float]) -> dict[str, Any]:
+        """Accuracy, precision and recall of the probabilities at each threshold."""
+        km, metrics = keras_metrics(), {}
+        for t in thresholds:
+            accuracy, precision, recall = self._threshold_keys(t)
+            metrics[accuracy] = km.BinaryAccuracy(name=accuracy, threshold=t)
+            metrics[precision] = km.Precision(name=precision, thresholds=t)
+            metrics[recall] = km.Recall(name=recall, thresholds=t)
+        return metrics
 
     def loss(self, labels: Any, logits: Any, features: Any = None, mode: Any = None,
              regularization_losses: Sequence[Any] | None = None) -> tf.Tensor:

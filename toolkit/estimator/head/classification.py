@@ -132,10 +132,6 @@ class _ClassificationHead(SingleHead):
         from toolkit.estimator.export import ClassificationOutput
         return ClassificationOutput(scores=predictions[PROBABILITIES], classes=predictions[ALL_CLASSES])
 
-    def _regularization_metric(self, metrics: dict[str, Any], regularization_losses: Sequence[Any] | None) -> None:
-        if regularization_losses is not None:
-            metrics[self._summary_key("regularization_loss")].update_state(tf.math.add_n(list(regularization_losses)))
-
 
 class BinaryClassHead(_ClassificationHead):
     """Binary classification: one logit per example, sigmoid cross-entropy (``tf.estimator.BinaryClassHead``).
@@ -193,9 +189,6 @@ class BinaryClassHead(_ClassificationHead):
             out.update(self._class_predictions(logits, two_class, keys))
             return out
 
-    def _threshold_key(self, kind: str, threshold: float) -> str:
-        return self._summary_key(f"{kind}/positive_threshold_%g" % threshold)
-
     def metrics(self, regularization_losses: Sequence[Any] | None = None) -> dict[str, Any]:
         km, key = keras_metrics(), self._summary_key
         with v1.name_scope("metrics"):
@@ -210,13 +203,7 @@ class BinaryClassHead(_ClassificationHead):
                        key("auc_precision_recall"): km.AUC(curve="PR", name="auc_precision_recall")}
             if regularization_losses is not None:
                 metrics[key("regularization_loss")] = km.Mean(name="regularization_loss")
-            for t in self._thresholds:
-                metrics[self._threshold_key("accuracy", t)] = km.BinaryAccuracy(
-                    name=self._threshold_key("accuracy", t), threshold=t)
-                metrics[self._threshold_key("precision", t)] = km.Precision(
-                    name=self._threshold_key("precision", t), thresholds=t)
-                metrics[self._threshold_key("recall", t)] = km.Recall(
-                    name=self._threshold_key("recall", t), thresholds=t)
+            metrics.update(self._threshold_metrics(self._thresholds))
         return metrics
 
     def update_metrics(self, eval_metrics: dict[str, Any], features: Any, logits: Any, labels: Any,
@@ -237,8 +224,8 @@ class BinaryClassHead(_ClassificationHead):
             eval_metrics[key(name)].update_state(labels, logistic, sample_weight=broadcast_w)
         self._regularization_metric(eval_metrics, regularization_losses)
         for t in self._thresholds:
-            for kind in ("accuracy", "precision", "recall"):
-                eval_metrics[self._threshold_key(kind, t)].update_state(labels, logistic, sample_weight=w)
+            for metric_key in self._threshold_keys(t):
+                eval_metrics[metric_key].update_state(labels, logistic, sample_weight=w)
         return eval_metrics
 
     def export_outputs(self, predictions: Mapping[str, tf.Tensor]) -> dict[str, Any]:

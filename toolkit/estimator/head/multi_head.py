@@ -126,9 +126,7 @@ class MultiHead(Head):
     def update_metrics(self, eval_metrics: dict[str, Any], features: Any, logits: Any, labels: Any,
                        mode: Any = None, regularization_losses: Sequence[Any] | None = None) -> dict[str, Any]:
         parts, labels = self._split(logits), self._labels(labels)
-        if regularization_losses is not None:
-            eval_metrics[self._summary_key("regularization_loss")].update_state(
-                tf.math.add_n(list(regularization_losses)))
+        self._regularization_metric(eval_metrics, regularization_losses)
         for head in self._heads:
             head_logits, head_labels = parts[str(head.name)], labels[head.name]
             eval_metrics[f"loss/{head.name}"].update_state(

@@ -156,10 +156,6 @@ class MultiLabelHead(SingleHead):
     def _class_name(self, class_id: int) -> str:
         return self._label_vocabulary[class_id] if self._label_vocabulary else f"class{class_id}"
 
-    def _threshold_keys(self, t: float) -> tuple[str, str, str]:
-        return tuple(self._summary_key(f"{kind}/positive_threshold_%g" % t)  # type: ignore[return-value]
-                     for kind in ("accuracy", "precision", "recall"))
-
     def _class_keys(self, class_id: int) -> tuple[str, str, str]:
         name = self._class_name(class_id)
         return tuple(self._summary_key(f"{kind}/{name}")  # type: ignore[return-value]
@@ -172,11 +168,7 @@ class MultiLabelHead(SingleHead):
                        key("auc_precision_recall"): km.AUC(curve="PR", name="auc_precision_recall")}
             if regularization_losses is not None:
                 metrics[key("regularization_loss")] = km.Mean(name="regularization_loss")
-            for t in self._thresholds:
-                acc, prec, rec = self._threshold_keys(t)
-                metrics[acc] = km.BinaryAccuracy(name=acc, threshold=t)
-                metrics[prec] = km.Precision(name=prec, thresholds=t)
-                metrics[rec] = km.Recall(name=rec, thresholds=t)
+            metrics.update(self._threshold_metrics(self._thresholds))
             for class_id in self._class_metrics:
                 prob, auc, auc_pr = self._class_keys(class_id)
                 metrics[prob] = km.Mean(name=prob)
@@ -193,8 +185,7 @@ class MultiLabelHead(SingleHead):
         eval_metrics[key("average_loss")].update_state(unweighted, sample_weight=w)
         for name in ("auc", "auc_precision_recall"):
             eval_metrics[key(name)].update_state(labels, probabilities, sample_weight=w)
-        if regularization_losses is not None:
-            eval_metrics[key("regularization_loss")].update_state(tf.math.add_n(list(regularization_losses)))
+        self._regularization_metric(eval_metrics, regularization_losses)
         for t in self._thresholds:
             for metric_key in self._threshold_keys(t):
                 eval_metrics[metric_key].update_state(labels, probabilities, sample_weight=w)

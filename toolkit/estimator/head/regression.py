@@ -99,8 +99,7 @@ class RegressionHead(SingleHead):
         eval_metrics[key("average_loss")].update_state(unweighted, sample_weight=w)
         eval_metrics[key("label/mean")].update_state(labels, sample_weight=w)
         broadcast_update(eval_metrics[key("prediction/mean")], predicted, w)
-        if regularization_losses is not None:
-            eval_metrics[key("regularization_loss")].update_state(tf.math.add_n(list(regularization_losses)))
+        self._regularization_metric(eval_metrics, regularization_losses)
         return eval_metrics
 
     def export_outputs(self, predictions: Mapping[str, tf.Tensor]) -> dict[str, Any]:
