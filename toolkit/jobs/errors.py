@@ -12,7 +12,7 @@ from tf_config.errors import Problem, ProblemsError, did_you_mean, show
 
 __all__ = [
     "JobError", "JobSpecError", "JobNameError", "JobNotFoundError", "JobExistsError",
-    "JobStateError", "BackendError", "Problem", "did_you_mean", "show",
+    "JobStateError", "BackendError", "Problem", "did_you_mean", "refuse_invalid", "show",
 ]
 
 
@@ -58,3 +58,9 @@ class BackendError(JobError):
     def __init__(self, message: str, *, manifest_path: str | None = None) -> None:
         super().__init__(message)
         self.manifest_path = manifest_path
+
+
+def refuse_invalid(headline: str, errors: list[str]) -> None:
+    """Raises ``BackendError`` (``headline``, then each error on a line) when a rendered manifest has any."""
+    if errors:
+        raise BackendError(f"{headline}:\n  " + "\n  ".join(errors))

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from toolkit.jobs.errors import BackendError, JobSpecError, Problem
+from toolkit.jobs.errors import JobSpecError, Problem, refuse_invalid
 from toolkit.jobs.hyperparams import HyperparameterSpec, ParameterSpec
 from toolkit.jobs.spec import JobSpec
 from toolkit.jobs.tfjob import KubernetesOptions, render_tfjob, schema_errors, to_yaml, validate_tfjob
@@ -162,8 +162,5 @@ def validate_experiment(manifest: Any) -> list[str]:
 def experiment_yaml(spec: JobSpec, *, options: KubernetesOptions | None = None) -> tuple[str, list[str]]:
     """The validated Experiment as YAML, and mapping warnings (what ``--dry-run`` prints)."""
     manifest, warnings = render_experiment(spec, options=options)
-    errors = validate_experiment(manifest)
-    if errors:
-        raise BackendError("the rendered Katib Experiment does not validate against its schema:\n  "
-                           + "\n  ".join(errors))
+    refuse_invalid("the rendered Katib Experiment does not validate against its schema", validate_experiment(manifest))
     return to_yaml(manifest), warnings

@@ -15,7 +15,7 @@ from typing import Any
 
 from tf_config import validate
 from toolkit.jobs._kubectl import Kubectl
-from toolkit.jobs.errors import BackendError, JobNotFoundError, JobSpecError, JobStateError, Problem
+from toolkit.jobs.errors import BackendError, JobNotFoundError, JobSpecError, JobStateError, Problem, refuse_invalid
 from toolkit.jobs.records import JobRecord, TaskRecord
 from toolkit.jobs.spec import JobSpec
 from toolkit.jobs.states import JobState, advance_path
@@ -67,15 +67,10 @@ class KubernetesBackend:
     def render(self, spec: JobSpec) -> tuple[str, list[str]]:
         """The manifest as YAML, validated against the CRD schema, and mapping warnings."""
         manifest, warnings = render_tfjob(spec, options=self.options)
-        errors = validate_tfjob(manifest)
-        if errors:
-            raise BackendError("the rendered TFJob does not validate against the CRD schema:\n  "
-                               + "\n  ".join(errors))
-        errors = [f"{pod}: {p}" for pod, text in pod_tf_configs(manifest, ends_only=True).items()
-                  for p in validate(text) if p.is_error]
-        if errors:
-            raise BackendError("the operator would give these pods a TF_CONFIG TensorFlow cannot use:\n  "
-                               + "\n  ".join(errors))
+        refuse_invalid("the rendered TFJob does not validate against the CRD schema", validate_tfjob(manifest))
+        refuse_invalid("the operator would give these pods a TF_CONFIG TensorFlow cannot use",
+                       [f"{pod}: {p}" for pod, text in pod_tf_configs(manifest, ends_only=True).items()
+                        for p in validate(text) if p.is_error])
         return to_yaml(manifest), warnings
 
     def submit(self, spec: JobSpec) -> JobRecord:

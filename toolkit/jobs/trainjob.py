@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.jobs.errors import JobSpecError, Problem
+from toolkit.jobs.errors import JobSpecError, Problem, refuse_invalid
 from toolkit.jobs.spec import JobSpec
 from toolkit.jobs.tfjob import (
     _DNS_1035,
@@ -135,10 +135,8 @@ def render_trainjob(spec: JobSpec, *, name: str | None = None, options: Kubernet
 def trainjob_yaml(spec: JobSpec, *, options: KubernetesOptions | None = None) -> tuple[str, list[str]]:
     """Both manifests as one YAML stream (runtime first), validated; warnings about the mapping."""
     job, runtime, warnings = render_trainjob(spec, options=options)
-    errors = validate_runtime(runtime) + validate_trainjob(job)
-    if errors:
-        from toolkit.jobs.errors import BackendError
-        raise BackendError("the rendered TrainJob does not validate against the CRD schemas:\n  " + "\n  ".join(errors))
+    refuse_invalid("the rendered TrainJob does not validate against the CRD schemas",
+                   validate_runtime(runtime) + validate_trainjob(job))
     return to_yaml(runtime) + "---\n" + to_yaml(job), warnings
 
 

@@ -32,20 +32,19 @@ def format_record(record: JobRecord) -> str:
     lines = [f"{k}: {v}" for k, v in head.items() if v is not None]
     if record.warnings:
         lines += ["warnings:"] + [f"  - {w}" for w in record.warnings]
-    nodes = record.details.get("nodes")
-    if record.tasks and nodes:  # a Ray job: where each task ran instead of a pid
-        table = format_table(("TASK", "STATE", "NODE", "ADDRESS", "RESTARTS", "EXIT_CODE"),
-                             ((t.name, t.state, (nodes.get(t.name) or {}).get("node_id", "")[:12] or None,
-                               (nodes.get(t.name) or {}).get("address"), t.restarts, t.exit_code)
-                              for t in record.tasks))
+    nodes = record.details.get("nodes") or {}
+    if record.tasks:
+        if nodes:  # a Ray or Slurm job: where each task ran instead of a pid
+            table = format_table(("TASK", "STATE", "NODE", "ADDRESS", "RESTARTS", "EXIT_CODE"),
+                                 ((t.name, t.state, (nodes.get(t.name) or {}).get("node_id", "")[:12] or None,
+                                   (nodes.get(t.name) or {}).get("address"), t.restarts, t.exit_code)
+                                  for t in record.tasks))
+        else:
+            table = format_table(("TASK", "STATE", "PID", "RESTARTS", "EXIT_CODE"),
+                                 ((t.name, t.state, t.pid, t.restarts, t.exit_code) for t in record.tasks))
         lines += ["tasks:"] + [f"  {line}" for line in table.splitlines()]
         lines += [f"  {t.name}: {why}" for t in record.tasks  # e.g. killed with its Slurm job, and why
                   if (why := t.reason or (nodes.get(t.name) or {}).get("reason"))]
-    elif record.tasks:
-        table = format_table(("TASK", "STATE", "PID", "RESTARTS", "EXIT_CODE"),
-                             ((t.name, t.state, t.pid, t.restarts, t.exit_code) for t in record.tasks))
-        lines += ["tasks:"] + [f"  {line}" for line in table.splitlines()]
-        lines += [f"  {t.name}: {t.reason}" for t in record.tasks if t.reason]
     restarts = record.details.get("restarts")
     if restarts:  # preemptions apart from failures (docs/preemption.md)
         lines.append(f"restarts: {restarts.get('preemptions', 0)} after preemptions, "

@@ -1,8 +1,8 @@
 """A trial's objective: one scalar read back from the TensorBoard events in its output dir.
 
-The supervisor never imports TensorFlow (it would cost seconds and half a GiB
-per tuning job), so event files are read here with the ``tensorboard``
-package's protos and a small TFRecord reader.
+The supervisor never imports TensorFlow (slow to import, and large), so event
+files are read here with the ``tensorboard`` package's protos and a small
+TFRecord reader.
 
 **Which events.** Every ``events.out.tfevents.*`` file under the trial's
 output directory. The sub-directory is the run: ``toolkit.fit`` writes

@@ -261,7 +261,10 @@ class StudyRunner:
         self.store.update_details(run.name, isTrialStoppedEarly=stopped)
         if point is not None:
             trial.set_user_attr("objective", point.value)
-            self._told(study, trial, point.value, stopped=stopped)
+            if stopped:  # Optuna's own word for it; its value is the last measurement, ours (the best) is an attr
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            else:
+                study.tell(trial, point.value)
             how = f"stopped early, best {self.hp.hyperparameter_metric_tag}" if stopped else \
                 f"SUCCEEDED: {self.hp.hyperparameter_metric_tag}"
             self.log.write(f"trial {run.number} {how} = {point.value:.6g} at step {point.step}")
@@ -283,12 +286,6 @@ class StudyRunner:
             raise TuningError(f"{what} of {tag!r} is NaN (step {point.step}); a trial needs a number to "
                               "count. Check the trainer for a diverging loss (a smaller learning rate range).")
         return point
-
-    def _told(self, study: optuna.Study, trial: optuna.trial.Trial, value: float, *, stopped: bool) -> None:
-        if stopped:  # Optuna's own word for it; its value is the last measurement, ours (the best) is an attr
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        else:
-            study.tell(trial, value)
 
     def _too_many_failures(self, study: optuna.Study) -> str:
         errors = [f"trial {t.user_attrs['trialId']}: {t.user_attrs.get('error')}" for t in study.trials
