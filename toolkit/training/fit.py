@@ -81,27 +81,10 @@ def _model_dir(model_dir: str | os.PathLike[str] | None, cfg: TFConfig) -> str:
     return os.fspath(model_dir)
 
 
-def _task_config(options: FitOptions, strategy: str | tf.distribute.Strategy,
-                 worker_work: Callable[..., object] | None = None) -> TFConfig:
-    """This task's TFConfig; in parameter-server ps/worker tasks, serve and exit here.
-
-    A worker runs ``worker_work`` beside its server (``between_graph``).
-    """
-    from strategies import run_role
-    from tf_config import TFConfig
-
-    cfg = TFConfig.from_env() if options.tf_config is None else options.tf_config
-    if not isinstance(strategy, str):
-        return cfg
-    return run_role(cfg, strategy=strategy, options=options.serve, worker_work=worker_work)
-
-
-def _arm_preemption(tf_config: TFConfig | None, model_dir: str | os.PathLike[str] | None) -> None:
+def _arm_preemption(cfg: TFConfig, model_dir: str | os.PathLike[str] | None) -> None:
     """Installs this task's preemption handler, by role (``toolkit.training.preemption``), before it serves."""
     from strategies._roles import is_server_role
-    from tf_config import TFConfig
 
-    cfg = TFConfig.from_env() if tf_config is None else tf_config
     role = "server" if is_server_role(cfg) else "evaluator" if cfg.is_evaluator else "train"
     task = "local" if cfg.is_local else f"{cfg.task_type}-{cfg.task_index}"
     directory = os.fspath(model_dir) if isinstance(model_dir, (str, os.PathLike)) and os.fspath(model_dir) else None
@@ -273,8 +256,14 @@ def fit(
 
         work = worker_loop(model_fn, dataset_fn, forward=forward, metrics=resolved,
                            global_batch_size=config.global_batch_size, tf_config=options.tf_config)
-    _arm_preemption(options.tf_config, model_dir)
-    cfg = _task_config(options, strategy, worker_work=work)
+    from tf_config import TFConfig
+
+    cfg = TFConfig.from_env() if options.tf_config is None else options.tf_config
+    _arm_preemption(cfg, model_dir)
+    if isinstance(strategy, str):  # ps and worker tasks serve here, and exit when the chief says goodbye
+        from strategies import run_role
+
+        cfg = run_role(cfg, strategy=strategy, options=options.serve, worker_work=work)
     run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, optimizer=optimizer,
                forward=forward, metrics=resolved, config=config, options=options,
                model_dir=_model_dir(model_dir, cfg), callbacks=tuple(callbacks), cfg=cfg,
