@@ -6,30 +6,8 @@ Real TF1 / TF 2.x Estimator code runs here: ``model_fn`` is called inside a
 Eager mode is never switched off for the process, so Keras 3 code
 (``toolkit.fit``) keeps working beside it.
 
-Public API (names and signatures as in ``tf.estimator``):
-
-* ``Estimator(model_fn, model_dir=None, config=None, params=None, warm_start_from=None)``
-  with ``train(input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None)``,
-  ``evaluate(input_fn, steps=None, hooks=None, checkpoint_path=None, name=None)`` -> dict with
-  ``loss``, ``global_step`` and each metric, ``predict(input_fn, predict_keys=None, hooks=None,
-  checkpoint_path=None, yield_single_examples=True)``, ``export_saved_model(export_dir_base,
-  serving_input_receiver_fn, ...)``, ``latest_checkpoint()``, ``get_variable_value(name)``,
-  ``get_variable_names()``; ``model_dir``, ``config``, ``params``.
-* ``EstimatorSpec(mode, predictions, loss, train_op, eval_metric_ops, export_outputs,
-  training_chief_hooks, training_hooks, scaffold, evaluation_hooks, prediction_hooks)``;
-  ``ModeKeys`` (TRAIN ``'train'``, EVAL ``'eval'``, PREDICT ``'infer'``).
-* ``RunConfig(model_dir, tf_random_seed, save_summary_steps, save_checkpoints_steps,
-  save_checkpoints_secs, session_config, keep_checkpoint_max, ..., tf_config=None)`` with
-  ``master``, ``evaluation_master``, ``cluster_spec``, ``task_type``, ``task_id``, ``is_chief``,
-  ``num_ps_replicas``, ``num_worker_replicas``, ``global_id_in_cluster`` from TF_CONFIG.
-* ``TrainSpec``, ``EvalSpec``, ``train_and_evaluate``; ``LatestExporter``, ``BestExporter``,
-  ``FinalExporter``; ``WarmStartSettings``.
-* ``export``: ``ServingInputReceiver``, ``build_parsing_serving_input_receiver_fn``,
-  ``build_raw_serving_input_receiver_fn``, ``PredictOutput``, ``ClassificationOutput``,
-  ``RegressionOutput`` (also at the top level).
-* Canned estimators (``DNNClassifier``, ``DNNRegressor``, ``LinearClassifier``,
-  ``LinearRegressor``, ``DNNLinearCombinedClassifier``, ``DNNLinearCombinedRegressor``)
-  from ``toolkit.estimator.canned``.
+The public names and signatures are ``tf.estimator``'s (``docs/estimator.md`` lists them);
+``export``, ``experimental``, ``inputs`` and ``tpu`` are its submodules.
 
 Errors: ``EstimatorError``, ``SpecError``, ``RunConfigError`` (each ``ValueError`` with
 ``.field``); an invalid TF_CONFIG raises ``tf_config.TFConfigError``.

@@ -95,14 +95,14 @@ def _as_tf_config(value: Any) -> tuple[TFConfig, dict[str, Any], int | None]:
                        "train_and_evaluate will refuse this task. Set \"index\": 0.", evaluator_index)
         value = {**decoded, "task": {**decoded["task"], "index": 0}}
     try:
-        cfg, raw = _validated(value)
+        cfg = _validated(value)
         _estimator_rules(cfg)
     except TFConfigError as error:
         phrase = tf_phrase(decoded)
         if phrase is None:
             raise
         raise RunConfigTFConfigError(error.problems, phrase) from None
-    return cfg, (decoded if evaluator_index is not None else raw), evaluator_index
+    return cfg, (cfg.to_dict() if isinstance(value, TFConfig) else decoded), evaluator_index
 
 
 def _evaluator_index(decoded: Any) -> int | None:
@@ -113,16 +113,15 @@ def _evaluator_index(decoded: Any) -> int | None:
     return index if isinstance(index, int) and not isinstance(index, bool) and index > 0 else None
 
 
-def _validated(value: Any) -> tuple[TFConfig, dict[str, Any]]:
+def _validated(value: Any) -> TFConfig:
     if value is None:
-        text = TFConfig.env_text()
-        return TFConfig.from_env(), (json.loads(text) if text else {})
+        return TFConfig.from_env()
     if isinstance(value, TFConfig):
-        return value, value.to_dict()
+        return value
     if isinstance(value, (str, bytes)):
-        return TFConfig.from_json(value), json.loads(value)
+        return TFConfig.from_json(value)
     if isinstance(value, Mapping):
-        return TFConfig.from_dict(value), dict(value)
+        return TFConfig.from_dict(value)
     raise RunConfigError(
         f"RunConfig `tf_config` is {type(value).__name__} {value!r}; expected a TFConfig, JSON text, a "
         "dict, or None to read TF_CONFIG.", field="tf_config"

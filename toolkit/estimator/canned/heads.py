@@ -1,23 +1,8 @@
 """The canned heads: binary and multi-class classification, regression (TF 2's semantics, in TF1 graph code).
 
-=====================  ===================================================  ==========================================
-head                   predictions                                          eval metrics (besides ``loss``)
-=====================  ===================================================  ==========================================
-binary (n_classes=2)   logits, logistic, probabilities, class_ids,          accuracy, accuracy_baseline, auc,
-                       classes, all_class_ids, all_classes                  auc_precision_recall, average_loss,
-                                                                            label/mean, precision, prediction/mean,
-                                                                            recall
-multi-class            logits, probabilities, class_ids, classes,           accuracy, average_loss
-                       all_class_ids, all_classes
-regression             predictions                                          average_loss, label/mean, prediction/mean
-=====================  ===================================================  ==========================================
-
-Export outputs are TF's: ``serving_default`` and ``classification`` (a
-ClassificationOutput of probabilities and class strings), ``regression``
-(binary: the logistic; regression: the predictions) and ``predict`` (every
-prediction). The loss is sigmoid / sparse softmax cross-entropy or squared
-error per example, weighted by ``weight_column`` and reduced by
-``loss_reduction`` (default: the weighted sum over the batch size).
+Their prediction keys, metrics and export signatures are TF 2's, listed in
+``toolkit.estimator.canned``; the loss is reduced by ``loss_reduction``
+(default: the weighted sum over the batch size).
 """
 from __future__ import annotations
 
