@@ -70,7 +70,7 @@ def digits_mlp(
 
 
 def _small_cnn(
-    shape: tuple[int, ...],
+    input_shape: Sequence[int],
     num_classes: int,
     *,
     filters: Sequence[int],
@@ -79,6 +79,9 @@ def _small_cnn(
     pool: bool,
     name: str,
 ) -> keras.Model:
+    shape = _check_shape(input_shape, builder=name)
+    check_positive(num_classes, field="num_classes", owner=name, example=10)
+    check_positive(dense_units, field="dense_units", owner=name, example=64)
     inputs = keras.Input(shape=shape, name="image")
     x = inputs
     for i, width in enumerate(filters, start=1):
@@ -102,11 +105,8 @@ def digits_cnn(
     seed: int | None = None,
 ) -> keras.Model:
     """A two-convolution CNN sized for 8x8 digits; no pooling, the images are small already."""
-    shape = _check_shape(input_shape, builder="digits_cnn")
-    check_positive(num_classes, field="num_classes", owner="digits_cnn", example=10)
-    check_positive(dense_units, field="dense_units", owner="digits_cnn", example=64)
     return _small_cnn(
-        shape, num_classes, filters=filters, dense_units=dense_units, seed=seed, pool=False, name="digits_cnn"
+        input_shape, num_classes, filters=filters, dense_units=dense_units, seed=seed, pool=False, name="digits_cnn"
     )
 
 
@@ -119,9 +119,6 @@ def mnist_cnn(
     seed: int | None = None,
 ) -> keras.Model:
     """The classic MNIST CNN: conv/pool twice, then a dense layer and the logits."""
-    shape = _check_shape(input_shape, builder="mnist_cnn")
-    check_positive(num_classes, field="num_classes", owner="mnist_cnn", example=10)
-    check_positive(dense_units, field="dense_units", owner="mnist_cnn", example=64)
     return _small_cnn(
-        shape, num_classes, filters=filters, dense_units=dense_units, seed=seed, pool=True, name="mnist_cnn"
+        input_shape, num_classes, filters=filters, dense_units=dense_units, seed=seed, pool=True, name="mnist_cnn"
     )
