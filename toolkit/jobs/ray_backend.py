@@ -30,7 +30,7 @@ from typing import Any
 from toolkit.jobs._supervised import SupervisedBackend
 from toolkit.jobs.spec import JobSpec
 from toolkit.jobs.store import JobStore
-from toolkit.jobs.tiers import machine_for
+from toolkit.jobs.tiers import task_machine
 
 __all__ = ["RayBackend", "ray_resources"]
 
@@ -39,14 +39,8 @@ _MIB = 1024 * 1024
 
 def ray_resources(machine_type: str | None, *, accelerator_count: int = 0) -> dict[str, float]:
     """The Ray resources of one task on ``machine_type`` (see the module's table)."""
-    machine = machine_for(machine_type) if machine_type else None
-    if machine is None:
-        resources = {"CPU": 1.0}
-    else:
-        resources = {"CPU": float(machine.cpus), "memory": float(machine.memory_mib * _MIB),
-                     "GPU": float(machine.gpus)}
-    if accelerator_count:
-        resources["GPU"] = float(accelerator_count)
+    cpus, memory_mib, gpus = task_machine(machine_type, accelerator_count)
+    resources = {"CPU": float(cpus), "memory": float(memory_mib * _MIB), "GPU": float(gpus)}
     return {k: v for k, v in resources.items() if v}
 
 

@@ -43,7 +43,7 @@ from toolkit.jobs._supervised import SupervisedBackend
 from toolkit.jobs.errors import BackendError, JobSpecError, Problem
 from toolkit.jobs.spec import JobSpec
 from toolkit.jobs.store import JobStore
-from toolkit.jobs.tiers import machine_for
+from toolkit.jobs.tiers import task_machine
 
 __all__ = ["SlurmBackend", "slurm_resources"]
 
@@ -57,15 +57,8 @@ def slurm_resources(machine_type: str | None, *, accelerator_count: int = 0) -> 
         >>> slurm_resources("n1-standard-4")
         {'cpus_per_task': 4, 'mem_per_cpu_mib': 3840, 'gpus_per_node': 0}
     """
-    machine = machine_for(machine_type) if machine_type else None
-    if machine is None:
-        resources = {"cpus_per_task": 1, "mem_per_cpu_mib": 0, "gpus_per_node": 0}
-    else:
-        resources = {"cpus_per_task": machine.cpus, "mem_per_cpu_mib": machine.memory_mib // machine.cpus,
-                     "gpus_per_node": machine.gpus}
-    if accelerator_count:
-        resources["gpus_per_node"] = accelerator_count
-    return resources
+    cpus, memory_mib, gpus = task_machine(machine_type, accelerator_count)
+    return {"cpus_per_task": cpus, "mem_per_cpu_mib": memory_mib // cpus, "gpus_per_node": gpus}
 
 
 def _job_resources(spec: JobSpec) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ScaleTier", "SCALE_TIERS", "Machine", "MACHINE_TYPES", "machine_for", "resources_for"]
+__all__ = ["ScaleTier", "SCALE_TIERS", "Machine", "MACHINE_TYPES", "machine_for", "resources_for", "task_machine"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,14 @@ def machine_for(name: str) -> Machine | None:
         return MACHINE_TYPES[name]
     match = _GCE_NAME.fullmatch(name)
     return _gce(match.group(2), int(match.group(3)), family=match.group(1)) if match else None
+
+
+def task_machine(machine_type: str | None, accelerator_count: int = 0) -> tuple[int, int, int]:
+    """One task's (vCPUs, memory MiB, GPUs): its machine's, or 1 vCPU and no memory without one; an
+    ``accelerator_count`` replaces the machine's GPUs, as CMLE's ``acceleratorConfig`` does."""
+    machine = machine_for(machine_type) if machine_type else None
+    cpus, memory_mib, gpus = (machine.cpus, machine.memory_mib, machine.gpus) if machine else (1, 0, 0)
+    return cpus, memory_mib, accelerator_count or gpus
 
 
 def resources_for(name: str, *, accelerator_count: int = 0) -> dict[str, dict[str, str]]:
