@@ -31,7 +31,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from strategies._cluster import cluster_token, device, tf2_cluster
@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 Task = tuple[str, int]
 _SERVER_JOBS = ("worker", "ps")
-_armed: dict[str, Ending | tuple[Mapping[str, Sequence[str]], Task, Task]] = {}  # endings and done reports
+_armed: dict[str, Callable[[bool], object]] = {}  # run at exit (told whether it failed), by ending or report
 _once: set[str] = set()  # goodbyes said and dones reported, by cluster token (and task)
 
 
@@ -224,17 +224,14 @@ def end_job(ending: Ending, exit_code: object = 0, *, options: ServeOptions | No
 def _at_exit() -> None:
     """The one atexit hook: a worker's done report, a chief's ending (0, or 1 after an uncaught exception)."""
     failed = getattr(sys, "last_value", None) is not None  # set by an uncaught exception
-    for armed in list(_armed.values()):
-        if isinstance(armed, Ending):
-            end_job(armed, 1 if failed else 0)
-        else:
-            report_done(*armed)
+    for action in list(_armed.values()):
+        action(failed)
 
 
-def _arm(key: str, armed: Ending | tuple[Mapping[str, Sequence[str]], Task, Task]) -> None:
+def _arm(key: str, action: Callable[[bool], object]) -> None:
     if not _armed:
         atexit.register(_at_exit)
-    _armed.setdefault(key, armed)
+    _armed.setdefault(key, action)
 
 
 def arm(ending: Ending) -> None:
@@ -244,12 +241,13 @@ def arm(ending: Ending) -> None:
     ends with ``sys.exit(3)`` is reported as 0: use ``chief_session`` or
     ``shutdown_cluster`` to pass a real failure code.
     """
-    _arm(ending.token, ending)
+    _arm(ending.token, lambda failed: end_job(ending, 1 if failed else 0))
 
 
 def arm_report(cluster: Mapping[str, Sequence[str]], task: Task, chief: Task) -> None:
     """Makes sure a between-graph worker reports done to its chief at interpreter exit, at the latest."""
-    _arm(f"done:{cluster_token(cluster)}:{task[0]}:{task[1]}", (dict(cluster), task, chief))
+    cluster = dict(cluster)
+    _arm(f"done:{cluster_token(cluster)}:{task[0]}:{task[1]}", lambda failed: report_done(cluster, task, chief))
 
 
 def chief_of(cluster: Mapping[str, Sequence[str]]) -> Task:
