@@ -97,14 +97,17 @@ class _ClassificationHead(SingleHead):
             if CLASSES in keys:
                 out[CLASSES] = (self._table("strings").lookup(class_ids) if self._label_vocabulary
                                 else tf.strings.as_string(class_ids, name="str_classes"))
-        batch = tf.shape(logits)[0]
         if ALL_CLASS_IDS in keys:
-            out[ALL_CLASS_IDS] = tf.tile(tf.expand_dims(tf.range(self._n_classes), 0), [batch, 1])
+            out[ALL_CLASS_IDS] = tf.tile(tf.expand_dims(tf.range(self._n_classes), 0), [tf.shape(logits)[0], 1])
         if ALL_CLASSES in keys:
-            names = (tf.constant(list(self._label_vocabulary)) if self._label_vocabulary
-                     else tf.strings.as_string(tf.range(self._n_classes)))
-            out[ALL_CLASSES] = tf.tile(tf.expand_dims(names, 0), [batch, 1])
+            out[ALL_CLASSES] = self._all_class_names(logits)
         return out
+
+    def _all_class_names(self, logits: tf.Tensor) -> tf.Tensor:
+        """Every class name (the vocabulary, or the ids as strings), once per row of ``logits``."""
+        names = (tf.constant(list(self._label_vocabulary)) if self._label_vocabulary
+                 else tf.strings.as_string(tf.range(self._n_classes)))
+        return tf.tile(tf.expand_dims(names, 0), [tf.shape(logits)[0], 1])
 
     def _keys(self, keys: Sequence[str] | None) -> Sequence[str]:
         if keys:

@@ -22,10 +22,9 @@ from toolkit.estimator.head.base import (
     CLASSIFY_SERVING_KEY,
     DEFAULT_SERVING_KEY,
     PREDICT_SERVING_KEY,
-    SingleHead,
     keras_metrics,
 )
-from toolkit.estimator.head.classification import check_prediction_keys
+from toolkit.estimator.head.classification import _ClassificationHead
 
 __all__ = ["MultiLabelHead"]
 
@@ -53,7 +52,7 @@ def _class_ids(classes: Sequence[Any] | None, n_classes: int, vocabulary: Sequen
     return classes
 
 
-class MultiLabelHead(SingleHead):
+class MultiLabelHead(_ClassificationHead):
     """Multi-label classification with sigmoid cross-entropy.
 
     Args:
@@ -66,6 +65,8 @@ class MultiLabelHead(SingleHead):
         classes_for_class_based_metrics: class ids or names with per-class metrics.
         name: suffix of the metric and summary keys, and the name scope.
     """
+
+    _valid_keys = ("logits", "probabilities", "classes")
 
     def __init__(self, n_classes: int, weight_column: Any = None, thresholds: Sequence[float] | None = None,
                  label_vocabulary: Sequence[str] | None = None, loss_reduction: str = SUM_OVER_BATCH_SIZE,
@@ -85,23 +86,14 @@ class MultiLabelHead(SingleHead):
             if len(label_vocabulary) != n_classes:
                 raise HeadError(f"Length of label_vocabulary must be n_classes ({n_classes}). Given: "
                                 f"{len(label_vocabulary)}. List one name per class.", field="label_vocabulary")
-        super().__init__(weight_column=weight_column, loss_reduction=loss_reduction, loss_fn=loss_fn, name=name)
-        self._n_classes = n_classes
+        super().__init__(n_classes, weight_column=weight_column, label_vocabulary=label_vocabulary,
+                         loss_reduction=loss_reduction, loss_fn=loss_fn, name=name)
         self._thresholds = thresholds
-        self._label_vocabulary = label_vocabulary
         self._class_metrics = _class_ids(classes_for_class_based_metrics, n_classes, label_vocabulary)
-        self._id_table: Any = None
 
     @property
     def logits_dimension(self) -> int:
         return self._n_classes
-
-    def _ids(self, values: tf.Tensor) -> tf.Tensor:
-        if self._id_table is None or not tf.executing_eagerly():
-            vocab = list(self._label_vocabulary or ())
-            init = v1.lookup.KeyValueTensorInitializer(vocab, list(range(len(vocab))), tf.string, tf.int64)
-            self._id_table = v1.lookup.StaticHashTable(init, default_value=-1, name="class_id_lookup")
-        return self._id_table.lookup(values)
 
     def _processed_labels(self, logits: tf.Tensor, labels: Any) -> tf.Tensor:
         if labels is None:
@@ -110,7 +102,7 @@ class MultiLabelHead(SingleHead):
         if isinstance(labels, (tf.SparseTensor, v1.SparseTensorValue)):
             labels = tf.SparseTensor.from_value(labels)
             if labels.dtype == tf.string:
-                ids = tf.SparseTensor(labels.indices, self._ids(labels.values), labels.dense_shape)
+                ids = tf.SparseTensor(labels.indices, self._table("ids").lookup(labels.values), labels.dense_shape)
             else:
                 if not labels.dtype.is_integer:
                     raise HeadError(f"Labels dtype should be integer. Instead got {labels.dtype}.", field="labels")
@@ -136,10 +128,7 @@ class MultiLabelHead(SingleHead):
         return logits, labels, unweighted, weights
 
     def predictions(self, logits: Any, keys: Sequence[str] | None = None) -> dict[str, tf.Tensor]:
-        valid = ("logits", "probabilities", "classes")
-        if keys:
-            check_prediction_keys(keys, valid)
-        keys = keys or valid
+        keys = self._keys(keys)
         logits = _checks.check_logits(logits, self._n_classes)
         out: dict[str, Any] = {}
         with v1.name_scope("predictions"):
@@ -148,9 +137,7 @@ class MultiLabelHead(SingleHead):
             if "probabilities" in keys:
                 out["probabilities"] = tf.sigmoid(logits, name="probabilities")
             if "classes" in keys:
-                names = (tf.constant(list(self._label_vocabulary)) if self._label_vocabulary
-                         else tf.strings.as_string(tf.range(self._n_classes)))
-                out["classes"] = tf.tile(tf.expand_dims(names, 0), [tf.shape(logits)[0], 1])
+                out["classes"] = self._all_class_names(logits)
         return out
 
     def _class_name(self, class_id: int) -> str:
