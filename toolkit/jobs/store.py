@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs.errors import JobExistsError, JobNotFoundError
+from toolkit.jobs.errors import JobExistsError, JobNotFoundError, JobStateError
 from toolkit.jobs.names import validate_job_name
 from toolkit.jobs.records import JobRecord, StateChange, TaskRecord
 from toolkit.jobs.states import JobState, check_transition
@@ -196,6 +196,16 @@ class JobStore:
             conn.execute("INSERT INTO history (job, state, at, message) VALUES (?, ?, ?, ?)",
                          (name, new.value, now, message or error))
         return self.get(name)
+
+    def advance(self, name: str, new: JobState, **fields: Any) -> bool:
+        """``transition``, or False when a cancel got there first (the job is CANCELLING)."""
+        try:
+            self.transition(name, new, **fields)
+            return True
+        except JobStateError:
+            if self.get(name).state is JobState.CANCELLING:
+                return False
+            raise
 
     def set_supervisor(self, name: str, *, pid: int, start_ticks: int | None, host: str) -> None:
         with self._write() as conn:

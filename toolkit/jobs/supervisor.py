@@ -69,16 +69,6 @@ class Supervisor:
         if self._raise_on_signal:
             raise _Cancelled()
 
-    def _step(self, state: JobState, message: str | None = None) -> bool:
-        """Moves the job on; False if a cancel got there first."""
-        try:
-            self.store.transition(self.name, state, message=message)
-            return True
-        except JobStateError:
-            if self.store.get(self.name).state is JobState.CANCELLING:
-                return False
-            raise
-
     def run(self) -> int:
         self.store.set_supervisor(self.name, pid=os.getpid(), start_ticks=start_ticks(os.getpid()),
                                   host=socket.gethostname())
@@ -100,10 +90,11 @@ class Supervisor:
         if "tuning" in record.details:
             return self._run_study()
         plan = LocalBackend.plan_of(record)
-        if not self._step(JobState.PREPARING, "starting tasks"):
+        if not self.store.advance(self.name, JobState.PREPARING, message="starting tasks"):
             return self._end_cancelled()
         (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
-        if not self._step(JobState.RUNNING, f"{len(plan.task_names)} tasks: {', '.join(plan.task_names)}"):
+        if not self.store.advance(self.name, JobState.RUNNING,
+                                  message=f"{len(plan.task_names)} tasks: {', '.join(plan.task_names)}"):
             return self._end_cancelled()
         from toolkit.jobs._run import run_tasks
         result = run_tasks(plan, self.job_dir, store=self.store, job=self.name, max_restarts=MAX_RESTARTS)
@@ -115,11 +106,12 @@ class Supervisor:
 
     def _run_study(self) -> int:
         self._raise_on_signal = False
-        if not self._step(JobState.PREPARING, "opening the study"):
+        if not self.store.advance(self.name, JobState.PREPARING, message="opening the study"):
             return self._end_cancelled()
         from toolkit.jobs.tuning._study import StudyRunner
         runner = StudyRunner(self.store, self.name, cancelled=self.cancelled)
-        if not self._step(JobState.RUNNING, f"up to {runner.hp.max_parallel_trials} trials at a time"):
+        if not self.store.advance(self.name, JobState.RUNNING,
+                                  message=f"up to {runner.hp.max_parallel_trials} trials at a time"):
             return self._end_cancelled()
         outcome = runner.run()
         if outcome.state is JobState.CANCELLED or self.store.get(self.name).state is JobState.CANCELLING:

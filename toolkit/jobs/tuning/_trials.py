@@ -85,17 +85,6 @@ def register_trial(store: JobStore, trial: TrialRun) -> None:
                          host=socket.gethostname())
 
 
-def _advance(store: JobStore, name: str, state: JobState, **fields: Any) -> bool:
-    """Moves the trial on; False if someone cancelled it first."""
-    try:
-        store.transition(name, state, **fields)
-        return True
-    except JobStateError:
-        if store.get(name).state is JobState.CANCELLING:
-            return False
-        raise
-
-
 def run_trial(store: JobStore, trial: TrialRun, *, timeout: float | None = None) -> TrialOutcome:
     """Runs a registered trial to its end in this thread; the store records every step."""
     from toolkit.jobs._run import run_tasks
@@ -104,8 +93,8 @@ def run_trial(store: JobStore, trial: TrialRun, *, timeout: float | None = None)
     job_dir = store.job_dir(name)
     (job_dir / "logs").mkdir(parents=True, exist_ok=True)
     Path(trial.output_dir).mkdir(parents=True, exist_ok=True)
-    if not (_advance(store, name, JobState.PREPARING, message="starting tasks")
-            and _advance(store, name, JobState.RUNNING, message=_describe_values(trial.values))):
+    if not (store.advance(name, JobState.PREPARING, message="starting tasks")
+            and store.advance(name, JobState.RUNNING, message=_describe_values(trial.values))):
         return _finish(store, name, TrialOutcome(JobState.CANCELLED, None, "cancelled before it started"))
     started = time.monotonic()
     env = trial_environment(trial.output_dir, trial.number)
