@@ -38,9 +38,10 @@ class CheckpointHook:
         self.directory, self.every, self.temporary = directory, every, temporary
         self.last_saved: int | None = None
 
-    def _save(self, step: int) -> None:
+    def save_now(self, step: int) -> bool:
+        """Saves at ``step`` (on schedule, or off it on a preemption); False if that step was saved (or restored)."""
         if step == self.last_saved:
-            return
+            return False
         start = time.monotonic()
         path = self.manager.save(checkpoint_number=step)
         self.last_saved = step
@@ -49,12 +50,6 @@ class CheckpointHook:
         if not self.temporary:
             preemption = watcher()
             record_save_seconds(self.directory, seconds, preemption.options.grace_period)
-
-    def save_now(self, step: int) -> bool:
-        """Saves at ``step`` now, off the schedule (a preemption); False if that step was saved or restored already."""
-        if step == self.last_saved:
-            return False
-        self._save(step)
         return True
 
     def discard_scratch(self) -> None:
@@ -68,11 +63,10 @@ class CheckpointHook:
             self.last_saved = event.step
         elif event.kind == "steps_end" and event.step // self.every > (self.last_saved or 0) // self.every:
             # normally a multiple of ``every``; past one when a re-run closure counted twice
-            self._save(event.step)
+            self.save_now(event.step)
         elif event.kind == "train_end":
-            self._save(event.step)
-            if self.temporary:
-                shutil.rmtree(self.directory, ignore_errors=True)
+            self.save_now(event.step)
+            self.discard_scratch()
 
 
 class SummaryHook:
