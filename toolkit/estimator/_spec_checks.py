@@ -45,7 +45,7 @@ def _tensor(value: Any, field: str, example: str) -> Any:
     return value
 
 
-def check_loss(loss: Any, mode: Any) -> Any:
+def check_loss(loss: Any) -> Any:
     """A tensor of one element, reshaped to a scalar (TF accepted shape ``[1]``)."""
     _tensor(loss, "loss", "tf.reduce_mean(per_example_loss)")
     shape = loss.shape
@@ -67,7 +67,7 @@ def check_train_op(train_op: Any) -> Any:
     return train_op
 
 
-def check_predictions(predictions: Any, mode: Any) -> Any:
+def check_predictions(predictions: Any) -> Any:
     if predictions is None:
         return {}
     if isinstance(predictions, Mapping):

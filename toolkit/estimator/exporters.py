@@ -77,11 +77,6 @@ class _SavedModelExporter(Exporter):
 class LatestExporter(_SavedModelExporter):
     """Exports after every evaluation, keeping the newest ``exports_to_keep``."""
 
-    def __init__(self, name: str, serving_input_receiver_fn: Callable[[], Any],
-                 assets_extra: Mapping[str, str] | None = None, as_text: bool = False,
-                 exports_to_keep: int | None = 5) -> None:
-        super().__init__(name, serving_input_receiver_fn, assets_extra, as_text, exports_to_keep)
-
     def export(self, estimator: Any, export_path: str, checkpoint_path: str, eval_result: Mapping[str, Any],
                is_the_final_export: bool) -> str | None:
         return self._export(estimator, export_path, checkpoint_path)

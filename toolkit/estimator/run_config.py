@@ -2,16 +2,8 @@
 
 TF_CONFIG is parsed and validated by ``tf_config`` (an invalid one fails with
 the validator's ``TFConfigError`` listing every problem); this module adds
-Estimator's derivations, under TF's attribute names:
-
-* ``master``: ``grpc://host:port`` of this task (``session_master`` from
-  TF_CONFIG if set; ``''`` locally and on the evaluator);
-* ``evaluation_master``: the evaluator's TF_CONFIG ``eval_session_master``, else ``''``;
-* ``cluster_spec``: ``{job: [addresses]}`` without the evaluator; the
-  evaluator's own is empty, and it is not chief;
-* ``num_ps_replicas``, ``num_worker_replicas`` (workers + chief),
-  ``global_id_in_cluster`` (chief 0, other non-ps jobs alphabetically, ps last);
-* ``model_dir`` may come from TF_CONFIG's ``model_dir`` key.
+Estimator's derivations (``master``, ``cluster_spec``, ``num_worker_replicas``, ...)
+under TF's attribute names, each documented where it is defined.
 
 Pure Python: building a ``RunConfig`` never imports TensorFlow.
 
@@ -302,6 +294,7 @@ class RunConfig:
 
     @property
     def global_id_in_cluster(self) -> int | None:
+        """Chief 0, then the other non-ps jobs alphabetically, ps last (TF's numbering)."""
         return self.tf_config.global_id
 
     @property

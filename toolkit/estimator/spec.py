@@ -77,8 +77,8 @@ class EstimatorSpec:
         if self.train_op is not None:
             changes["train_op"] = checks.check_train_op(self.train_op)
         if self.loss is not None:
-            changes["loss"] = checks.check_loss(self.loss, self.mode)
-        changes["predictions"] = checks.check_predictions(self.predictions, self.mode)
+            changes["loss"] = checks.check_loss(self.loss)
+        changes["predictions"] = checks.check_predictions(self.predictions)
         changes["export_outputs"] = checks.check_export_outputs(self.export_outputs, changes["predictions"], self.mode)
         for field in _HOOK_FIELDS:
             changes[field] = checks.check_hooks(field, getattr(self, field))

@@ -95,7 +95,7 @@ class MultiLabelHead(_ClassificationHead):
     def logits_dimension(self) -> int:
         return self._n_classes
 
-    def _processed_labels(self, logits: tf.Tensor, labels: Any) -> tf.Tensor:
+    def _label_ids(self, logits: tf.Tensor, labels: Any) -> tf.Tensor:
         if labels is None:
             raise HeadError("You must provide a labels Tensor. Given: None. Check that your input_fn returns "
                             "(features, labels).", field="labels")
@@ -116,16 +116,9 @@ class MultiLabelHead(_ClassificationHead):
                 message="labels must be an integer indicator Tensor with values in [0, 1]")
         return _checks.check_labels(dense, logits, self._n_classes)
 
-    def _loss_and_weights(self, logits: Any, labels: Any, features: Any) -> tuple[tf.Tensor, tf.Tensor, Any, Any]:
-        logits = _checks.check_logits(logits, self._n_classes)
-        labels = self._processed_labels(logits, labels)
-        if self._loss_fn:
-            unweighted = _checks.call_loss_fn(self._loss_fn, labels, logits, features, 1)
-        else:
-            per_class = v1.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, tf.float32), logits=logits)
-            unweighted = tf.reduce_mean(per_class, axis=-1, keepdims=True)
-        weights = _checks.weights_of(features, self._weight_column, logits)
-        return logits, labels, unweighted, weights
+    def _unweighted_loss(self, logits: tf.Tensor, label_ids: tf.Tensor, features: Any) -> tf.Tensor:
+        per_class = v1.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(label_ids, tf.float32), logits=logits)
+        return tf.reduce_mean(per_class, axis=-1, keepdims=True)
 
     def predictions(self, logits: Any, keys: Sequence[str] | None = None) -> dict[str, tf.Tensor]:
         keys = self._keys(keys)
