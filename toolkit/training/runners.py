@@ -284,9 +284,9 @@ class ParameterServerRunner(Runner):
     def _warm_up(self) -> None:
         """With the first looped execution, has every other worker instantiate it too, running no step.
 
-        A worker's first closure of a function instantiates its graph: 2-3 s on an idle 2-core
-        machine, 10-20 s under load. Without this the second worker paid it in the middle of
-        training, and a preemption signal that landed then waited for it (docs/preemption.md).
+        A worker's first closure of a function instantiates its graph, which takes seconds. Without
+        this the second worker paid it in the middle of training, and a preemption signal that
+        landed then waited for it (docs/preemption.md).
         """
         none = tf.constant(0, tf.int64)
         for _ in range(self._cold_workers - 1):

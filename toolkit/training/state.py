@@ -5,8 +5,7 @@ where the strategy wants it (mirrored on each replica, or on a parameter
 server). The global step is a plain ``tf.Variable`` incremented with
 ``assign_add``: on a parameter server that is one atomic op, whereas Keras 3's
 ``optimizer.iterations`` is updated as ``assign(self + 1)`` and loses increments
-when workers race (246 of 300 steps counted, in our measurements). Learning-rate
-schedules are therefore re-bound to the global step.
+when workers race. Learning-rate schedules are therefore re-bound to the global step.
 """
 from __future__ import annotations
 
