@@ -27,13 +27,9 @@ _V1_ONLY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _V1_ONLY:
-        module, attribute = _V1_ONLY[name]
-        value = getattr(importlib.import_module(module), attribute)
-        globals()[name] = value
-        return value
-    module = "toolkit.estimator.canned.v1" if name in _CANNED_V1 else "toolkit.estimator"
-    value = getattr(importlib.import_module(module), name)
+    default = ("toolkit.estimator.canned.v1" if name in _CANNED_V1 else "toolkit.estimator", name)
+    module, attribute = _V1_ONLY.get(name, default)
+    value = getattr(importlib.import_module(module), attribute)
     globals()[name] = value
     return value
 
