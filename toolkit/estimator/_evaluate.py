@@ -12,7 +12,7 @@ import tensorflow as tf
 from toolkit.estimator._graph import metric_ops
 from toolkit.estimator.spec import EstimatorSpec, SpecError
 
-__all__ = ["check_eval_name", "run_evaluation", "run_prediction", "write_eval_summary"]
+__all__ = ["run_evaluation", "run_prediction", "write_eval_summary"]
 
 v1 = tf.compat.v1
 logger = logging.getLogger(__name__)
@@ -28,15 +28,6 @@ class _StopAfterHook(tf.compat.v1.train.SessionRunHook):
         self._done += 1
         if self._steps is not None and self._done >= self._steps:
             run_context.request_stop()
-
-
-def check_eval_name(name: Any, error: Any) -> None:
-    """Any string, as TF took, that stays one directory below model_dir (``eval_<name>``)."""
-    if name is None:
-        return
-    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
-        raise error(f"evaluation `name` is {name!r}; expected a non-empty string without '/' (summaries go "
-                    "to model_dir/eval_<name>), e.g. 'census-eval'.", field="name")
 
 
 def _session(scaffold: Any, path: str | None, hooks: Sequence[Any], master: str, error: Callable[..., Exception],

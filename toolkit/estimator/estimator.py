@@ -304,7 +304,8 @@ class Estimator:
         Returns:
             ``{"loss": ..., <each eval_metric_ops value>..., "global_step": ...}``.
         """
-        from toolkit.estimator._evaluate import check_eval_name, run_evaluation, write_eval_summary
+        from toolkit.estimator._evaluate import run_evaluation, write_eval_summary
+        from toolkit.estimator._spec_base import check_eval_name
 
         _positive("steps", steps)
         hooks = _hooks("hooks", hooks)

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from toolkit.estimator._spec_base import ModeKeys, SpecError, SpecTypeError
+from toolkit.estimator._spec_base import ModeKeys, SpecError, SpecTypeError, check_eval_name
 
 __all__ = ["EstimatorSpec", "EvalSpec", "ModeKeys", "SpecError", "SpecTypeError", "TrainSpec"]
 
@@ -218,10 +218,7 @@ class EvalSpec:
         if self.name is not None and not isinstance(self.name, str):
             raise SpecTypeError(f"`name` must be string, given: {self.name!r}. EvalSpec `name` names the directory "
                                 "model_dir/eval_<name>, e.g. 'census-eval'.", field="name")
-        if self.name is not None and (not self.name or "/" in self.name or "\\" in self.name
-                                      or self.name in (".", "..")):
-            raise SpecError(f"EvalSpec `name` is {self.name!r}; expected a non-empty string without '/' (it names "
-                            "the directory model_dir/eval_<name>), e.g. 'census-eval'.", field="name")
+        check_eval_name(self.name, SpecError, "EvalSpec")
         for field in ("start_delay_secs", "throttle_secs"):
             _check_positive("EvalSpec", field, getattr(self, field), minimum=0)
         object.__setattr__(self, "hooks", _check_hook_list("EvalSpec", self.hooks))
