@@ -6,6 +6,7 @@ the per-device totals make that visible before a long run starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +45,7 @@ class LayerPlacement:
 
 
 def _size(variable: keras.Variable) -> tuple[int, int]:
-    count = 1
-    for dim in variable.shape:
-        count *= int(dim)
+    count = math.prod(int(dim) for dim in variable.shape)
     dtype = variable.dtype  # a tf.DType for TF variables, a string for Keras ones
     return count, count * np.dtype(getattr(dtype, "as_numpy_dtype", dtype)).itemsize
 

@@ -9,7 +9,6 @@ a cluster this process has connected to).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
@@ -67,10 +66,8 @@ def _complete(spec: tf.DeviceSpec, local: tf.DeviceSpec) -> tf.DeviceSpec:
 def available_devices() -> list[str]:
     """Full names of every logical device this process can place work on."""
     local = _local_task()
-    names = []
-    for device in tf.config.list_logical_devices():
-        names.append(_complete(tf.DeviceSpec.from_string(device.name), local).to_string())
-    return names
+    return [_complete(tf.DeviceSpec.from_string(device.name), local).to_string()
+            for device in tf.config.list_logical_devices()]
 
 
 def device_matches(wanted: tf.DeviceSpec, actual: tf.DeviceSpec) -> bool:
@@ -87,21 +84,19 @@ def device_matches(wanted: tf.DeviceSpec, actual: tf.DeviceSpec) -> bool:
     return True
 
 
-def resolve_device(text: str, *, field: str, available: Sequence[str] | None = None) -> str:
+def resolve_device(text: str, *, field: str) -> str:
     """The full name of the existing device ``text`` designates.
 
     Args:
         text: a device string; job/replica/task may be omitted (local task) and
             so may the device type (the task's first device, its CPU:0).
         field: the name used in error messages (e.g. ``"rules['head']"``).
-        available: full device names to choose from; defaults to
-            :func:`available_devices`.
 
     Raises:
         ValueError: the string is malformed or names no existing device; the
             message lists the devices that do exist.
     """
-    devices = list(available_devices() if available is None else available)
+    devices = available_devices()
     wanted = _complete(parse_device(text, field=field), _local_task())
     for name in devices:
         if device_matches(wanted, tf.DeviceSpec.from_string(name)):
