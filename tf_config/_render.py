@@ -64,8 +64,7 @@ class _Shared:
     """Each config as a dict whose cluster is a placeholder, and each distinct cluster once.
 
     Every task's TF_CONFIG repeats the whole cluster; serializing it once per
-    cluster and splicing the text in keeps rendering linear in the output's size
-    (the pure-Python JSON and YAML writers took seconds to minutes at 1,000 tasks).
+    cluster and splicing the text in keeps rendering linear in the output's size.
     """
 
     def __init__(self, configs: list[TFConfig]) -> None:

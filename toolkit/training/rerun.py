@@ -68,17 +68,12 @@ def remember_or_recall(record: LoopRecord, *, model_dir: str, start_step: int, c
     if start_step < total_steps:
         return record
     kept = _recall(model_dir)
+    then = ("; the history holds that run's final metrics" if kept is not None
+            else "; evaluating it once" if validate is not None else "")
+    logger.warning("model_dir %s is already trained to global step %d (of %d): nothing to train%s. Use a new "
+                   "model_dir (or more epochs) to train again.", model_dir, start_step, total_steps, then)
     if kept is not None:
-        logger.warning("model_dir %s is already trained to global step %d (of %d): nothing to train; the "
-                       "history holds that run's final metrics. Use a new model_dir (or more epochs) to train "
-                       "again.", model_dir, start_step, total_steps)
         record.add(int(kept["epoch"]), kept["logs"], {})
     elif validate is not None:
-        logger.warning("model_dir %s is already trained to global step %d (of %d): nothing to train; "
-                       "evaluating it once. Use a new model_dir (or more epochs) to train again.",
-                       model_dir, start_step, total_steps)
         record.add(config.epochs - 1, validate(), {})
-    else:
-        logger.warning("model_dir %s is already trained to global step %d (of %d): nothing to train. Use a new "
-                       "model_dir (or more epochs) to train again.", model_dir, start_step, total_steps)
     return record
