@@ -57,8 +57,8 @@ def _class_weights(class_weight: Mapping[Any, float] | None) -> tf.Tensor | None
     return tf.constant(table)
 
 
-def _check_element(spec: Nest, where: str, *, labels: bool = True) -> None:
-    if labels and (not isinstance(spec, tuple) or len(spec) not in (2, 3)):
+def _check_element(spec: Nest, where: str) -> None:
+    if not isinstance(spec, tuple) or len(spec) not in (2, 3):
         raise TrainingError(
             f"`{where}` must yield (x, y) or (x, y, sample_weight) batches; its elements are {spec!r}. "
             "Map it with `.map(lambda example: (example['image'], example['label']))`.", field=where)
@@ -92,10 +92,6 @@ def _arrays(x: KerasData, y: KerasData, sample_weight: KerasData) -> tuple[Nest,
     if y is None:
         raise TrainingError("`y` is None but `x` holds arrays: pass the labels, model.fit(x, y, ...).", field="y")
     return (x, y) if sample_weight is None else (x, y, sample_weight)
-
-
-def _needed(steps_per_epoch: int, epochs: int, initial_epoch: int) -> int:
-    return steps_per_epoch * max(epochs - initial_epoch, 1)
 
 
 def per_worker(dataset: tf.data.Dataset) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
@@ -179,8 +175,8 @@ def training_input(x: KerasData, y: KerasData = None, *, sample_weight: KerasDat
     weights = _class_weights(class_weight)
     pack = _packer(weights)
 
-    def needed(steps: int) -> int:
-        return _needed(steps, epochs, initial_epoch)
+    def needed(steps_per_epoch: int) -> int:  # the steps this fit takes
+        return steps_per_epoch * max(epochs - initial_epoch, 1)
 
     if isinstance(x, tf.data.Dataset):
         if y is not None or sample_weight is not None:
