@@ -1,9 +1,8 @@
 """Preloading: import TensorFlow once, and fork every task of a local cluster from that import.
 
 Without it, each task is a fresh interpreter, and the cluster's tasks import
-TensorFlow all at once: on a two-core machine four such imports take about
-twice as long as one, and that is most of a job's start-up. With
-``LaunchSpec.preload`` the launcher first starts one process (``_zygote.py``)
+TensorFlow all at once, competing for the same cores: most of a job's
+start-up. With ``LaunchSpec.preload`` the launcher first starts one process (``_zygote.py``)
 that imports the modules named, then forks each task from it, so every task
 starts with TensorFlow already imported.
 

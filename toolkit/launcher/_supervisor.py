@@ -22,9 +22,9 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from toolkit.hypertune import task_environment
 from toolkit.launcher._console import console_filter
@@ -96,23 +96,28 @@ class Job:
         self.policy = FailurePolicy.of(spec)
         self.base_env = {**os.environ, **(env or {})}
         self.wrap = wrap  # runs a task's command inside the private network namespace, if any
-        noise = console_filter(self.base_env, verbose=verbose)
+        self.configs = self._generate()
+        self._add_tasks(self.configs, TaskProcess, stream=stream, on_task=on_task, verbose=verbose)
+        self._ready()
+
+    def _add_tasks(self, names: Iterable[str], make: Callable[..., Any], *, stream: IO[str] | None,
+                   on_task: Callable[[TaskEvent], None] | None, verbose: bool) -> None:
+        """Makes each task (one console lock, a noise filter each), its log file emptied and its directory made."""
         # one per job, shared by its tasks and kept across restarts: their goodbye files are per job
         self.base_env.setdefault(ENV_JOB_NONCE, secrets.token_hex(8))
-        self.configs = self._generate()
+        noise = console_filter(self.base_env, verbose=verbose)
         lock = threading.Lock()
-        (job_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.tasks = {name: TaskProcess(name, log_path=job_dir / "logs" / f"{name}.log", stream=stream, lock=lock,
-                                        on_event=on_task, hide=noise() if noise is not None else None)
-                      for name in self.configs}
-        for task in self.tasks.values():
-            (job_dir / "tasks" / task.name).mkdir(parents=True, exist_ok=True)
+        (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.tasks: dict[str, TaskProcess] = {}
+        for name in names:
+            task = self.tasks[name] = make(name, log_path=self.job_dir / "logs" / f"{name}.log", stream=stream,
+                                           lock=lock, on_event=on_task, hide=noise() if noise is not None else None)
+            (self.job_dir / "tasks" / name).mkdir(parents=True, exist_ok=True)
             task.log_path.write_bytes(b"")
-        self.chief = next(self.tasks[n] for n, c in self.configs.items() if c.is_chief and not c.is_evaluator)
-        self._start_counts()
 
-    def _start_counts(self) -> None:
-        """The job's restart and preemption counts, zero at its start (every kind of job keeps them)."""
+    def _ready(self) -> None:
+        """The chief, and the job's restart and preemption counts at zero (every kind of job keeps them)."""
+        self.chief = next(self.tasks[n] for n, c in self.configs.items() if c.is_chief and not c.is_evaluator)
         self.task_restarts = dict.fromkeys(self.tasks, 0)  # after failures (the max_restarts budget)
         self.task_preemptions = dict.fromkeys(self.tasks, 0)
         self.cluster_restarts = 0

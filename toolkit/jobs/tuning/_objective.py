@@ -65,7 +65,7 @@ def files_under(root: Path, patterns: Sequence[str]) -> list[Path]:
 
     A running trial writes where this looks: TensorFlow saves each checkpoint into a
     ``ckpt-N_temp`` directory and renames it away, so a directory may vanish while it
-    is walked. ``os.walk`` passes over it (``Path.rglob`` raised FileNotFoundError).
+    is walked, which ``os.walk`` passes over.
     """
     found = [Path(directory) / name for directory, _, names in os.walk(root)
              for name in names if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)]

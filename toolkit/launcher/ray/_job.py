@@ -12,7 +12,6 @@ import json
 import logging
 import secrets
 import signal
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,10 +22,9 @@ from ray.actor import ActorHandle
 from ray.util.placement_group import PlacementGroup, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from toolkit.launcher._console import console_filter
 from toolkit.launcher._policy import FailurePolicy
 from toolkit.launcher._result import TaskEvent
-from toolkit.launcher._spec import ENV_JOB_NONCE, LaunchSpec
+from toolkit.launcher._spec import LaunchSpec
 from toolkit.launcher._supervisor import Job, generate_configs
 from toolkit.launcher.ray._actor import RemoteTaskRunner
 from toolkit.launcher.ray._cluster import connect, driver_ip, place
@@ -60,39 +58,28 @@ class RayJob(Job):
         self.wrap = None  # a Ray cluster's tasks run on their nodes' own networks: no local namespace
         # Each node's own environment is the base (its PATH, its Python); the job adds only its variables.
         self.base_env = dict(env or {})
-        # one per job, shared by its tasks and kept across restarts: their goodbye files are per job
-        self.base_env.setdefault(ENV_JOB_NONCE, secrets.token_hex(8))
         self.on_placement, self.should_stop = on_placement, should_stop
         self.shared_paths = [str(job_dir), *shared_paths]
         self.tag = f"{job_dir.name}-{secrets.token_hex(3)}"
         self.group: PlacementGroup | None = None
-        # RayTask has TaskProcess's surface (start/poll/stop/tail...) without sharing its Popen base.
+        # RayTask shares TaskBase with TaskProcess, and its surface (start/poll/signal_group), not its Popen.
         self.tasks: dict[str, RayTask] = {}  # type: ignore[assignment]
         self.actor_names: dict[str, str] = {}
         self._next_stop_check = 0.0
         names = task_names(spec)
-        noise = console_filter(self.base_env, verbose=verbose)
         connect(options.address)
         try:
             self.group, self.strategy = place([options.task_resources(n.rpartition("-")[0]) for n in names],
                                               strategy=options.placement, timeout=options.placement_timeout,
                                               name=f"tfdist-{self.tag}")
-            lock = threading.Lock()
-            (job_dir / "logs").mkdir(parents=True, exist_ok=True)
-            for index, name in enumerate(names):
-                self.tasks[name] = RayTask(name, make_actor=self._actor_factory(name, index),
-                                           log_path=job_dir / "logs" / f"{name}.log", stream=stream, lock=lock,
-                                           start_timeout=options.start_timeout, on_event=on_task,
-                                           hide=noise() if noise is not None else None)
-                (job_dir / "tasks" / name).mkdir(parents=True, exist_ok=True)
-                self.tasks[name].log_path.write_bytes(b"")
+            self._add_tasks(names, lambda name, **common: RayTask(
+                name, make_actor=self._actor_factory(name, names.index(name)), start_timeout=options.start_timeout,
+                **common), stream=stream, on_task=on_task, verbose=verbose)
             self.configs = self._generate()
         except BaseException:
             self.teardown()
             raise
-        self.chief = next(self.tasks[n]  # type: ignore[assignment]  # a RayTask, as above
-                          for n, c in self.configs.items() if c.is_chief and not c.is_evaluator)
-        self._start_counts()
+        self._ready()
 
     def _actor_factory(self, name: str, bundle: int) -> Callable[[], ActorHandle]:
         """Makes the task's actor in its bundle; Ray restarts a parameter-server worker's actor itself."""
