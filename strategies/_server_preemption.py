@@ -26,8 +26,9 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import FrameType
+from typing import NoReturn
 
-__all__ = ["EXIT_PREEMPTED", "arm", "notice_kind", "notice_paths"]
+__all__ = ["EXIT_MARGIN", "EXIT_PREEMPTED", "arm", "exit_now", "notice_kind", "notice_paths", "stopped_by_launcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ EXIT_PREEMPTED = 128 + signal.SIGTERM
 # the launcher's names (toolkit.launcher), which this layer cannot import: its task directory and stop marker
 _ENV_TASK_DIR, _STOP_MARKER = "TFDIST_TASK_DIR", "stop-requested"
 _DEFAULT_GRACE = 25.0
-_EXIT_MARGIN = 1.0
+#: a preempted server leaves this much of its grace for its own exit
+EXIT_MARGIN = 1.0
 
 
 def notice_kind(job: str, index: int) -> str:
@@ -51,6 +53,21 @@ def notice_paths(cluster: Mapping[str, Sequence[str]], jobs: Sequence[str] = ("p
     chief = chief_of(cluster)
     return {f"{job}-{index}": signal_path(cluster, *chief, notice_kind(job, index))
             for job in jobs for index in range(len(cluster.get(job, ())))}
+
+
+def stopped_by_launcher() -> bool:
+    """Whether the launcher marked this task stopped: its SIGTERM then ends the task and is no preemption."""
+    task_dir = os.environ.get(_ENV_TASK_DIR) or ""
+    return bool(task_dir) and os.path.exists(os.path.join(task_dir, _STOP_MARKER))
+
+
+def exit_now(code: int) -> NoReturn:
+    """A watchdog's exit: at once, whatever the other threads do, with the log and the streams flushed."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 def _grace(environ: Mapping[str, str]) -> float:
@@ -84,8 +101,7 @@ class _Preempted:
         self.at: float | None = None
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
-        task_dir = os.environ.get(_ENV_TASK_DIR)
-        if task_dir and os.path.exists(os.path.join(task_dir, _STOP_MARKER)):  # the launcher's stop: as before
+        if stopped_by_launcher():  # the launcher's stop ends the task as the default handler would
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
@@ -106,17 +122,15 @@ class _Preempted:
 
         chief = chief_of(self.cluster)
         if not send(self.cluster, [chief], notice_kind(self.job, self.index), f"{time.time():.3f}",
-                    timeout=max(self.grace - 2 * _EXIT_MARGIN, 1.0)):
+                    timeout=max(self.grace - 2 * EXIT_MARGIN, 1.0)):
             logger.warning("%s-%d: the chief at %s did not take the notice; serving on until the grace ends",
                            self.job, self.index, self.cluster[chief[0]][chief[1]])
 
     def _watchdog(self) -> None:
-        time.sleep(max(self.grace - _EXIT_MARGIN, 0.0))
+        time.sleep(max(self.grace - EXIT_MARGIN, 0.0))
         logger.error("%s-%d: no goodbye from the chief within %g s of the signal; exiting with %d (the job resumes "
                      "from its newest complete checkpoint)", self.job, self.index, self.grace, EXIT_PREEMPTED)
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        os._exit(EXIT_PREEMPTED)
+        exit_now(EXIT_PREEMPTED)
 
 
 def arm(cluster: Mapping[str, Sequence[str]], job: str, index: int,

@@ -45,3 +45,17 @@ def test_a_handler_installed_before_is_left_alone():
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert notice_kind("worker", 1) == "preempted-worker-1"
+
+
+def test_the_launcher_s_stop_marker_is_the_one_every_preemption_handler_looks_for(tmp_path, monkeypatch):
+    """strategies cannot import the launcher, so it names the task directory and stop marker itself."""
+    from strategies._server_preemption import stopped_by_launcher
+    from toolkit.launcher._spec import ENV_TASK_DIR
+    from toolkit.launcher._supervisor import STOP_MARKER
+
+    monkeypatch.setenv(ENV_TASK_DIR, str(tmp_path))
+    assert not stopped_by_launcher()
+    (tmp_path / STOP_MARKER).write_text("stop")
+    assert stopped_by_launcher()
+    monkeypatch.setenv(ENV_TASK_DIR, "")
+    assert not stopped_by_launcher()

@@ -24,7 +24,7 @@ checkpoint cut short by that is never the newest one: ``tf.train.CheckpointManag
 writes the ``checkpoint`` index last, so the job falls back to the one before.
 
 The launcher SIGTERMs its own tasks too (to restart a cluster, or at a job's
-end); it writes ``STOP_MARKER`` into the task's directory first, and a task
+end); it writes its stop marker into the task's directory first, and a task
 that finds it exits at once, as it always did.
 """
 from __future__ import annotations
@@ -34,16 +34,14 @@ import json
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from strategies._server_preemption import EXIT_MARGIN, exit_now, stopped_by_launcher
 from toolkit.launcher._result import EXIT_PREEMPTED
-from toolkit.launcher._spec import ENV_TASK_DIR
-from toolkit.launcher._supervisor import STOP_MARKER
 from toolkit.training.config import TrainingError
 
 __all__ = ["ENV_GRACE", "ENV_SIGNAL", "EXIT_PREEMPTED", "PreemptionOptions", "TrainingPreempted", "install",
@@ -57,8 +55,6 @@ ENV_AGREE_EVERY = "TFDIST_PREEMPTION_AGREE_EVERY"
 #: where servers leave their notices for the chief, under the model directory
 NOTICE_DIR = "preemption"
 _TIMING = "save-seconds.json"
-#: a server leaves this much of its grace for its own exit
-_EXIT_MARGIN = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,18 +141,6 @@ class TrainingPreempted(SystemExit):
         self.step = step
 
 
-def _stopped_by_launcher() -> bool:
-    task_dir = os.environ.get(ENV_TASK_DIR)
-    return task_dir is not None and task_dir != "" and os.path.exists(os.path.join(task_dir, STOP_MARKER))
-
-
-def _flush() -> None:
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-
-
 class Watcher:
     """The process's preemption state: whether, when and by which signal it was preempted.
 
@@ -197,7 +181,7 @@ class Watcher:
 
     # ---- the handler --------------------------------------------------------------
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if _stopped_by_launcher():  # not a preemption: leave as before the handler existed
+        if stopped_by_launcher():  # not a preemption: leave as before the handler existed
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
@@ -222,8 +206,7 @@ class Watcher:
                      "The job resumes from its newest complete checkpoint (a cut-off write is never used). "
                      "Give a longer grace (TFDIST_PREEMPTION_GRACE, and the engine's kill deadline) if this repeats.",
                      self.task, self.options.grace_period, EXIT_PREEMPTED)
-        _flush()
-        os._exit(EXIT_PREEMPTED)
+        exit_now(EXIT_PREEMPTED)
 
     def _serve_until_checkpoint(self) -> None:
         """A server's signal: tell the chief, keep serving until its checkpoint lands, then exit."""
@@ -234,11 +217,11 @@ class Watcher:
         write_notice(self.model_dir, self.task, self.signum or 0, self.requested_wall)
         notice = Path(self.model_dir) / NOTICE_DIR / f"{self.task}.json"
         index = os.path.join(self.model_dir, "checkpoint")
-        deadline = time.monotonic() + max(self.remaining() - _EXIT_MARGIN, 0.0)
+        deadline = time.monotonic() + max(self.remaining() - EXIT_MARGIN, 0.0)
         # The chief's answer is a checkpoint written after it took the notice: a periodic one that lands
         # in between is not (the chief may still run steps on this server before it stops).
         seen = self.requested_wall
-        while time.monotonic() < deadline and not _stopped_by_launcher():
+        while time.monotonic() < deadline and not stopped_by_launcher():
             now = time.time()
             if notice.exists():
                 seen = now
