@@ -34,7 +34,7 @@ from toolkit.launcher._dialect import Dialect
 from toolkit.launcher._policy import Decision, FailurePolicy, TaskExit
 from toolkit.launcher._result import is_preemption
 from toolkit.launcher._spec import ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME, LaunchError
-from toolkit.launcher._task import armed_env, die_with_parent
+from toolkit.launcher._task import armed_env, die_with_parent, shell_exit_code
 from toolkit.launcher.slurm._shared import status_dir
 
 __all__ = ["main"]
@@ -86,16 +86,12 @@ def _run_task(args: argparse.Namespace, cmd: list[str]) -> int:
     forward = _Forward()
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    # armed as the local and Ray launchers' tasks are: a script that builds its ParameterServerStrategy by hand,
-    # or ends in TensorFlow's server.join(), still ends with the job
     env = armed_env({**task_environment(os.environ, name, is_chief=is_chief), "TF_CONFIG": cfg.to_json(),
                      ENV_JOB_DIR: str(job_dir), ENV_TASK_DIR: str(task_dir), ENV_TASK_NAME: name})
     while True:
         runs = status["failures"] + status["preemptions"]
         with open(log_path, "ab") as log:
-            # Its own session, as the local launcher's tasks: slurmstepd puts a node's tasks in one session, and
-            # with the kernel's autogroup scheduling a session shares the CPU as one process would (measured:
-            # the tasks' own start-up took 1.5-1.9x longer on a loaded machine). It dies with this wrapper.
+            # its own session (see the module's doc), dying with this wrapper
             forward.child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                              env={**env, ENV_RESTART_COUNT: str(args.runs_before + runs)},
                                              start_new_session=True, preexec_fn=die_with_parent())
@@ -118,7 +114,7 @@ def _run_task(args: argparse.Namespace, cmd: list[str]) -> int:
         time.sleep(0.5)
     status.update(state=_final_state(code, stopped=forward.stopped), exit_code=code, ended_at=time.time())
     _write_status(status_path, status)
-    return code if code >= 0 else 128 - code
+    return shell_exit_code(code)
 
 
 def _final_state(code: int, *, stopped: bool) -> str:
