@@ -31,7 +31,7 @@ from strategies._cluster import tf2_cluster
 from toolkit.estimator._preemption import _NOTICE_POLL, PreemptionHook, raise_if_preempted
 from toolkit.training.preemption import EXIT_PREEMPTED, watcher
 
-__all__ = ["ClusterPreemptionHook", "arm_server", "end_if_preempted", "preemptible_session", "remember_server"]
+__all__ = ["ClusterPreemptionHook", "end_if_preempted", "preemptible_session", "remember_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,13 +44,6 @@ _SERVER: dict[str, Any] = {}
 def remember_server(cluster: Cluster, job: str, index: int) -> None:
     """Notes this process's server, so the session knows whom to listen to and whom to say goodbye to."""
     _SERVER.update(cluster={k: list(v) for k, v in cluster.items()}, job=job, index=index)
-
-
-def arm_server(cluster: Cluster, job: str, index: int) -> bool:
-    """In a task that serves (a ps): on the signal it tells the chief and serves on until its goodbye (143)."""
-    from strategies._server_preemption import arm
-
-    return arm(cluster, job, index)
 
 
 class ClusterPreemptionHook(PreemptionHook):

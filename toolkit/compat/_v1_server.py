@@ -48,7 +48,8 @@ def _server() -> type:
     """``server_class()`` that remembers its task for the session and arms a ps's preemption."""
     from strategies._cluster import tf2_cluster, tf2_job
     from strategies._hand_built import task_config
-    from toolkit.compat._preemption import arm_server, remember_server
+    from strategies._server_preemption import arm
+    from toolkit.compat._preemption import remember_server
 
     base = server_class()
 
@@ -60,8 +61,8 @@ def _server() -> type:
             cfg = task_config(self)
             cluster, job = tf2_cluster(cfg.cluster), tf2_job(cfg.task_type)
             remember_server(cluster, job, cfg.task_index)
-            if job == "ps":  # serves (join()) from the start: armed before the script goes on
-                arm_server(cluster, job, cfg.task_index)
+            if job == "ps":  # serves (join()) from the start: on the signal it tells the chief and serves on
+                arm(cluster, job, cfg.task_index)
 
     Server.__module__, Server.__qualname__ = base.__module__, "Server"
     return Server
