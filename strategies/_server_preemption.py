@@ -6,11 +6,9 @@ model directory, so it cannot watch for the chief's checkpoint itself. On the
 preemption signal (``TFDIST_PREEMPTION_SIGNAL``, default SIGTERM) it writes
 ``preempted-<job>-<index>`` into the chief's process through the cluster (the
 serve/goodbye protocol's own channel, ``strategies._shutdown.send``) and keeps
-serving. The chief's training loop (``toolkit.training.preemption_loop``)
-finds the signal after the steps in flight, checkpoints, and answers with the
-goodbye, exit code 143: for a ps the whole job stops there (a ps holds
-variables), a worker alone leaves and the job trains on. Whatever happens the
-task exits 143 within ``TFDIST_PREEMPTION_GRACE`` seconds (default 25) of the
+serving until the chief has checkpointed and answers with the goodbye, exit
+code 143 (``toolkit.training.preemption_loop``). Whatever happens the task
+exits 143 within ``TFDIST_PREEMPTION_GRACE`` seconds (default 25) of the
 signal. A task whose handler was installed already (``toolkit.fit``'s and the
 Estimator's servers, which watch their model directory) is left alone, and a
 SIGTERM the launcher sends to stop a task (its ``stop-requested`` marker) ends
