@@ -67,10 +67,9 @@ class EstimatorSpec:
         _check_mode(self.mode)
         if self.mode == ModeKeys.TRAIN:
             self._require("loss", "the scalar to minimise, e.g. tf.losses.sparse_softmax_cross_entropy(labels, logits)")
+            self._require("train_op", "e.g. train_op=optimizer.minimize(loss, global_step=tf.train.get_global_step())")
         if self.mode == ModeKeys.EVAL:
             self._require("loss", "the evaluation loss")
-        if self.mode == ModeKeys.TRAIN:
-            self._require("train_op", "e.g. train_op=optimizer.minimize(loss, global_step=tf.train.get_global_step())")
         if self.mode == ModeKeys.PREDICT:
             self._require("predictions", "a tensor or a dict of tensors, e.g. {'class_ids': ...}")
         changes: dict[str, Any] = {}
