@@ -26,11 +26,6 @@ class DataError(FieldError):
     """Bad input to the data layer; ``.field`` names the offending argument."""
 
 
-def _check_batch(global_batch_size: int) -> None:
-    check_int(global_batch_size, field="global_batch_size", error=DataError,
-              fix="Pass the number of examples per training step summed over all replicas, e.g. 64.")
-
-
 def make_dataset_fn(
     build: Callable[[], tf.data.Dataset],
     global_batch_size: int,
@@ -61,7 +56,8 @@ def make_dataset_fn(
         >>> next(iter(fn(tf.distribute.InputContext()))).shape
         TensorShape([4])
     """
-    _check_batch(global_batch_size)
+    check_int(global_batch_size, field="global_batch_size", error=DataError,
+              fix="Pass the number of examples per training step summed over all replicas, e.g. 64.")
 
     def dataset_fn(input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
         context = input_context or tf.distribute.InputContext()

@@ -34,7 +34,6 @@ from toolkit.training.loop import Hook
 from toolkit.training.preemption import (
     EXIT_PREEMPTED,
     TrainingPreempted,
-    Watcher,
     check_grace,
     install,
     take_notices,
@@ -50,9 +49,9 @@ logger = logging.getLogger(__name__)
 class LoopPreemption:
     """Checks for a preemption between chunks and carries it out."""
 
-    def __init__(self, runner: Runner, hooks: Sequence[Hook], *, watch: Watcher | None = None) -> None:
+    def __init__(self, runner: Runner, hooks: Sequence[Hook]) -> None:
         self.runner = runner
-        self.watch = watch if watch is not None else watcher()
+        self.watch = watcher()
         # Installed here too: a loop called without fit (Keras model.fit) has no handler yet, and
         # MultiWorkerMirroredStrategy's coordination service replaces the one fit installed with its own.
         install(self.watch.options if self.watch.installed else None, role="train")
