@@ -7,11 +7,6 @@ __all__ = ["DeviceMapError"]
 
 
 class DeviceMapError(ProblemsError):
-    """A device map cannot be applied, or was not honoured.
-
-    Attributes:
-        problems: every problem found (errors first, then warnings).
-        field: the field of the first error, e.g. ``"rules['head']"``.
-    """
+    """A device map cannot be applied, or was not honoured; its attributes are ``ProblemsError``'s."""
 
     title = "device map cannot be honoured"

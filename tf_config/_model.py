@@ -19,12 +19,12 @@ from typing import Any
 from ._errors import Problem, TFConfigError, errors_of
 from ._rules_strategy import auto_strategy
 from ._rules_task import index_value, single_task
-from ._validate import validate
+from ._validate import TOP_LEVEL_KEYS, validate
 
 logger = logging.getLogger(__name__)
 
 _CHIEF_JOBS = ("chief", "master")
-_EXTRA_KEYS = ("rpc_layer", "environment", "job", "session_master", "eval_session_master", "model_dir", "service")
+_EXTRA_KEYS = tuple(key for key in TOP_LEVEL_KEYS if key not in ("cluster", "task"))  # kept for round-trips
 
 
 @dataclass(frozen=True)
