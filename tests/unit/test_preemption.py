@@ -25,6 +25,7 @@ from toolkit.training.preemption import (
     watcher,
     write_notice,
 )
+from toolkit.training.runners import SyncRunner
 
 STEPS_PER_EPOCH = 20
 
@@ -32,11 +33,11 @@ STEPS_PER_EPOCH = 20
 @pytest.fixture
 def clean_watcher():
     """Restores SIGTERM's handler and the watcher afterwards (and keeps its watchdog from firing)."""
-    previous = signal.getsignal(signal.SIGTERM)
+    previous, task = signal.getsignal(signal.SIGTERM), watcher().task
     yield watcher()
     watcher().done.set()
     watcher().reset()
-    watcher().role, watcher().installed = "train", False
+    watcher().role, watcher().installed, watcher().task = "train", False, task
     signal.signal(signal.SIGTERM, previous)
 
 
@@ -90,6 +91,49 @@ def test_a_signal_before_the_first_step_stops_there(tmp_path, clean_watcher):
     assert info.value.step == 0 and tf.train.latest_checkpoint(str(tmp_path)) is None  # nothing done, nothing lost
 
 
+class _CountedAgreements(SyncRunner):
+    """A runner of two workers in one process (it votes as theirs do) that counts its separate agreements."""
+
+    agreements = 0
+
+    def agree(self, flag):
+        self.agreements += 1
+        return super().agree(flag)
+
+
+@pytest.mark.parametrize("per_execution", [1, 9])  # a straight execution and a looped one
+def test_workers_vote_inside_their_executions_and_stop_after_the_one_that_carried_the_signal(clean_watcher,
+                                                                                            per_execution):
+    from toolkit.training import FitConfig, TrainStep, build_state, make_forward, run_loop
+    from toolkit.training.preemption_loop import LoopPreemption
+
+    strategy = tf.distribute.get_strategy()
+    state = build_state(strategy, lambda: models.digits_mlp(seed=0), "sgd")
+    step = TrainStep(state, make_forward("sparse_categorical_crossentropy"), {}, global_batch_size=4)
+    dataset_fn = lambda context: tf.data.Dataset.from_tensors(  # noqa: E731
+        (tf.zeros([4, 8, 8, 1]), tf.zeros([4], tf.int64))).repeat()
+    runner = _CountedAgreements(strategy, step, state.global_step, dataset_fn=dataset_fn, num_workers=2)
+    ends, signal_at = [], 3 * per_execution
+
+    def signal_then(event):
+        if event.kind == "steps_end":
+            ends.append(event.step)
+            # the stats came back without the vote: examples per step is the batch
+            assert event.rates["examples_per_sec"] == pytest.approx(4 * event.rates["steps_per_sec"])
+            if event.step == signal_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    config = FitConfig(epochs=1, steps_per_epoch=10 * per_execution, steps_per_execution=per_execution)
+    with pytest.raises(TrainingPreempted):
+        run_loop(runner, config=config, layout=step.layout, start_step=0, hooks=[signal_then],
+                 check_preemption=LoopPreemption(runner, [signal_then]).check)
+    # the execution after the signal carried the flag; its vote, read with its stats, stopped the loop
+    assert ends[-1] == int(state.global_step.numpy()) == signal_at + per_execution
+    assert runner.agreements == 1  # only the check before the first step asked the other workers
+    traced = runner._unrolled.get(per_execution, runner._looped)
+    assert traced.experimental_get_tracing_count() == 1  # flag down, then up: the same trace
+
+
 def test_the_evaluator_leaves_at_once(clean_watcher):
     install(PreemptionOptions(), role="evaluator", task="evaluator-0")
     with pytest.raises(TrainingPreempted) as info:
@@ -100,9 +144,9 @@ def test_the_evaluator_leaves_at_once(clean_watcher):
 
 def test_options_validate_and_read_the_environment():
     assert PreemptionOptions().grace_period < 30  # below Kubernetes' default kill deadline
-    env = {"TFDIST_PREEMPTION_GRACE": "12.5", "TFDIST_PREEMPTION_SIGNAL": "usr1", "TFDIST_PREEMPTION_AGREE_EVERY": "4"}
+    env = {"TFDIST_PREEMPTION_GRACE": "12.5", "TFDIST_PREEMPTION_SIGNAL": "usr1"}
     options = PreemptionOptions.from_env(env)
-    assert (options.grace_period, options.signal, options.agree_every) == (12.5, signal.SIGUSR1, 4)
+    assert (options.grace_period, options.signal) == (12.5, signal.SIGUSR1)
     assert PreemptionOptions.from_env(env, grace_period=3.0).grace_period == 3.0
     with pytest.raises(TrainingError, match=r"TFDIST_PREEMPTION_GRACE is 'soon'; expected a float") as info:
         PreemptionOptions.from_env({"TFDIST_PREEMPTION_GRACE": "soon"})
@@ -113,8 +157,6 @@ def test_options_validate_and_read_the_environment():
         PreemptionOptions(signal="SIGNOPE")
     with pytest.raises(TrainingError, match=r"`grace_period` is 0; expected seconds"):
         PreemptionOptions(grace_period=0)
-    with pytest.raises(TrainingError, match=r"`agree_every` is 0; expected a whole number"):
-        PreemptionOptions(agree_every=0)
 
 
 def test_notices_reach_the_chief_once_and_stale_ones_are_dropped(tmp_path):

@@ -51,7 +51,6 @@ logger = logging.getLogger(__name__)
 
 ENV_GRACE = "TFDIST_PREEMPTION_GRACE"
 ENV_SIGNAL = "TFDIST_PREEMPTION_SIGNAL"
-ENV_AGREE_EVERY = "TFDIST_PREEMPTION_AGREE_EVERY"
 #: where servers leave their notices for the chief, under the model directory
 NOTICE_DIR = "preemption"
 _TIMING = "save-seconds.json"
@@ -69,14 +68,10 @@ class PreemptionOptions:
         signal: the signal that means "preempted" (default SIGTERM); a name
             (``"SIGUSR1"``) or a number. Slurm's ``--signal`` can send another
             one ahead of its SIGTERM.
-        agree_every: MultiWorkerMirrored workers agree whether any of them was
-            preempted every this many steps (one small all-reduce each time);
-            the checkpoint lands at most this many steps after the signal.
     """
 
     grace_period: float = 25.0
     signal: int | str = signal.SIGTERM
-    agree_every: int = 10
 
     def __post_init__(self) -> None:
         grace = self.grace_period
@@ -84,18 +79,13 @@ class PreemptionOptions:
             raise TrainingError(f"`grace_period` is {grace!r}; expected seconds between 0 and 3600, e.g. 25 "
                                 "(below the engine's kill deadline, 30 s on Kubernetes).", field="grace_period")
         object.__setattr__(self, "signal", _signal_number(self.signal))
-        every = self.agree_every
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise TrainingError(f"`agree_every` is {every!r}; expected a whole number of steps >= 1, e.g. 10.",
-                                field="agree_every")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **explicit: object) -> PreemptionOptions:
-        """The options from ``TFDIST_PREEMPTION_GRACE``/``_SIGNAL``/``_AGREE_EVERY``; ``explicit`` ones win."""
+        """The options from ``TFDIST_PREEMPTION_GRACE``/``_SIGNAL``; ``explicit`` ones win."""
         env = os.environ if environ is None else environ
         fields: dict[str, object] = {}
-        for name, var, parse in (("grace_period", ENV_GRACE, float), ("signal", ENV_SIGNAL, str),
-                                 ("agree_every", ENV_AGREE_EVERY, int)):
+        for name, var, parse in (("grace_period", ENV_GRACE, float), ("signal", ENV_SIGNAL, str)):
             text = env.get(var)
             if text is None or text == "":
                 continue

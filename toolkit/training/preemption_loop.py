@@ -7,10 +7,13 @@ once before the first). Who decides depends on the runner:
   signal, or a ps's notice, stops the job at the step the variable holds after
   the steps in flight; a worker's notice only makes it checkpoint there and go
   on (the coordinator moves that worker's work to the others);
-* every worker runs the loop (MultiWorkerMirrored): every ``agree_every``
-  steps the workers all-reduce whether any of them was signalled, so they all
-  stop at the same step, save together (a save may involve collectives), and
-  leave.
+* every worker runs the loop (MultiWorkerMirrored): each execution carries
+  every worker's flag ("was I signalled?") in the all-reduce of its stats
+  (``Runner.flagged``), so all workers learn of a signal from the same
+  execution, stop at the same step, save together (a save may involve
+  collectives), and leave. The vote costs no collective and no host wait of
+  its own; a signal stops the job after at most two executions. Only the check
+  before the first step, which no execution precedes, asks the others once.
 
 The checkpoint goes through the loop's own ``CheckpointHook``\\ s, so it is the
 same checkpoint a restart restores; Keras callbacks are not told the training
@@ -58,8 +61,7 @@ class LoopPreemption:
         self.checkpoints = [h for h in hooks if isinstance(h, CheckpointHook)]
         self.model_dir = next((h.directory for h in self.checkpoints if not h.temporary), None)
         self.started_wall = time.time()
-        self.agree_every = self.watch.options.agree_every
-        self.next_agreement = 0
+        runner.flag = lambda: self.watch.requested  # multi-worker runners pass it into each execution
         self.last_step: int | None = None  # the step of the previous check
         self.signal_step: int | None = None  # the last step known before this task saw its signal
         self.cluster = _cluster_of(runner)
@@ -88,10 +90,7 @@ class LoopPreemption:
                 self._release([str(n.get("task")) for n in notices])
                 return
         else:
-            if step < self.next_agreement:
-                return
-            self.next_agreement = (step // self.agree_every + 1) * self.agree_every
-            stop = self.runner.agree(self.watch.requested)
+            stop = self.runner.agree(self.watch.requested) if before is None else self.runner.flagged()
         if stop:
             self._stop(step)
 

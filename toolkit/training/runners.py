@@ -7,6 +7,9 @@ They differ in who runs it:
 
 * ``SyncRunner`` (default, one_device, mirrored, multi_worker_mirrored): every
   task calls the function itself; gradients are all-reduced inside the step.
+  With several workers each execution also carries the task's preemption flag
+  (``Runner.flag``) in its stats' all-reduce, so every worker reads the same
+  vote from the same execution (``Runner.flagged``).
 * ``ParameterServerRunner`` (parameter_server): the coordinator ``schedule``\\ s
   the function as a closure on whichever worker is free, over a per-worker
   iterator, and collects the stats from the closures' return values at
@@ -85,16 +88,31 @@ class Runner:
         self._looped = tf.function(self._loop)
         self._unrolled: dict[int, Callable[..., tf.Tensor]] = {}
         self._counts: dict[int, tf.Tensor] = {}
+        #: this task's preemption flag, read as each execution starts (``LoopPreemption`` sets it)
+        self.flag: Callable[[], bool] = lambda: False
 
-    def _one(self, iterator: Iterator[Nest]) -> tf.Tensor:
+    def _one(self, iterator: Iterator[Nest], flag: tf.Tensor | None = None) -> tf.Tensor:
+        """One step's stats summed over the replicas; with ``flag``, one more entry: the sum of every replica's flag.
+
+        The flag joins the stats inside the replica step, so it travels in the all-reduce the stats take
+        anyway: no collective of its own, and every task reads the same sum.
+        """
         features, labels = _check_batch(next(iterator))
-        per_replica = self.strategy.run(self.step, args=(features, labels))
+        if flag is None:
+            per_replica = self.strategy.run(self.step, args=(features, labels))
+        else:
+            per_replica = self.strategy.run(
+                lambda features, labels: tf.concat([self.step(features, labels), tf.reshape(flag, [1])], 0),
+                args=(features, labels))
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
-    def _straight(self, iterator: Iterator[Nest], *, num_steps: int) -> tf.Tensor:
-        totals = tf.zeros([self.width], tf.float32)
+    def _width(self, flag: tf.Tensor | None) -> int:
+        return self.width if flag is None else self.width + 1
+
+    def _straight(self, iterator: Iterator[Nest], *, num_steps: int, flag: tf.Tensor | None = None) -> tf.Tensor:
+        totals = tf.zeros([self._width(flag)], tf.float32)
         for _ in range(num_steps):  # a Python loop: traced into num_steps copies of the step
-            totals += self._one(iterator)
+            totals += self._one(iterator, flag)
         return self._advance(num_steps, totals)
 
     def _advance(self, num_steps: int | tf.Tensor, totals: tf.Tensor) -> tf.Tensor:
@@ -113,13 +131,13 @@ class Runner:
         # A closure taking only the iterator: the coordinator calls traced functions with positional args only.
         return lambda iterator: self._straight(iterator, num_steps=num_steps)
 
-    def _loop(self, iterator: Iterator[Nest], num_steps: tf.Tensor) -> tf.Tensor:
-        totals = tf.zeros([self.width], tf.float32)
+    def _loop(self, iterator: Iterator[Nest], num_steps: tf.Tensor, flag: tf.Tensor | None = None) -> tf.Tensor:
+        totals = tf.zeros([self._width(flag)], tf.float32)
         for _ in tf.range(num_steps // UNROLL_LIMIT):
             for _ in range(UNROLL_LIMIT):  # a Python loop: UNROLL_LIMIT straight steps per iteration
-                totals += self._one(iterator)
+                totals += self._one(iterator, flag)
         for _ in tf.range(num_steps % UNROLL_LIMIT):  # the rest, one step per iteration
-            totals += self._one(iterator)
+            totals += self._one(iterator, flag)
         return self._advance(num_steps, totals)
 
     def _call(self, num_steps: int) -> tuple[Callable[..., tf.Tensor], tuple[object, ...]]:
@@ -158,8 +176,16 @@ class Runner:
         return int(self.global_step.numpy())
 
     def agree(self, flag: bool) -> bool:
-        """Whether any task raised ``flag``; only multi-worker runners need to ask the others."""
+        """Whether any task raised ``flag``; only multi-worker runners need to ask the others (a collective)."""
         return flag
+
+    def flagged(self) -> bool:
+        """Whether any task's ``flag`` is up.
+
+        One controller asks its own flag. Workers that all run the loop read the vote their executions
+        up to the last ``wait`` carried, which is the same on every worker at the same step.
+        """
+        return self.flag()
 
     def sync_stats(self) -> dict[str, int]:
         """Synchronous-update counters (empty unless updates are aggregated)."""
@@ -182,6 +208,10 @@ class SyncRunner(Runner):
         super().__init__(strategy, step, global_step)
         self.num_workers = num_workers  # ``sync_every`` is ignored: results are ready after each call
         self.single_controller = num_workers <= 1
+        # Several workers vote with every execution: each passes its flag in, and its stats come back with
+        # the sum (the last entry, taken off by ``wait``).
+        self._flags = None if self.single_controller else (tf.constant(0.0), tf.constant(1.0))
+        self._votes = 0.0
         if isinstance(dataset_fn, tf.data.Dataset):
             # A dataset of global batches: TensorFlow shards it per worker (honouring its
             # auto_shard_policy) and splits each batch over the replicas.
@@ -199,15 +229,19 @@ class SyncRunner(Runner):
         """As ``Runner._call``, but a short execution captures the iterator instead of taking it.
 
         Turning a distributed iterator into its tensors costs on every call; a coordinator,
-        though, needs the iterator as an argument.
+        though, needs the iterator as an argument. With several workers the arguments end with
+        this task's preemption flag, read now (``Runner._one`` says where it goes).
         """
+        flag = () if self._flags is None else (self._flags[bool(self.flag())],)  # a tensor: no retrace
         if num_steps > UNROLL_LIMIT:
-            return super()._call(num_steps)
+            function, args = super()._call(num_steps)
+            return function, args + flag
         if num_steps not in self._unrolled:
             iterator = self._iterator
             assert iterator is not None  # set in __init__
-            self._unrolled[num_steps] = tf.function(lambda: self._straight(iterator, num_steps=num_steps))
-        return self._unrolled[num_steps], ()
+            self._unrolled[num_steps] = tf.function(
+                lambda flag=None: self._straight(iterator, num_steps=num_steps, flag=flag))
+        return self._unrolled[num_steps], flag
 
     def run(self, num_steps: int) -> None:
         function, args = self._call(num_steps)
@@ -220,11 +254,17 @@ class SyncRunner(Runner):
         return super().current_step() if self._step is None else self._step
 
     def wait(self) -> np.ndarray:
-        totals = np.zeros([self.width], np.float64)
+        totals = np.zeros([self.width + (self._flags is not None)], np.float64)
         for stats in self._pending:
             totals += stats.numpy()
         self._pending.clear()
-        return totals
+        if self._flags is None:
+            return totals
+        self._votes = float(totals[-1])
+        return totals[:-1]
+
+    def flagged(self) -> bool:
+        return self.flag() if self._flags is None else self._votes > 0
 
     def agree(self, flag: bool) -> bool:
         if self.num_workers <= 1:
