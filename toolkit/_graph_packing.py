@@ -77,19 +77,46 @@ def _ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
     return seen
 
 
-def _acyclic(edges: list[tuple[tf.Operation, int, tf.Tensor]]) -> list[tuple[tf.Operation, int, tf.Tensor]]:
-    """The edges whose tensors can travel together: a tensor that depends on a consumer of the group stays out.
+def _acyclic(edges: list[tuple[tf.Operation, int, tf.Tensor]]) -> tuple[list[Any], list[Any]]:
+    """(the edges whose tensors can travel together, the rest): a tensor downstream of a consumer of the
+    group stays out (for a later group: the next step's reads, after this step's updates).
 
-    One pass is enough: dropping edges only removes consumers, so a tensor kept stays free of them.
+    Dropping edges only removes consumers, so a tensor kept stays free of them; the first edges in
+    dataflow order are always kept.
     """
-    consumers = {op for op, _, _ in edges}
-    late = {tensor for tensor in {t for _, _, t in edges} if consumers & _ancestors([tensor.op])}
-    return [edge for edge in edges if edge[2] not in late]
+    graph, consumers = edges[0][0].graph, {op for op, _, _ in edges}
+    children: dict[tf.Operation, list[tf.Operation]] = {}
+    for op in graph.get_operations():
+        for parent in [t.op for t in op.inputs] + list(op.control_inputs):
+            children.setdefault(parent, []).append(op)
+    late, stack = set(), list(consumers)
+    while stack:
+        op = stack.pop()
+        if op not in late:
+            late.add(op)
+            stack.extend(children.get(op, ()))
+    return [e for e in edges if e[2].op not in late], [e for e in edges if e[2].op in late]
 
 
 def _movable(tensor: tf.Tensor) -> bool:
     dtype = tensor.dtype
     return dtype.is_floating and dtype.base_dtype == dtype and tensor.shape.is_fully_defined()  # no ref tensors
+
+
+def _pack(graph: tf.Graph, edges: list[tuple[tf.Operation, int, tf.Tensor]], send_on: str, receive_on: str) -> int:
+    tensors = list(dict.fromkeys(tensor for _, _, tensor in edges))
+    if len(tensors) < 2:
+        return 0
+    with graph.as_default(), v1.control_dependencies(None), v1.name_scope("tfdist_packed"):
+        with v1.device(send_on):
+            packed = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
+        with v1.device(receive_on):
+            parts = tf.split(packed, [t.shape.num_elements() for t in tensors])
+            received = {t: tf.reshape(part, t.shape) for t, part in zip(tensors, parts, strict=True)}
+    for op, index, tensor in edges:
+        update_input(op, index, received[tensor])
+    logger.debug("packed %d %s tensors from %s to %s", len(tensors), tensors[0].dtype.name, send_on, receive_on)
+    return len(tensors) - 1
 
 
 def pack_transfers(graph: tf.Graph, fetches: Sequence[Any]) -> int:
@@ -119,19 +146,8 @@ def pack_transfers(graph: tf.Graph, fetches: Sequence[Any]) -> int:
                 continue
             groups.setdefault((tensor.dtype, devices[source], devices[op]), []).append((op, index, tensor))
     saved = 0
-    for (dtype, send_on, receive_on), edges in sorted(groups.items(), key=lambda item: str(item[0])):
-        edges = _acyclic(edges)
-        tensors = list(dict.fromkeys(tensor for _, _, tensor in edges))
-        if len(tensors) < 2:
-            continue
-        with graph.as_default(), v1.control_dependencies(None), v1.name_scope("tfdist_packed"):
-            with v1.device(send_on):
-                packed = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
-            with v1.device(receive_on):
-                parts = tf.split(packed, [t.shape.num_elements() for t in tensors])
-                received = {t: tf.reshape(part, t.shape) for t, part in zip(tensors, parts, strict=True)}
-        for op, index, tensor in edges:
-            update_input(op, index, received[tensor])
-        saved += len(tensors) - 1
-        logger.debug("packed %d %s tensors from %s to %s", len(tensors), dtype.name, send_on, receive_on)
+    for (_, send_on, receive_on), edges in sorted(groups.items(), key=lambda item: str(item[0])):
+        while edges:  # a round per step when an execution holds several (never empty: see _acyclic)
+            kept, edges = _acyclic(edges)
+            saved += _pack(graph, kept, send_on, receive_on)
     return saved

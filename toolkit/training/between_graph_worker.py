@@ -156,10 +156,12 @@ def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, 
     with v1.device(worker_device):
         seen = tf.cast(as_float, tf.int64)
     ops: list[tf.Operation] = []
-    previous: list[Any] = [token]
+    go: Any = token
     for i in range(count):
-        gate = [_gate(token, tf.greater(token, i))] if i else []
-        with tf.control_dependencies(previous + gate), automatic_control_dependencies() as ordered:
+        if i:  # on the token's task: one control edge to this worker a step
+            with v1.device(token.device), tf.control_dependencies([ops[-1]]):
+                go = _gate(token, tf.greater(token, i))
+        with tf.control_dependencies([go]), automatic_control_dependencies() as ordered:
             features, labels = _check_batch(next_batch())
             stats = step(features, labels)
         here = [op for op in ordered.ops_which_must_run if task_of(op) == task_of(stats.op)]
@@ -172,7 +174,6 @@ def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, 
         with v1.device(global_step.device), tf.control_dependencies([done, added]):
             counted = _add(global_step, 1)
         ops += [added, counted]
-        previous = [counted]
     return ops, seen
 
 
