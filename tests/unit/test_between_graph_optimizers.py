@@ -18,9 +18,10 @@ import pytest
 import tensorflow as tf
 
 from toolkit._compat.tensorflow import named_variable
+from toolkit._graph_packing import pack_transfers
 from toolkit.training import TrainStep, build_state
 from toolkit.training.between_graph import MANIFEST, QUEUE_CAPACITY, _optimizer_spec
-from toolkit.training.between_graph_worker import run_worker
+from toolkit.training.between_graph_worker import build_worker_step, run_worker
 from toolkit.training.step import make_forward
 
 v1 = tf.compat.v1
@@ -106,7 +107,7 @@ def _chief(session_target, state, initial, *, steps_per_execution):
                                               value=tf.constant(json.dumps(manifest)))
         reads = [named_variable(s["name"], s["dtype"], s["shape"], trainable=False).read_value()
                  for s in [*specs, *extra.values()]]
-    return graph, writes, publish, release, tokens, close, reads
+    return graph, writes, publish, release, tokens, close, reads, manifest
 
 
 @pytest.mark.parametrize(("name", "steps_per_execution", "tokens"), [
@@ -118,7 +119,7 @@ def test_the_workers_steps_equal_one_processs(cluster, name, steps_per_execution
     dataset_fn = _dataset_fn
     steps = sum(tokens)
     state, initial = _reference(OPTIMIZERS[name], dataset_fn, steps)
-    graph, writes, publish, release, placeholder, close, reads = _chief(
+    graph, writes, publish, release, placeholder, close, reads, _ = _chief(
         cluster, state, initial, steps_per_execution=steps_per_execution)
     with v1.Session(cluster, graph=graph) as session:
         session.run(writes)
@@ -144,3 +145,32 @@ def test_the_workers_steps_equal_one_processs(cluster, name, steps_per_execution
                                                strict=True):
         np.testing.assert_allclose(got_value, want_value, rtol=2e-5, atol=2e-6, err_msg=variable.path)
     assert int(want[len(state.model.variables)]) == steps  # the optimizer's own iteration count
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 3])
+def test_a_step_makes_three_transfers_between_the_worker_and_the_ps(cluster, steps_per_execution):
+    """The token travels with the variables' values in one tensor, the gradients with the stats in another, and
+    the worker's wait for its token is one control edge; each further step of an execution adds its gate."""
+    def mlp():
+        return keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, activation="relu"), keras.layers.Dense(3)])
+
+    state = build_state(tf.distribute.get_strategy(), mlp, lambda: keras.optimizers.Adam(1e-2))
+    initial = [v.numpy() for v in [*state.model.variables, *state.optimizer.variables]]
+    graph, writes, _, release, placeholder, _, _, manifest = _chief(cluster, state, initial,
+                                                                    steps_per_execution=steps_per_execution)
+    step_graph, metadata = tf.Graph(), v1.RunMetadata()
+    with step_graph.as_default():
+        train, token, initializer, _ = build_worker_step(
+            manifest, model_fn=mlp, dataset_fn=_dataset_fn, forward=make_forward(LOSS), metrics={},
+            global_batch_size=None, num_workers=1, index=0, worker_device=WORKER)
+    assert pack_transfers(step_graph, [*train, token]) > 0
+    with v1.Session(cluster, graph=graph) as chief, v1.Session(cluster, graph=step_graph) as worker:
+        chief.run(writes)
+        chief.run(release, {placeholder: [steps_per_execution]})
+        worker.run(initializer)
+        ran = worker.run([token, *train], options=v1.RunOptions(output_partition_graphs=True),
+                         run_metadata=metadata)[0]
+    received = [node.attr["tensor_name"].s.decode() for graph_def in metadata.partition_graphs
+                for node in graph_def.node if node.op == "_Recv" and not node.attr["client_terminated"].b]
+    assert ran == steps_per_execution
+    assert len(received) == 3 * steps_per_execution, received

@@ -174,22 +174,6 @@ def runner_for(state: TrainState, step: TrainStep, named: NamedVariables, *, wor
     return None
 
 
-def _manifest(state: TrainState, named: NamedVariables, *, steps_per_execution: int, width: int, start: int,
-              totals: tf.Variable, ready: tf.Variable, queue_name: str, queue_device: str) -> dict[str, Any]:
-    return {
-        "mode": "between_graph",
-        "optimizer": _optimizer_spec(state.optimizer, named),
-        "model": [named.describe(v) for v in state.model.variables],
-        "global_step": named.describe(state.global_step),
-        "totals": named.describe(totals),
-        "ready": named.describe(ready),
-        "width": width,
-        "start": start,
-        "steps_per_execution": steps_per_execution,
-        "queue": {"name": queue_name, "device": queue_device},
-    }
-
-
 class BetweenGraphRunner(Runner):
     """The chief's side: releases step tokens, waits on the global step, reads the totals.
 
@@ -216,9 +200,12 @@ class BetweenGraphRunner(Runner):
             # The op itself: eager ``tf.queue.FIFOQueue`` replaces the shared name with a unique one.
             self._queue = tf.raw_ops.FIFOQueueV2(component_types=[tf.int64], shapes=[[]], capacity=QUEUE_CAPACITY,
                                                  shared_name=queue_name)
-        manifest = _manifest(state, named, steps_per_execution=self.steps_per_execution, width=self.width,
-                             start=skip_steps, totals=self._totals, ready=self._ready, queue_name=queue_name,
-                             queue_device=device)
+        parts = {"global_step": global_step, "totals": self._totals, "ready": self._ready}
+        manifest: dict[str, Any] = {
+            "mode": "between_graph", "optimizer": _optimizer_spec(state.optimizer, named),
+            "model": [named.describe(v) for v in state.model.variables],
+            **{key: named.describe(v) for key, v in parts.items()}, "width": self.width, "start": skip_steps,
+            "steps_per_execution": self.steps_per_execution, "queue": {"name": queue_name, "device": device}}
         _publish(manifest, device)
         self._step = self._target = int(global_step.numpy())
         self._seen = np.zeros([self.width], np.float64)

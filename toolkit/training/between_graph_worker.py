@@ -121,21 +121,12 @@ def _optimizer(spec: Mapping[str, Any], global_step: tf.Variable) -> keras.optim
     return optimizer
 
 
-def _gate(value: tf.Tensor, go: tf.Tensor) -> tf.Tensor:
-    """``value`` when ``go``, else a dead tensor: every op that depends on it, by data or control, is skipped.
-
-    (A control edge carries deadness only from a dead *op*, not from a Switch's untaken output: hence the identity.)
-    """
-    return tf.identity(tf.raw_ops.Switch(data=value, pred=go)[1])
-
-
 def _add(variable: tf.Variable, value: Any) -> tf.Operation:
     return tf.raw_ops.AssignAddVariableOp(resource=variable.handle, value=tf.cast(value, variable.dtype))
 
 
 class _WorkerStep(TrainStep):
-    """The ``TrainStep`` with nothing read back after the update: ``_steps`` counts a step only after every
-    stateful op in it has run, so the worker need not wait for the ps's updates (six RPCs less a step)."""
+    """Reads nothing back after the update: ``_steps`` counts a step after all its stateful ops (RPCs less)."""
 
     def apply(self, gradients: Sequence[tf.Tensor | None], variables: Sequence[keras.Variable], *,
               step: tf.Tensor | None = None) -> list[tf.Tensor]:
@@ -147,9 +138,8 @@ def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, 
            totals: tf.Variable, worker_device: str) -> tuple[list[tf.Operation], tf.Tensor]:
     """``count`` steps in a row, the ``i``-th run only when ``token > i``; each counted after its stateful ops.
 
-    Returns the ops and the token as this worker sees it: a float beside the variables' values (packed with
-    them), not a transfer of its own. The worker's own stateful ops (its batch, the loss's asserts) travel
-    ahead of its stats, which travel packed with the gradients.
+    Returns the ops and the token as a float packed with the variables' values, not a transfer of its own.
+    The worker's stateful ops (batch, asserts) go ahead of its stats, which are packed with the gradients.
     """
     with v1.device(token.device):
         as_float = tf.cast(token, tf.float32)
@@ -158,9 +148,9 @@ def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, 
     ops: list[tf.Operation] = []
     go: Any = token
     for i in range(count):
-        if i:  # on the token's task: one control edge to this worker a step
+        if i:  # the token if > i, else dead (so is every op after it); the identity carries deadness on control edges
             with v1.device(token.device), tf.control_dependencies([ops[-1]]):
-                go = _gate(token, tf.greater(token, i))
+                go = tf.identity(tf.raw_ops.Switch(data=token, pred=tf.greater(token, i))[1])
         with tf.control_dependencies([go]), automatic_control_dependencies() as ordered:
             features, labels = _check_batch(next_batch())
             stats = step(features, labels)
