@@ -77,19 +77,23 @@ def _ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
     return seen
 
 
-def _acyclic(edges: list[tuple[tf.Operation, int, tf.Tensor]]) -> tuple[list[Any], list[Any]]:
-    """(the edges whose tensors can travel together, the rest): a tensor downstream of a consumer of the
-    group stays out (for a later group: the next step's reads, after this step's updates).
-
-    Dropping edges only removes consumers, so a tensor kept stays free of them; the first edges in
-    dataflow order are always kept.
-    """
-    graph, consumers = edges[0][0].graph, {op for op, _, _ in edges}
+def _children(graph: tf.Graph) -> dict[tf.Operation, list[tf.Operation]]:
     children: dict[tf.Operation, list[tf.Operation]] = {}
     for op in graph.get_operations():
         for parent in [t.op for t in op.inputs] + list(op.control_inputs):
             children.setdefault(parent, []).append(op)
-    late, stack = set(), list(consumers)
+    return children
+
+
+def _acyclic(edges: list[Any], children: dict[tf.Operation, list[tf.Operation]]) -> tuple[list[Any], list[Any]]:
+    """(the edges whose tensors can travel together, the rest): a tensor downstream of a consumer of the
+    group stays out (for a later group: the next step's reads, after this step's updates).
+
+    Dropping edges only removes consumers, so a tensor kept stays free of them; the first edges in
+    dataflow order are always kept. Packing the kept ones adds paths only from kept tensors, so
+    ``children`` (made before) still finds every path from the rest's consumers.
+    """
+    late, stack = set(), [op for op, _, _ in edges]
     while stack:
         op = stack.pop()
         if op not in late:
@@ -147,7 +151,8 @@ def pack_transfers(graph: tf.Graph, fetches: Sequence[Any]) -> int:
             groups.setdefault((tensor.dtype, devices[source], devices[op]), []).append((op, index, tensor))
     saved = 0
     for (_, send_on, receive_on), edges in sorted(groups.items(), key=lambda item: str(item[0])):
+        children = _children(graph)
         while edges:  # a round per step when an execution holds several (never empty: see _acyclic)
-            kept, edges = _acyclic(edges)
+            kept, edges = _acyclic(edges, children)
             saved += _pack(graph, kept, send_on, receive_on)
     return saved
