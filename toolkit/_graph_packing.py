@@ -13,10 +13,10 @@ per worker and step to 2).
 Only what is safe to move is moved: fully defined floating-point tensors, outside
 TF1 control-flow contexts, whose consumers are part of the step (what the
 ``fetches`` need). A tensor that depends on one of its group's consumers (a read ordered after
-the update) stays out of the group, so no cycle is made; this is checked on the
-graph as rewired so far.
+the update) stays out of the group, so no cycle is made, and travels in a later one: an
+execution of several steps sends one tensor per pair of tasks and step.
 
-The graph-mode Estimator and the workers of ``fit(options=FitOptions(between_graph=True))`` use it.
+The graph-mode Estimator and the workers of ``fit``'s between-graph steps use it.
 """
 from __future__ import annotations
 
