@@ -21,7 +21,7 @@ The graph-mode Estimator and the workers of ``fit``'s between-graph steps use it
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -64,16 +64,14 @@ def _placed(op: tf.Operation, graph: tf.Graph) -> str:
     return op.device
 
 
-def _ancestors(ops: Iterable[tf.Operation]) -> set[tf.Operation]:
+def _reach(ops: Iterable[tf.Operation], neighbours: Callable[[tf.Operation], Iterable[tf.Operation]]) -> set[Any]:
     seen: set[tf.Operation] = set()
     stack = list(ops)
     while stack:
         op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
+        if op not in seen:
+            seen.add(op)
+            stack.extend(neighbours(op))
     return seen
 
 
@@ -93,12 +91,7 @@ def _acyclic(edges: list[Any], children: dict[tf.Operation, list[tf.Operation]])
     dataflow order are always kept. Packing the kept ones adds paths only from kept tensors, so
     ``children`` (made before) still finds every path from the rest's consumers.
     """
-    late, stack = set(), [op for op, _, _ in edges]
-    while stack:
-        op = stack.pop()
-        if op not in late:
-            late.add(op)
-            stack.extend(children.get(op, ()))
+    late = _reach([op for op, _, _ in edges], lambda op: children.get(op, ()))
     return [e for e in edges if e[2].op not in late], [e for e in edges if e[2].op in late]
 
 
@@ -135,7 +128,8 @@ def pack_transfers(graph: tf.Graph, fetches: Sequence[Any]) -> int:
     except (TypeError, ValueError) as exc:
         logger.info("transfers not packed: a fetch is not an element of the graph (%s)", exc)
         return 0
-    step = _ancestors(e.op if isinstance(e, tf.Tensor) else e for e in elements)
+    step = _reach((e.op if isinstance(e, tf.Tensor) else e for e in elements),
+                  lambda op: [*(t.op for t in op.inputs), *op.control_inputs])
     devices = {op: _placed(op, graph) for op in step}
     groups: dict[tuple[Any, ...], list[tuple[tf.Operation, int, tf.Tensor]]] = {}
     for op in step:
