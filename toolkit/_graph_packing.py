@@ -146,7 +146,9 @@ def pack_transfers(graph: tf.Graph, fetches: Sequence[Any]) -> int:
     saved = 0
     for (_, send_on, receive_on), edges in sorted(groups.items(), key=lambda item: str(item[0])):
         children = _children(graph)
-        while edges:  # a round per step when an execution holds several (never empty: see _acyclic)
+        while edges:  # a round per step when an execution holds several
             kept, edges = _acyclic(edges, children)
+            if not kept:  # cannot happen in a DAG (see _acyclic); the rest then travels unpacked
+                break
             saved += _pack(graph, kept, send_on, receive_on)
     return saved

@@ -52,7 +52,10 @@ class _ForkedProc:
         return self._task.returncode
 
     def poll(self) -> int | None:
-        return self._task.poll()
+        code = self._task.poll()
+        if code is not None:
+            self._pump.join(5)  # as in wait: an ended task's last lines are in its log before anyone reads it
+        return code
 
     def wait(self, timeout: float | None = None) -> int:
         code = self._task.wait(timeout)

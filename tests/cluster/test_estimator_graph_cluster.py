@@ -74,7 +74,7 @@ y = (x[:, 0] > 0).astype("int64")
 estimator = tf.estimator.Estimator(model_fn, model_dir=sys.argv[1])
 estimator.train(lambda input_context: tf.data.Dataset.from_tensor_slices((x, y)).shard(
     input_context.num_input_pipelines, input_context.input_pipeline_id).repeat().batch(32), max_steps=MAX_STEPS)
-print("local steps", estimator.last_local_steps, flush=True)
+print(f"local steps {estimator.last_local_steps}", flush=True)  # one write: other threads print too
 '''
 
 

@@ -102,5 +102,9 @@ def test_keras_model_fit_chief_preempted_under_parameter_servers_resumes_from_it
     assert signals["ps-0"] <= at_ps <= signals["ps-0"] + 2 * _IN_FLIGHT and at_ps % 50
     assert "ps-0 was preempted; it tells the chief and serves until the chief has checkpointed" in ps
     assert f"restored the backup {tmp_path / 'model'}/ckpt-{at_ps} at global step {at_ps}" in chief
-    assert ps.count("exiting with 143") == 2  # the chief's goodbyes: after its own checkpoint, and the ps's
+    # the chief's goodbyes with 143 reach the ps: after the chief's own checkpoint, and after the ps's
+    assert chief.count("told worker-0, ps-0 to exit with code 143") == 2
+    # the first one the ps always acts on; the second races with the launcher, which restarts the whole
+    # cluster as soon as the chief exits 143 and may stop the ps before it reads its goodbye
+    assert ps.count("exiting with 143") >= 1
     _check_end(result, tmp_path, preemptions=2)

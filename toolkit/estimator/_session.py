@@ -71,7 +71,7 @@ def chief_starts(config: Any) -> None:
     between_graph.expect_trainers(cluster, job_and_task(config), between_graph.between_graph_ending(cluster).trainers)
 
 
-def worker_done(config: Any, target: str) -> None:
+def worker_done(config: Any) -> None:
     """On a non-chief worker after training: tells the chief, which ends the ps once every worker is done."""
     from strategies._shutdown import chief_of
 
@@ -107,13 +107,13 @@ class _ReleaseTokensHook(tf.compat.v1.train.SessionRunHook):
             logger.info("sync tokens not released (%s): no task is left waiting", type(exc).__name__)
 
 
-def arm_goodbye(config: Any, target: str) -> None:
+def arm_goodbye(config: Any) -> None:
     """The chief ends the ps tasks when its process exits (the one goodbye's atexit hook), after the workers."""
     from strategies._shutdown import arm
 
     arm(between_graph.between_graph_ending(training_cluster(config)))
 
 
-def goodbye(config: Any, target: str, code: int) -> list[str]:
+def goodbye(config: Any, code: int) -> list[str]:
     """Waits for the workers to leave (on success), then tells every ps to exit with ``code``; once."""
     return between_graph.end_job(between_graph.between_graph_ending(training_cluster(config)), code)

@@ -237,9 +237,9 @@ class Estimator:
             self._run_training(spec, all_hooks, saving_listeners, target)
         raise_if_preempted(self._config.model_dir, f"{self._config.task_type}-{self._config.task_id}")
         if distributed and self._config.is_chief:
-            _session.arm_goodbye(self._config, target)
+            _session.arm_goodbye(self._config)
         elif distributed:
-            _session.worker_done(self._config, target)
+            _session.worker_done(self._config)
         return self
 
     def _train_graph(self, input_fn: Callable[..., Any], steps: int | None, max_steps: int | None) -> tuple[Any, Any]:

@@ -68,17 +68,16 @@ def _run_ps(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple
 
 def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec,
                saving_listeners: list[Any] | None = None) -> tuple[Any, list[str]]:
-    from toolkit.estimator import _session
     from toolkit.estimator._session import goodbye
 
     try:
         _train(estimator, train_spec, saving_listeners)
     except BaseException:
         if estimator.config.num_ps_replicas:
-            goodbye(estimator.config, _session.server_target(estimator.config), 1)
+            goodbye(estimator.config, 1)
         raise
     if estimator.config.num_ps_replicas:
-        goodbye(estimator.config, _session.server_target(estimator.config), 0)
+        goodbye(estimator.config, 0)
     return None, []
 
 

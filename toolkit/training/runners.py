@@ -85,7 +85,8 @@ class Runner:
         self.strategy, self.step, self.global_step = strategy, step, global_step
         self.width = step.layout.width
         self._iterator: Iterator[Nest] | None = None  # set by subclasses
-        self._looped = tf.function(self._loop)
+        # Without the optional flag: ``ClusterCoordinator.schedule`` binds positional arguments only.
+        self._looped = tf.function(lambda iterator, num_steps: self._loop(iterator, num_steps))
         self._unrolled: dict[int, Callable[..., tf.Tensor]] = {}
         self._counts: dict[int, tf.Tensor] = {}
         #: this task's preemption flag, read as each execution starts (``LoopPreemption`` sets it)
@@ -211,6 +212,8 @@ class SyncRunner(Runner):
         # Several workers vote with every execution: each passes its flag in, and its stats come back with
         # the sum (the last entry, taken off by ``wait``).
         self._flags = None if self.single_controller else (tf.constant(0.0), tf.constant(1.0))
+        if self._flags is not None:
+            self._looped = tf.function(self._loop)  # takes the flag as its third argument
         self._votes = 0.0
         if isinstance(dataset_fn, tf.data.Dataset):
             # A dataset of global batches: TensorFlow shards it per worker (honouring its
