@@ -69,7 +69,8 @@ def _check_saved_model(model_dir, reported, test):
     x_test, y_test = test
     predictions = model.predict(x_test, verbose=0)
     accuracy = float(np.mean(predictions.argmax(-1) == y_test.argmax(-1)))
-    assert accuracy > 0.9
+    # asynchronous updates: 0.95-0.97 on an idle machine, 0.90 once under the full suite's load; chance is 0.1
+    assert accuracy > 0.85
     _, reported_accuracy, reported_auc = reported
     assert reported_accuracy == pytest.approx(accuracy, abs=1e-4)
     # Keras' AUC uses 200 thresholds; scikit-learn's is exact: they agree to about 1e-3.
