@@ -84,8 +84,14 @@ def _run_chief(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec,
 def _run_master(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
     from toolkit.estimator._master import EvaluateOnNewCheckpoint
 
+    final_done = False
+
     def evaluate_and_export(path: str, step: int) -> tuple[Any, list[str]]:
-        return _evaluate_and_export(estimator, eval_spec, path, train_spec.max_steps)
+        # Workers may carry the global step past max_steps between two checkpoints: the final export happens once.
+        nonlocal final_done
+        result, exports = _evaluate_and_export(estimator, eval_spec, path, None if final_done else train_spec.max_steps)
+        final_done = final_done or (train_spec.max_steps is not None and result["global_step"] >= train_spec.max_steps)
+        return result, exports
 
     listener = EvaluateOnNewCheckpoint(evaluate_and_export, estimator.latest_checkpoint, eval_spec.throttle_secs)
     _run_chief(estimator, train_spec, eval_spec, [listener])
