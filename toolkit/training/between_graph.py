@@ -200,12 +200,18 @@ class BetweenGraphRunner(Runner):
             # The op itself: eager ``tf.queue.FIFOQueue`` replaces the shared name with a unique one.
             self._queue = tf.raw_ops.FIFOQueueV2(component_types=[tf.int64], shapes=[[]], capacity=QUEUE_CAPACITY,
                                                  shared_name=queue_name)
-        parts = {"global_step": global_step, "totals": self._totals, "ready": self._ready}
         manifest: dict[str, Any] = {
-            "mode": "between_graph", "optimizer": _optimizer_spec(state.optimizer, named),
+            "mode": "between_graph",
+            "optimizer": _optimizer_spec(state.optimizer, named),
             "model": [named.describe(v) for v in state.model.variables],
-            **{key: named.describe(v) for key, v in parts.items()}, "width": self.width, "start": skip_steps,
-            "steps_per_execution": self.steps_per_execution, "queue": {"name": queue_name, "device": device}}
+            "global_step": named.describe(global_step),
+            "totals": named.describe(self._totals),
+            "ready": named.describe(self._ready),
+            "width": self.width,
+            "start": skip_steps,
+            "steps_per_execution": self.steps_per_execution,
+            "queue": {"name": queue_name, "device": device},
+        }
         _publish(manifest, device)
         self._step = self._target = int(global_step.numpy())
         self._seen = np.zeros([self.width], np.float64)
