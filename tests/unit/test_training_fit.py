@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _models import compiled
 
 import models
 from tf_config import TFConfig
@@ -19,6 +20,7 @@ from toolkit.training import CheckpointConfig, FitOptions, TrainingError, Valida
 BATCH = 64
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 _OPTION_NAMES = {field.name for field in dataclasses.fields(FitOptions)}
+_COMPILE = {"loss", "metrics", "optimizer", "steps_per_execution"}
 
 
 @pytest.fixture(scope="module")
@@ -26,14 +28,16 @@ def digits():
     return data.load("digits"), data.load("digits", split="test")
 
 
-def _fit(train, model_dir, model_fn=lambda: models.digits_mlp(seed=0), **kwargs):
-    arguments = dict(loss=LOSS, metrics=["accuracy"], epochs=2, steps_per_epoch=train.steps_per_epoch(BATCH),
-                     steps_per_execution=5, model_dir=model_dir and str(model_dir), verbose=0,
-                     optimizer=lambda: keras.optimizers.Adam(1e-2))
+def _fit(train, model_dir, build=lambda: models.digits_mlp(seed=0), **kwargs):
+    arguments = dict(epochs=2, steps_per_epoch=train.steps_per_epoch(BATCH), model_dir=model_dir and str(model_dir),
+                     verbose=0)
+    compile_args = dict(loss=LOSS, metrics=["accuracy"], steps_per_execution=5,
+                        optimizer=lambda: keras.optimizers.Adam(1e-2))
     options = {"export": False}
-    for name, value in kwargs.items():  # FitOptions' fields go into options=
-        (options if name in _OPTION_NAMES else arguments)[name] = value
-    return fit(model_fn, train.dataset_fn(BATCH, seed=1), options=FitOptions(**options), **arguments)
+    for name, value in kwargs.items():  # model.compile's arguments go to compile, FitOptions' fields into options=
+        (compile_args if name in _COMPILE else options if name in _OPTION_NAMES else arguments)[name] = value
+    return fit(compiled(build, **compile_args), train.dataset_fn(BATCH, seed=1), options=FitOptions(**options),
+               **arguments)
 
 
 def _scalars(logdir):
@@ -113,7 +117,7 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(digits, tmp_path):
     """With dropout and shuffling on: the dropout seed generators' state is in the checkpoint."""
     train, _ = digits
     dropout = lambda: models.digits_mlp(dropout=0.3, seed=0)  # noqa: E731
-    reference = _fit(train, tmp_path / "reference", model_fn=dropout)
+    reference = _fit(train, tmp_path / "reference", build=dropout)
 
     class Crash(keras.callbacks.Callback):
         def __init__(self):
@@ -126,9 +130,9 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(digits, tmp_path):
                 raise RuntimeError("simulated crash")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        _fit(train, tmp_path / "resumed", model_fn=dropout, checkpoint=CheckpointConfig(every=10), callbacks=[Crash()])
+        _fit(train, tmp_path / "resumed", build=dropout, checkpoint=CheckpointConfig(every=10), callbacks=[Crash()])
     assert tf.train.latest_checkpoint(str(tmp_path / "resumed")).endswith("ckpt-30")
-    resumed = _fit(train, tmp_path / "resumed", model_fn=dropout, checkpoint=CheckpointConfig(every=10))
+    resumed = _fit(train, tmp_path / "resumed", build=dropout, checkpoint=CheckpointConfig(every=10))
     assert resumed.global_step == reference.global_step == 44
     assert resumed.epoch == [1]  # only the unfinished epoch ran again
     for got, want in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=False):
@@ -173,8 +177,14 @@ def test_a_callback_can_stop_training(digits, tmp_path):
 
 def test_argument_errors_name_the_argument(digits, tmp_path):
     train, _ = digits
-    with pytest.raises(TrainingError, match="`loss` is None") as info:
+    with pytest.raises(TrainingError, match="compiled without a loss") as info:
         _fit(train, tmp_path, loss=None)
+    assert info.value.field == "loss"
+    with pytest.raises(TrainingError, match="which is not compiled. Compile it inside model_fn") as info:
+        fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(BATCH), steps_per_epoch=2, model_dir=str(tmp_path))
+    assert info.value.field == "model_fn"
+    with pytest.raises(TrainingError, match="losses per output") as info:
+        _fit(train, tmp_path, loss=[LOSS])
     assert info.value.field == "loss"
     with pytest.raises(TrainingError, match="`validation_fn` is None") as info:
         _fit(train, tmp_path, tf_config=_evaluator_config())

@@ -22,7 +22,7 @@ import keras
 from strategies import _compat as _strategies_compat
 
 __all__ = ["PATCHED_METHODS", "install", "uninstall", "installed", "original", "uses_base_train_step",
-           "auc_from_logits", "bind_variable", "child_layers", "count_atomically",
+           "auc_from_logits", "bind_variable", "child_layers", "compile_arguments", "count_atomically",
            "mean_metric_fn", "reraise_unchanged", "missing_symbols"]
 
 #: the ``keras.Model`` methods replaced while distributed Keras is enabled.
@@ -72,6 +72,18 @@ def original(name: str) -> Callable[..., Any]:
 def uses_base_train_step(model: keras.Model) -> bool:
     """False when the model overrides ``train_step`` (the engine would not run that code)."""
     return type(model).train_step is keras.Model.train_step
+
+
+def compile_arguments(model: keras.Model) -> dict[str, Any] | None:
+    """The arguments ``model.compile`` was last called with, as given (None: never compiled).
+
+    Keras keeps them unserialized in ``_compile_config.config``; its public
+    ``get_compile_config()`` serializes them, which loses functions and objects
+    without a config.
+    """
+    if not getattr(model, "compiled", False):
+        return None
+    return dict(model._compile_config.config)
 
 
 def auc_from_logits(metric: keras.metrics.AUC) -> bool:
@@ -139,6 +151,7 @@ def missing_symbols() -> list[str]:
         "keras.callbacks.BackupAndRestore().backup_dir": lambda: keras.callbacks.BackupAndRestore("unused"),
         "keras.callbacks.BackupAndRestore().save_freq": lambda: keras.callbacks.BackupAndRestore("unused"),
         "keras.callbacks.BackupAndRestore().delete_checkpoint": lambda: keras.callbacks.BackupAndRestore("unused"),
+        "keras.Model()._compile_config": _compiled_model,
     }
     for symbol, make in checks.items():
         attribute = symbol.rsplit(".", 1)[1]
@@ -151,6 +164,12 @@ def missing_symbols() -> list[str]:
     if not _reraises_marked_errors():
         missing.append(f"keras.layers.Layer.__call__ honouring {_CALL_INFO_INJECTED}")
     return missing + _strategies_compat.missing_symbols()
+
+
+def _compiled_model() -> keras.Model:
+    model = keras.Sequential([keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    return model
 
 
 def _binds_variables() -> bool:

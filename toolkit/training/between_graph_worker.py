@@ -25,10 +25,11 @@ from toolkit._compat.keras import bind_variable, count_atomically
 from toolkit._compat.tensorflow import automatic_control_dependencies, named_variable
 from toolkit._graph_packing import pack_transfers, task_of
 from toolkit.training.between_graph import MANIFEST, QUEUE_CAPACITY, WORKER_FLAG
+from toolkit.training.compiled import read_compiled
 from toolkit.training.config import TrainingError
 from toolkit.training.runners import DatasetFn, _check_batch
 from toolkit.training.state import GlobalStepSchedule, TrainState
-from toolkit.training.step import Forward, ResolvedMetric, TrainStep
+from toolkit.training.step import Forward, TrainStep
 
 if TYPE_CHECKING:
     from tf_config import TFConfig
@@ -48,9 +49,8 @@ def _not_unused_asserts(record: logging.LogRecord) -> bool:
     return not ("Object was never used" in message and "/Assert" in message)
 
 
-def worker_loop(model_fn: Callable[[], keras.Model], dataset_fn: DatasetFn, *, forward: Forward,
-                metrics: Mapping[str, ResolvedMetric], global_batch_size: int | None,
-                tf_config: TFConfig | None) -> Callable[[str, threading.Event], int]:
+def worker_loop(model_fn: Callable[[], keras.Model], dataset_fn: DatasetFn, *, forward: Forward | None,
+                global_batch_size: int | None, tf_config: TFConfig | None) -> Callable[[str, threading.Event], int]:
     """``fit``'s work for a parameter-server worker, run beside its server (``strategies.serve(work=...)``)."""
 
     def work(target: str, stop: threading.Event) -> int:
@@ -58,7 +58,7 @@ def worker_loop(model_fn: Callable[[], keras.Model], dataset_fn: DatasetFn, *, f
 
         cfg = TFConfig.from_env() if tf_config is None else tf_config
         return run_worker(target, num_workers=len(cfg.cluster.get("worker", ())), index=cfg.task_index, stop=stop,
-                          model_fn=model_fn, dataset_fn=dataset_fn, forward=forward, metrics=metrics,
+                          model_fn=model_fn, dataset_fn=dataset_fn, forward=forward,
                           global_batch_size=global_batch_size)
 
     return work
@@ -168,8 +168,8 @@ def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, 
 
 
 def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], keras.Model],
-                      dataset_fn: DatasetFn, forward: Forward, metrics: Mapping[str, ResolvedMetric],
-                      global_batch_size: int | None, num_workers: int, index: int,
+                      dataset_fn: DatasetFn, forward: Forward | None, global_batch_size: int | None,
+                      num_workers: int, index: int,
                       worker_device: str) -> tuple[list[tf.Operation], tf.Tensor, tf.Operation, tf.Operation]:
     """In the current graph: (the execution's ops, its token, the iterator's initializer, the count of ready
     workers' increment)."""
@@ -190,6 +190,7 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
         if not model.built:
             with tf.control_dependencies(None):
                 model(_check_batch(iterator.get_next())[0])  # creates the variables of a model built on its first call
+        learn = read_compiled(model, forward=forward)  # the loss and metrics the chief compiled too
         _bind(model.variables, manifest["model"], "the model")
         global_step = _open(manifest["global_step"])
         optimizer = _optimizer(manifest["optimizer"], global_step)
@@ -197,7 +198,7 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
         _bind(optimizer.variables, manifest["optimizer"]["variables"], "the optimizer")
         count_atomically(optimizer.iterations)  # workers step at once: Keras' read-and-write would lose counts
         state = TrainState(model=model, optimizer=optimizer, global_step=global_step)
-        step = _WorkerStep(state, forward, metrics, global_batch_size=global_batch_size)
+        step = _WorkerStep(state, learn.forward, learn.metrics, global_batch_size=global_batch_size)
         ops, token = _steps(step, iterator.get_next, token, count=int(manifest["steps_per_execution"]),
                             global_step=global_step, totals=_open(manifest["totals"]), worker_device=worker_device)
     with v1.device(manifest["ready"]["device"]):

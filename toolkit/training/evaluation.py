@@ -232,18 +232,24 @@ def evaluate_continuously(model_dir: str, evaluate: Callable[[str], _R], *, fina
 
 
 def run_sidecar_evaluator(model_fn: Callable[[], keras.Model], validation_fn: Callable[..., tf.data.Dataset], *,
-                          forward: Forward, metrics: Mapping[str, ResolvedMetric], model_dir: str, final_step: int,
+                          forward: Forward | None = None, model_dir: str, final_step: int,
                           steps: int | None = None, timeout: float = 600.0) -> LoopRecord:
     """Evaluates each new checkpoint in ``model_dir`` once, until the final one (``evaluate_continuously``).
+
+    The loss and metrics are the ones ``model_fn`` compiled its model with
+    (``forward``, if given, replaces the loss).
 
     Returns:
         A ``LoopRecord`` with one entry per evaluated checkpoint (``epochs``
         holds the global steps).
     """
+    from toolkit.training.compiled import read_compiled
+
     model = model_fn()
+    learn = read_compiled(model, forward=forward)
     global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
-    validator = Validator(model, validation_fn, forward=forward, metrics=metrics, steps=steps, prefix="")
+    validator = Validator(model, validation_fn, forward=learn.forward, metrics=learn.metrics, steps=steps, prefix="")
     writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
     record = LoopRecord()
 

@@ -50,6 +50,18 @@ def release_memory() -> None:
         trim(0)
 
 
+def _copy_optimizer(trained: keras.Model, clean: keras.Model) -> None:
+    """Gives the compiled copy the trained optimizer's state, so ``model.keras`` loads ready to train on."""
+    optimizer, source = getattr(clean, "optimizer", None), getattr(trained, "optimizer", None)
+    if optimizer is None or source is None:
+        return
+    optimizer.build(clean.trainable_variables)
+    pairs = list(zip(optimizer.variables, source.variables, strict=False))
+    if len(optimizer.variables) == len(source.variables) and all(a.shape == b.shape for a, b in pairs):
+        for mine, theirs in pairs:
+            mine.assign(theirs.numpy())
+
+
 def export_model(model: keras.Model, model_fn: Callable[[], keras.Model], directory: str) -> dict[str, str]:
     """Writes ``<directory>/model.keras`` and ``<directory>/saved_model``.
 
@@ -60,6 +72,7 @@ def export_model(model: keras.Model, model_fn: Callable[[], keras.Model], direct
     clean = model_fn()
     clean.set_weights(model.get_weights())
     copy_export_state(model, clean)  # e.g. sharded embedding tables, which are not weights
+    _copy_optimizer(model, clean)
     keras_path = os.path.join(directory, "model.keras")
     fd, tmp_file = tempfile.mkstemp(suffix=".keras", dir=directory)
     os.close(fd)

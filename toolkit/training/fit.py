@@ -27,6 +27,7 @@ import tensorflow as tf
 from toolkit.training import engine
 from toolkit.training.between_graph import NamedVariables, runner_for
 from toolkit.training.between_graph import prefix as variables_prefix
+from toolkit.training.compiled import read_compiled
 from toolkit.training.config import TrainingError
 from toolkit.training.engine import EngineRun, task_of
 from toolkit.training.evaluation import run_sidecar_evaluator, write_done_marker
@@ -36,8 +37,7 @@ from toolkit.training.loop import LoopRecord
 from toolkit.training.options import FitConfig, FitOptions
 from toolkit.training.preemption import install
 from toolkit.training.runners import strategy_kind
-from toolkit.training.state import OptimizerSpec, build_state
-from toolkit.training.step import Forward, LossSpec, ResolvedMetric, make_forward, resolve_metrics
+from toolkit.training.state import build_state
 
 if TYPE_CHECKING:
     from strategies import StrategyOptions
@@ -55,9 +55,6 @@ class _Run:
     model_fn: Callable[[], keras.Model]
     dataset_fn: Callable[..., tf.data.Dataset]
     validation_fn: Callable[..., tf.data.Dataset] | None
-    optimizer: OptimizerSpec
-    forward: Forward
-    metrics: dict[str, ResolvedMetric]
     config: FitConfig
     options: FitOptions
     model_dir: str
@@ -122,20 +119,21 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
         logger.warning("between_graph=True applies to parameter servers only; %s runs its usual loop",
                        type(strategy).__name__)
         run = dataclasses.replace(run, between_graph=False)
-    config = run.config
-    _check_sync_strategy(strategy, config)
+    _check_sync_strategy(strategy, run.config)
     named = NamedVariables(variables_prefix()) if parameter_server and run.between_graph is not False else None
     # outside the strategy's scope, so that its creator picks the ps first
     with tf.variable_creator_scope(named) if named is not None else contextlib.nullcontext():
-        state = build_state(strategy, run.model_fn, run.optimizer)
-    step = engine.build_step(state, strategy, run.forward, run.metrics, config=config, workers=task.workers,
+        state = build_state(strategy, run.model_fn)
+    learn = read_compiled(state.model, forward=run.options.forward)
+    config = dataclasses.replace(run.config, steps_per_execution=learn.steps_per_execution)
+    step = engine.build_step(state, strategy, learn.forward, learn.metrics, config=config, workers=task.workers,
                              factory=run.options.train_step)  # may add checkpointed state (before the restore)
     runner = None
     if named is not None:
         runner = runner_for(state, step, named, workers=task.workers, required=bool(run.between_graph),
                             steps_per_execution=config.steps_per_execution)
-    engine_run = EngineRun(config=config, task=task, dataset_fn=run.dataset_fn, forward=run.forward,
-                           metrics=run.metrics, checkpoint_dir=run.model_dir, summary_dir=run.model_dir,
+    engine_run = EngineRun(config=config, task=task, dataset_fn=run.dataset_fn, forward=learn.forward,
+                           metrics=learn.metrics, checkpoint_dir=run.model_dir, summary_dir=run.model_dir,
                            callbacks=run.callbacks if task.is_chief else (), verbose=run.verbose,
                            validation_data=run.validation_fn if task.is_chief else None, workers_validate=True,
                            keep_final_metrics=True)
@@ -162,7 +160,7 @@ def _evaluate(run: _Run) -> History:
         raise TrainingError(
             "This task is the evaluator (TF_CONFIG task type 'evaluator') but `validation_fn` is None. "
             "Pass validation_fn=<dataset_fn of the evaluation data>.", field="validation_fn")
-    record = run_sidecar_evaluator(run.model_fn, run.validation_fn, forward=run.forward, metrics=run.metrics,
+    record = run_sidecar_evaluator(run.model_fn, run.validation_fn, forward=run.options.forward,
                                    model_dir=run.model_dir, final_step=run.config.total_steps,
                                    steps=run.config.validation.steps,
                                    timeout=run.config.validation.evaluator_timeout)
@@ -173,12 +171,8 @@ def fit(
     model_fn: Callable[[], keras.Model],
     dataset_fn: Callable[..., tf.data.Dataset],
     *,
-    loss: LossSpec | None = None,
-    optimizer: OptimizerSpec = "adam",
-    metrics: Sequence[object] = (),  # names, functions, SummedMetrics, MeanMetricWrappers
     epochs: int = 1,
     steps_per_epoch: int,
-    steps_per_execution: int | None = None,
     validation_fn: Callable[..., tf.data.Dataset] | None = None,
     model_dir: str | os.PathLike | None = None,
     callbacks: Sequence[keras.callbacks.Callback] = (),
@@ -189,33 +183,39 @@ def fit(
     """Trains ``model_fn()`` on ``dataset_fn`` under the strategy TF_CONFIG calls for.
 
     Call it in every task of the job with the same arguments; see the module
-    docstring for what each task does.
+    docstring for what each task does. ``model_fn`` compiles the model it
+    builds, as for Keras' ``model.fit``: the loss, optimizer, metrics and
+    ``steps_per_execution`` are the ones given to ``model.compile``.
 
     Example:
         >>> import tempfile
         >>> from toolkit import data, fit
         >>> from toolkit.training import FitOptions
         >>> from models import digits_mlp
+        >>> def model_fn():
+        ...     model = digits_mlp()
+        ...     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        ...                   metrics=["accuracy"])
+        ...     return model
         >>> train = data.load("digits")
-        >>> history = fit(digits_mlp, train.dataset_fn(64), epochs=3, steps_per_epoch=train.steps_per_epoch(64),
-        ...               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        ...               metrics=["accuracy"], model_dir=tempfile.mkdtemp(), verbose=0,
-        ...               options=FitOptions(export=False))
+        >>> history = fit(model_fn, train.dataset_fn(64), epochs=3, steps_per_epoch=train.steps_per_epoch(64),
+        ...               model_dir=tempfile.mkdtemp(), verbose=0, options=FitOptions(export=False))
         >>> history.epoch, history.history["loss"][-1] < history.history["loss"][0]
         ([0, 1, 2], True)
 
     Args:
-        model_fn: builds the Keras 3 model; called under the strategy's scope.
+        model_fn: builds and compiles the Keras 3 model; called under the
+            strategy's scope. From ``model.compile`` the engine takes
+            ``optimizer`` (re-created under the scope from its config;
+            schedules follow the global step), ``loss`` (a Keras loss, name or
+            function returning per-example losses; not needed when
+            ``options.forward`` is given), ``metrics`` (names, per-example
+            functions, ``SummedMetric``\ s) and ``steps_per_execution``.
         dataset_fn: ``dataset_fn(input_context)`` returns this input pipeline's
             dataset of ``(features, labels)`` batches of
             ``input_context.get_per_replica_batch_size(global_batch)``,
             repeated; ``toolkit.data`` builds correctly sharded ones.
-        loss: a Keras loss (its reduction is switched off), name or function
-            returning per-example losses. Not needed when ``options.forward`` is given.
-        optimizer: name, Keras optimizer (re-created under the scope from its
-            config) or a callable returning one. Schedules follow the global step.
-        metrics: names or per-example functions (means of per-example values).
-        epochs, steps_per_epoch, steps_per_execution: see ``FitConfig``.
+        epochs, steps_per_epoch: see ``FitConfig``.
         validation_fn: a dataset_fn of finite validation batches, evaluated by
             the chief at each epoch end and by an evaluator task
             (``options.validation``).
@@ -243,19 +243,13 @@ def fit(
     elif not isinstance(options, FitOptions):
         raise TrainingError(f"`options` must be a toolkit.training.FitOptions or None. Received: options={options!r}. "
                             "Pass e.g. options=FitOptions(checkpoint=CheckpointConfig(every=500)).", field="options")
-    config = options.run_config(epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                steps_per_execution=steps_per_execution)
-    if options.forward is None and loss is None:
-        raise TrainingError("`loss` is None and no `options.forward` was given. Pass e.g. "
-                            "loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True).", field="loss")
-    forward = options.forward or make_forward(loss)
-    resolved = resolve_metrics(metrics)
+    config = options.run_config(epochs=epochs, steps_per_epoch=steps_per_epoch)
     work = None
     if options.between_graph is not False and isinstance(strategy, str):
         from toolkit.training.between_graph_worker import worker_loop
 
-        work = worker_loop(model_fn, dataset_fn, forward=forward, metrics=resolved,
-                           global_batch_size=config.global_batch_size, tf_config=options.tf_config)
+        work = worker_loop(model_fn, dataset_fn, forward=options.forward, global_batch_size=config.global_batch_size,
+                           tf_config=options.tf_config)
     from tf_config import TFConfig
 
     cfg = TFConfig.from_env() if options.tf_config is None else options.tf_config
@@ -264,8 +258,7 @@ def fit(
         from strategies import run_role
 
         cfg = run_role(cfg, strategy=strategy, options=options.serve, worker_work=work)
-    run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, optimizer=optimizer,
-               forward=forward, metrics=resolved, config=config, options=options,
+    run = _Run(model_fn=model_fn, dataset_fn=dataset_fn, validation_fn=validation_fn, config=config, options=options,
                model_dir=_model_dir(model_dir, cfg), callbacks=tuple(callbacks), cfg=cfg,
                verbose=int(verbose), between_graph=options.between_graph if work is not None else False)
     if cfg.is_evaluator:

@@ -1,6 +1,6 @@
 """``fit``'s optional knobs, grouped by concern into small frozen, self-validating objects.
 
-The simple call stays simple (``fit(model_fn, dataset_fn, loss=..., epochs=...,
+The simple call stays simple (``fit(model_fn, dataset_fn, epochs=...,
 steps_per_epoch=...)``); a caller who cares about checkpoints, logging,
 validation or synchronous updates passes one object for that concern inside
 ``fit(options=FitOptions(...))``, as Ray Train's ``RunConfig`` carries its
@@ -207,7 +207,7 @@ class FitOptions:
         sync: a ``SyncConfig`` turns on synchronous parameter-server updates; None (the default) is asynchronous.
         global_batch_size: see ``FitConfig``.
         forward: ``(model, features, labels, training) -> (per_example_loss,
-            predictions)``, replacing ``loss`` for custom objectives.
+            predictions)``, replacing the compiled ``loss`` for custom objectives.
         train_step: the per-replica step, the engine's seam: a ``TrainStep``
             subclass or a callable ``(state, forward, metrics, *,
             global_batch_size, sync) -> TrainStep``, called under the
@@ -266,7 +266,7 @@ class FitOptions:
                 raise TrainingError(f"`FitOptions.{name}` must be True or False. Received: "
                                     f"{name}={getattr(self, name)!r}.", field=f"FitOptions.{name}")
 
-    def run_config(self, *, epochs: int, steps_per_epoch: int, steps_per_execution: int | None) -> FitConfig:
+    def run_config(self, *, epochs: int, steps_per_epoch: int, steps_per_execution: int | None = None) -> FitConfig:
         """The engine's ``FitConfig`` for this run: the groups go in as they are."""
         return FitConfig(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
                          global_batch_size=self.global_batch_size, checkpoint=self.checkpoint, logs=self.logs,

@@ -201,8 +201,10 @@ def _check_model(model: object) -> keras.Model:
 
 
 def build_state(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras.Model],
-                optimizer: OptimizerSpec) -> TrainState:
+                optimizer: OptimizerSpec | None = None) -> TrainState:
     """Builds model, optimizer (with slots) and global step under ``strategy.scope()``.
+
+    ``optimizer`` None: the one ``model_fn`` compiled its model with.
 
     Example:
         >>> from models import digits_mlp
@@ -213,6 +215,10 @@ def build_state(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras.M
     with strategy.scope():
         model = _check_model(model_fn())
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        if optimizer is None:
+            from toolkit.training.compiled import compiled_optimizer
+
+            optimizer = compiled_optimizer(model)
         opt = _fresh_optimizer(optimizer)
         _bind_schedule(opt, global_step)
         opt.build(model.trainable_variables)
