@@ -169,18 +169,12 @@ def test_loop_with_a_sync_interval_hands_over_whole_executions():
     assert set(runner.calls) == {5} and runner.waits == 5  # 10 executions, a wait every 2
 
 
-def test_default_steps_per_execution_is_one_except_under_parameter_servers():
-    """Unset, it resolves by strategy kind; a chosen value is kept; chunks still end on checkpoints and epochs."""
-    from toolkit.training.config import PS_STEPS_PER_EXECUTION
+def test_long_executions_still_end_on_checkpoints_and_epoch_ends():
+    """Keras' default is one step per execution; a longer one is cut at checkpoint steps and epoch ends."""
     from toolkit.training.step import StatLayout
 
-    unset = FitConfig(epochs=2, steps_per_epoch=100, checkpoint=CheckpointConfig(every=25))
-    assert unset.steps_per_execution is None
-    assert unset.resolved(parameter_server=False).steps_per_execution == 1
-    ps = unset.resolved(parameter_server=True)
-    assert ps.steps_per_execution == PS_STEPS_PER_EXECUTION == 32
-    chosen = FitConfig(steps_per_execution=7)
-    assert chosen.resolved(parameter_server=True) is chosen and chosen.resolved(parameter_server=False) is chosen
+    assert FitConfig().steps_per_execution == 1
+    ps = FitConfig(epochs=2, steps_per_epoch=100, steps_per_execution=32, checkpoint=CheckpointConfig(every=25))
     runner, events = _CountingRunner(sync_every=4 * 2 * 32, width=2), []
     record = run_loop(runner, config=ps, layout=StatLayout(()), start_step=0, hooks=[events.append])
     assert [e.step for e in events if e.kind == "steps_end"] == [25, 50, 75, 100, 125, 150, 175, 200]

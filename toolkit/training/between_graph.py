@@ -155,7 +155,7 @@ def _publish(manifest: Mapping[str, Any], device: str) -> None:
 
 
 def runner_for(state: TrainState, step: TrainStep, named: NamedVariables, *, workers: int,
-               steps_per_execution: int | None, required: bool) -> Callable[..., Runner] | None:
+               steps_per_execution: int, required: bool) -> Callable[..., Runner] | None:
     """The between-graph runner for ``step`` if it can run (None: the coordinator runs it).
 
     ``required`` (``FitOptions.between_graph=True``) turns a step it cannot run into a ``TrainingError``;
@@ -167,7 +167,7 @@ def runner_for(state: TrainState, step: TrainStep, named: NamedVariables, *, wor
                             f"{reason}. Drop between_graph (the coordinator runs it).", field="between_graph")
     if reason is None and (required or workers_stepping(workers)):
         return functools.partial(make_runner, kind="between_graph", state=state, named=named,
-                                 steps_per_execution=steps_per_execution or 1)
+                                 steps_per_execution=steps_per_execution)
     if reason is not None:
         logger.info("between-graph steps cannot run %s; the chief coordinates the steps", reason)
     _publish({"mode": "coordinator"}, _device_of(state.global_step))  # workers waiting for a manifest serve only

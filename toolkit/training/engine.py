@@ -212,8 +212,7 @@ def train(run: EngineRun, state: TrainState, step: TrainStep, strategy: tf.distr
     is restored too. ``runner`` builds the runner from ``(strategy, step, global_step, *, skip_steps,
     num_workers, sync_every)`` (None: ``make_runner`` with ``run.dataset_fn``).
     """
-    config = run.config.resolved(parameter_server=run.task.kind == "parameter_server")
-    run = dataclasses.replace(run, config=config)
+    config = run.config
     logger.debug("train step: %s, steps per execution: %s", type(step).__name__, config.steps_per_execution)
     restored = None if run.checkpoint_dir is None else _restore(state, run.checkpoint_dir, run.restore_field)
     start = run.first_step if restored is None else restored
@@ -223,7 +222,7 @@ def train(run: EngineRun, state: TrainState, step: TrainStep, strategy: tf.distr
     # A parameter-server coordinator that waits too often leaves workers idle: keep every worker busy
     # for a few executions between waits unless the user asked for a log interval.
     sync_every = config.logs.every or max(config.log_interval,
-                                          4 * run.task.workers * (config.steps_per_execution or 1))
+                                          4 * run.task.workers * (config.steps_per_execution))
     if runner is None:
         built = make_runner(strategy, step, state.global_step, dataset_fn=run.dataset_fn, skip_steps=restored or 0,
                             num_workers=run.task.workers, sync_every=sync_every)

@@ -99,7 +99,7 @@ def _chunk_end(step: int, epoch_end: int, config: FitConfig, runner: Runner) -> 
     """The next step at which the loop must wait: epoch end, checkpoint step, or sync point."""
     interval = config.checkpoint_interval
     next_checkpoint = (step // interval + 1) * interval
-    per_execution = config.steps_per_execution or 1
+    per_execution = config.steps_per_execution
     sync = -(-(runner.sync_every or per_execution) // per_execution) * per_execution  # whole executions only
     return min(epoch_end, next_checkpoint, step + sync)
 
@@ -142,7 +142,7 @@ def run_loop(runner: Runner, *, config: FitConfig, layout: StatLayout, start_ste
             _emit(hooks, LoopEvent("steps_begin", step, epoch, step - epoch * config.steps_per_epoch))
             planned = step
             while planned < target:
-                count = min(config.steps_per_execution or 1, target - planned)
+                count = min(config.steps_per_execution, target - planned)
                 runner.run(count)
                 planned += count
             chunk = runner.wait()

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tf_config.checks import check_int, check_number
-from toolkit.training.config import PS_STEPS_PER_EXECUTION, TrainingError
+from toolkit.training.config import TrainingError
 
 if TYPE_CHECKING:
     from strategies import ServeOptions, StrategyOptions
@@ -142,10 +142,11 @@ class FitConfig:
         steps_per_epoch: optimizer steps (global batches) per epoch.
         steps_per_execution: steps run per ``tf.function`` call (or per closure
             scheduled on a parameter-server worker). Larger values amortise the
-            Python and RPC overhead, the main lever for small models. None lets
-            the engine choose (``resolved``): 1 where every step is visible to
-            callbacks, more under parameter servers, whose coordinator only sees
-            chunks of steps anyway.
+            Python and RPC overhead, the main lever for small models. Both front
+            doors take it from ``model.compile`` (Keras' default, 1). Chunks end
+            exactly on checkpoint steps and epoch ends (a shorter execution), so
+            results do not depend on it; the global step, and so a schedule,
+            advances once per execution.
         global_batch_size: examples per step over all replicas, used to average
             the loss (None: inferred from the batch each replica receives).
         checkpoint, logs, validation: the groups above.
@@ -154,7 +155,7 @@ class FitConfig:
 
     epochs: int = 1
     steps_per_epoch: int = 100
-    steps_per_execution: int | None = None
+    steps_per_execution: int = 1
     global_batch_size: int | None = None
     checkpoint: CheckpointConfig = CheckpointConfig()
     logs: LogConfig = LogConfig()
@@ -164,24 +165,8 @@ class FitConfig:
     def __post_init__(self) -> None:
         _positive("epochs", self.epochs, "5")
         _positive("steps_per_epoch", self.steps_per_epoch, "len(train) // global_batch_size")
-        _positive("steps_per_execution", self.steps_per_execution, "10", optional=True)
+        _positive("steps_per_execution", self.steps_per_execution, "10")
         _positive("global_batch_size", self.global_batch_size, "64", optional=True)
-
-    def resolved(self, *, parameter_server: bool) -> FitConfig:
-        """This config with ``steps_per_execution`` chosen if it was left None.
-
-        Synchronous strategies (one process, mirrored, multi-worker mirrored) run
-        one step per call, like Keras: Keras callbacks and the progress bar see
-        every step. Under parameter servers the coordinator only waits every few
-        hundred steps, so callbacks see chunks whatever the execution length, and
-        each closure costs an RPC round trip to a worker, so ``PS_STEPS_PER_EXECUTION``
-        steps share one. Chunks still end exactly on checkpoint steps and epoch
-        ends (a shorter last execution), so results do not depend on it.
-        """
-        if self.steps_per_execution is not None:
-            return self
-        chosen = PS_STEPS_PER_EXECUTION if parameter_server else 1
-        return dataclasses.replace(self, steps_per_execution=chosen)
 
     @property
     def total_steps(self) -> int:
@@ -266,7 +251,7 @@ class FitOptions:
                 raise TrainingError(f"`FitOptions.{name}` must be True or False. Received: "
                                     f"{name}={getattr(self, name)!r}.", field=f"FitOptions.{name}")
 
-    def run_config(self, *, epochs: int, steps_per_epoch: int, steps_per_execution: int | None = None) -> FitConfig:
+    def run_config(self, *, epochs: int, steps_per_epoch: int, steps_per_execution: int = 1) -> FitConfig:
         """The engine's ``FitConfig`` for this run: the groups go in as they are."""
         return FitConfig(epochs=epochs, steps_per_epoch=steps_per_epoch, steps_per_execution=steps_per_execution,
                          global_batch_size=self.global_batch_size, checkpoint=self.checkpoint, logs=self.logs,
