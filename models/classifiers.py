@@ -4,7 +4,7 @@ The builders return uncompiled Keras 3 models that end in a ``logits`` layer
 (no softmax): pair them with a loss built with ``from_logits=True``. Layer names
 are fixed (``conv_1``, ``dense_1``, ``logits``...) so that code mapping layers to
 devices or comparing weights can rely on them. There is no training code here;
-``toolkit.fit`` trains these under any strategy.
+``toolkit.fit`` trains these under any strategy once a ``model_fn`` compiles them.
 
 Example:
     >>> model = digits_mlp(seed=0)

@@ -73,13 +73,17 @@ def main(argv: Sequence[str] | None = None, *, callbacks: Sequence[Any] = ()) ->
     from toolkit import data, fit
     from toolkit.training import FitOptions
 
+    def model_fn():
+        model = MODELS[args.model]()
+        model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
+                      steps_per_execution=1 if args.between_graph else args.steps_per_execution)
+        return model
+
     train, test = data.load("digits", split="train"), data.load("digits", split="test")
     history = fit(
-        MODELS[args.model], train.dataset_fn(_BATCH, seed=0),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-        optimizer=lambda: keras.optimizers.Adam(args.learning_rate),
+        model_fn, train.dataset_fn(_BATCH, seed=0),
         epochs=args.epochs, steps_per_epoch=train.steps_per_epoch(_BATCH),
-        steps_per_execution=None if args.between_graph else args.steps_per_execution,
         validation_fn=test.dataset_fn(_BATCH, shuffle=False, repeat=False, drop_remainder=False),
         model_dir=args.model_dir, callbacks=callbacks, options=FitOptions(between_graph=args.between_graph),
     )

@@ -34,16 +34,19 @@ def main(argv=None) -> None:
     from models import digits_mlp
     from toolkit import data, fit
 
+    def model_fn():
+        model = digits_mlp(hidden_units=(args.hidden_units, args.hidden_units), seed=0)
+        model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"], steps_per_execution=5)
+        return model
+
     train, test = data.load("digits", split="train"), data.load("digits", split="test")
     history = fit(
-        lambda: digits_mlp(hidden_units=(args.hidden_units, args.hidden_units), seed=0),
+        model_fn,
         train.dataset_fn(args.batch_size, seed=0),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        optimizer=lambda: keras.optimizers.Adam(args.learning_rate),
-        metrics=["accuracy"],
         epochs=args.epochs,
         steps_per_epoch=train.steps_per_epoch(args.batch_size),
-        steps_per_execution=5,
         validation_fn=test.dataset_fn(256, shuffle=False, repeat=False, drop_remainder=False),
         model_dir=args.job_dir,
     )
