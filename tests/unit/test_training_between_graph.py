@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _models import compiled
 
 import models
 from toolkit import data, fit
@@ -80,9 +81,10 @@ def test_between_graph_steps_are_a_registered_runner_and_fits_default_under_para
 
 def test_fit_checks_between_graph_before_anything_starts(tmp_path):
     train = data.load("digits")
-    common = dict(loss=LOSS, epochs=1, steps_per_epoch=2, model_dir=str(tmp_path), verbose=0)
+    common = dict(epochs=1, steps_per_epoch=2, model_dir=str(tmp_path), verbose=0)
     with pytest.raises(TrainingError, match="between_graph` must be True or False") as info:
-        fit(models.digits_mlp, train.dataset_fn(64), options=FitOptions(between_graph="yes"), **common)
+        fit(compiled(models.digits_mlp, loss=LOSS, metrics=()), train.dataset_fn(64),
+            options=FitOptions(between_graph="yes"), **common)
     assert info.value.field == "FitOptions.between_graph"
 
 

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _models import compiled
 
 import toolkit
 from toolkit.training import CheckpointConfig, FitOptions
@@ -111,8 +112,9 @@ def strategy():
 def test_fit_and_model_fit_write_the_same_checkpoints_and_summaries(strategy, tmp_path, monkeypatch):
     calls, waits, door = _watch_executions(monkeypatch)
     fit_steps, keras_steps = _CheckpointSteps(tmp_path / "fit"), _CheckpointSteps(tmp_path / "keras")
-    fitted = toolkit.fit(_model, _dataset_fn, loss="mse", optimizer=lambda: keras.optimizers.SGD(0.05),
-                         epochs=EPOCHS, steps_per_epoch=STEPS, steps_per_execution=2, strategy=strategy,
+    model_fn = compiled(_model, optimizer=lambda: keras.optimizers.SGD(0.05), loss="mse", metrics=(),
+                        steps_per_execution=2)
+    fitted = toolkit.fit(model_fn, _dataset_fn, epochs=EPOCHS, steps_per_epoch=STEPS, strategy=strategy,
                          validation_fn=_validation_fn, model_dir=str(tmp_path / "fit"), verbose=0,
                          callbacks=[fit_steps, keras.callbacks.TensorBoard(str(tmp_path / "fit-tb"))],
                          options=FitOptions(checkpoint=CheckpointConfig(every=2, keep=1), export=False))

@@ -57,17 +57,17 @@ def test_flat_keywords_of_the_old_signature_are_plain_type_errors():
 
     for name in ("checkpoint_every_steps", "sync_replicas", "checkpoint", "export", "strategy_options"):
         with pytest.raises(TypeError, match=f"unexpected keyword argument '{name}'"):
-            fit(never, never, loss="mse", steps_per_epoch=1, **{name: 10})
+            fit(never, never, steps_per_epoch=1, **{name: 10})
 
 
 def test_a_group_of_the_wrong_kind_is_refused():
     with pytest.raises(TrainingError) as info:
-        fit(lambda: None, lambda ctx: None, loss="mse", steps_per_epoch=1, options=FitOptions(checkpoint=LogConfig()))
+        fit(lambda: None, lambda ctx: None, steps_per_epoch=1, options=FitOptions(checkpoint=LogConfig()))
     assert info.value.field == "FitOptions.checkpoint"
     assert ("`FitOptions.checkpoint` must be a toolkit.training.CheckpointConfig. Received: "
             "FitOptions.checkpoint=LogConfig(") in str(info.value)
     with pytest.raises(TrainingError) as info:
-        fit(lambda: None, lambda ctx: None, loss="mse", steps_per_epoch=1, options={"export": False})
+        fit(lambda: None, lambda ctx: None, steps_per_epoch=1, options={"export": False})
     assert info.value.field == "options" and "Pass e.g. options=FitOptions(" in str(info.value)
 
 
@@ -91,7 +91,7 @@ def test_typed_strategy_options_reach_make_strategy(tmp_path):
     from strategies import StrategyError, StrategyOptions
 
     with pytest.raises(StrategyError) as info:
-        fit(lambda: None, lambda ctx: None, loss="mse", steps_per_epoch=1, strategy="default",
+        fit(lambda: None, lambda ctx: None, steps_per_epoch=1, strategy="default",
             model_dir=str(tmp_path), options=FitOptions(strategy=StrategyOptions(communication="ring")))
     assert info.value.field == "communication" and "default does not use it" in str(info.value)
 
@@ -111,7 +111,7 @@ def test_serve_options_reach_the_server_loop_as_one_object(monkeypatch, tmp_path
     seen = []
     monkeypatch.setattr(roles, "serve_until_goodbye", lambda cfg, options, **kwargs: seen.append(options) or 7)
     with pytest.raises(SystemExit) as exited:
-        fit(lambda: None, lambda ctx: None, loss="mse", steps_per_epoch=1, model_dir=str(tmp_path),
+        fit(lambda: None, lambda ctx: None, steps_per_epoch=1, model_dir=str(tmp_path),
             options=FitOptions(serve=given, tf_config=cfg))
     assert exited.value.code == 7 and seen == [given] and seen[0] is given
 

@@ -5,6 +5,7 @@ import json
 import logging
 
 import keras
+from _models import compiled
 
 import models
 from toolkit import data, fit
@@ -17,12 +18,12 @@ BATCH = 64
 def _fit(model_dir, **kwargs):
     train, test = data.load("digits"), data.load("digits", split="test")
     validation = test.dataset_fn(BATCH, shuffle=False, repeat=False, drop_remainder=False)
-    arguments = dict(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                     epochs=2, steps_per_epoch=4, steps_per_execution=2, validation_fn=validation,
-                     model_dir=str(model_dir), verbose=0, optimizer=lambda: keras.optimizers.Adam(1e-2),
+    arguments = dict(epochs=2, steps_per_epoch=4, validation_fn=validation, model_dir=str(model_dir), verbose=0,
                      options=FitOptions(export=False))
     arguments.update(kwargs)
-    return fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(BATCH, seed=1), **arguments)
+    model_fn = compiled(models.digits_mlp, seed=0, optimizer=lambda: keras.optimizers.Adam(1e-2),
+                        steps_per_execution=2)
+    return fit(model_fn, train.dataset_fn(BATCH, seed=1), **arguments)
 
 
 def test_a_finished_model_dir_says_so_and_returns_the_final_metrics(tmp_path, caplog):

@@ -1,10 +1,10 @@
 """Synchronous parameter-server options of ``fit``: validation before any cluster is touched."""
 from __future__ import annotations
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _models import compiled
 
 import models
 from toolkit.training import RUNNERS, FitConfig, FitOptions, SyncConfig, SyncParameterServerRunner, TrainingError, fit
@@ -43,8 +43,8 @@ def _data(context=None):
 
 def test_sync_replicas_outside_parameter_servers_is_refused_before_training(tmp_path):
     with pytest.raises(TrainingError) as info:
-        fit(models.digits_mlp, _data, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            steps_per_epoch=2, model_dir=str(tmp_path), verbose=0, options=FitOptions(sync=SyncConfig()))
+        fit(compiled(models.digits_mlp, metrics=()), _data, steps_per_epoch=2, model_dir=str(tmp_path), verbose=0,
+            options=FitOptions(sync=SyncConfig()))
     message = str(info.value)
     assert info.value.field == "FitOptions.sync"
     assert "`FitOptions.sync` is a SyncConfig but the strategy is _DefaultDistributionStrategy ('sync')" in message
