@@ -16,6 +16,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _models import compiled
 
 from toolkit._compat.tensorflow import named_variable
 from toolkit._graph_packing import pack_transfers
@@ -126,8 +127,8 @@ def test_the_workers_steps_equal_one_processs(cluster, name, steps_per_execution
         session.run(publish)  # before the worker starts: it must not read an earlier test's manifest
         stop, ran = threading.Event(), []
         worker = threading.Thread(target=lambda: ran.append(run_worker(
-            cluster, num_workers=1, index=0, stop=stop, model_fn=_model, dataset_fn=dataset_fn,
-            forward=make_forward(LOSS), metrics={}, global_batch_size=None)), daemon=True)
+            cluster, num_workers=1, index=0, stop=stop, dataset_fn=dataset_fn, forward=None, global_batch_size=None,
+            model_fn=compiled(_model, optimizer=OPTIMIZERS[name], loss=LOSS, metrics=()))), daemon=True)
         worker.start()
         session.run(release, {placeholder: tokens})
         for _ in range(600):
@@ -154,15 +155,16 @@ def test_a_step_makes_three_transfers_between_the_worker_and_the_ps(cluster, ste
     def mlp():
         return keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, activation="relu"), keras.layers.Dense(3)])
 
-    state = build_state(tf.distribute.get_strategy(), mlp, lambda: keras.optimizers.Adam(1e-2))
+    adam = lambda: keras.optimizers.Adam(1e-2)  # noqa: E731
+    state = build_state(tf.distribute.get_strategy(), mlp, adam)
     initial = [v.numpy() for v in [*state.model.variables, *state.optimizer.variables]]
     graph, writes, _, release, placeholder, _, _, manifest = _chief(cluster, state, initial,
                                                                     steps_per_execution=steps_per_execution)
     step_graph, metadata = tf.Graph(), v1.RunMetadata()
     with step_graph.as_default():
         train, token, initializer, _ = build_worker_step(
-            manifest, model_fn=mlp, dataset_fn=_dataset_fn, forward=make_forward(LOSS), metrics={},
-            global_batch_size=None, num_workers=1, index=0, worker_device=WORKER)
+            manifest, model_fn=compiled(mlp, optimizer=adam, loss=LOSS, metrics=()), dataset_fn=_dataset_fn,
+            forward=None, global_batch_size=None, num_workers=1, index=0, worker_device=WORKER)
     assert pack_transfers(step_graph, [*train, token]) > 0
     with v1.Session(cluster, graph=graph) as chief, v1.Session(cluster, graph=step_graph) as worker:
         chief.run(writes)
