@@ -149,22 +149,22 @@ def _scenarios(out: Path) -> None:
 
     from toolkit.training import FitOptions, fit
 
-    fit_optimizers = []
-
-    def make_optimizer():
-        fit_optimizers.append(DeviceMap.place_optimizer(keras.optimizers.Adam(0.02)))
-        return fit_optimizers[-1]
+    def compiled_model():
+        model = _model()
+        model.compile(optimizer=DeviceMap.place_optimizer(keras.optimizers.Adam(0.02)),
+                      loss=keras.losses.MeanSquaredError())
+        return model
 
     def dataset_fn(context):
         return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)
 
-    trained = fit(dm.builder(_model), dataset_fn, loss=keras.losses.MeanSquaredError(), optimizer=make_optimizer,
-                  epochs=4, steps_per_epoch=8, strategy="default", model_dir=str(out.parent / "fit"), verbose=0,
-                  options=FitOptions(export=False))
-    dm.verify(trained.model, optimizer=fit_optimizers[-1])
+    trained = fit(dm.builder(compiled_model), dataset_fn, epochs=4, steps_per_epoch=8, strategy="default",
+                  model_dir=str(out.parent / "fit"), verbose=0, options=FitOptions(export=False))
+    fit_optimizer = trained.model.optimizer  # the one fit trained with (build_state sets it)
+    dm.verify(trained.model, optimizer=fit_optimizer)
     result["toolkit_fit"] = {"loss": trained.history["loss"],
                              "head": [variable_device(v) for v in trained.model.get_layer("head").weights],
-                             "head_slots": [variable_device(v) for v in fit_optimizers[-1].variables
+                             "head_slots": [variable_device(v) for v in fit_optimizer.variables
                                             if v.path.split("/")[-1].startswith("head_")]}
 
     import toolkit.compat.v1 as tf1

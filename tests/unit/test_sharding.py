@@ -265,6 +265,8 @@ def test_fit_trains_a_model_with_sharded_tables_and_checkpoints_the_sparse_slots
     """``toolkit.fit`` picks ``ShardedTrainStep`` through the engine's train-step seam."""
     import functools
 
+    from _models import compiled
+
     from models import synthetic_interactions
     from toolkit import fit
     from toolkit.layers import ShardedTrainStep, recommender
@@ -278,9 +280,9 @@ def test_fit_trains_a_model_with_sharded_tables_and_checkpoints_the_sparse_slots
 
     model_fn = functools.partial(recommender, 40, 300, embedding_dim=4, hidden_units=(8,), num_shards=2, seed=0)
     sparse = SparseAdam(0.05)
-    history = fit(model_fn, dataset_fn, loss=keras.losses.BinaryCrossentropy(from_logits=True), epochs=2,
-                  steps_per_epoch=50, steps_per_execution=10, model_dir=str(tmp_path), verbose=0,
-                  optimizer=lambda: keras.optimizers.Adam(0.01),
+    history = fit(compiled(model_fn, optimizer=lambda: keras.optimizers.Adam(0.01), metrics=(), steps_per_execution=10,
+                           loss=keras.losses.BinaryCrossentropy(from_logits=True)),
+                  dataset_fn, epochs=2, steps_per_epoch=50, model_dir=str(tmp_path), verbose=0,
                   options=FitOptions(train_step=functools.partial(ShardedTrainStep, sparse_optimizer=sparse)))
     assert history["loss"][-1] < history["loss"][0] - 0.05
     assert int(sparse.iterations.numpy()) == history.global_step == 100

@@ -29,13 +29,17 @@ def _child(out_dir: str) -> None:
     from toolkit import data, fit
     from toolkit.training import FitOptions
 
+    def model_fn():
+        model = models.digits_mlp(seed=3)
+        model.compile(optimizer=keras.optimizers.SGD(0.2, momentum=0.9), metrics=["accuracy"], steps_per_execution=4,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
     train = data.load("digits")
     results = {}
     for name, options in STRATEGIES.items():
-        history = fit(lambda: models.digits_mlp(seed=3), train.dataset_fn(64, seed=4), strategy=name,
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                      epochs=2, steps_per_epoch=10, steps_per_execution=4, model_dir=os.path.join(out_dir, name),
-                      verbose=0, optimizer=lambda: keras.optimizers.SGD(0.2, momentum=0.9),
+        history = fit(model_fn, train.dataset_fn(64, seed=4), strategy=name, epochs=2, steps_per_epoch=10,
+                      model_dir=os.path.join(out_dir, name), verbose=0,
                       options=FitOptions(strategy=StrategyOptions(**(options or {})), export=False))
         np.savez(os.path.join(out_dir, f"{name}.npz"), *history.model.get_weights())
         results[name] = {"loss": history["loss"], "accuracy": history["accuracy"], "step": history.global_step}
