@@ -107,17 +107,20 @@ def _task_main(argv) -> None:
 
         validation_fn = eager_validation
 
-    def optimizer():
+    def model_fn():
+        model = models.digits_mlp(seed=11, dropout=args.dropout)
         if args.schedule:
-            return keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.2, 10, 0.5),
-                                        momentum=args.momentum)
-        return keras.optimizers.Adam(5e-3)
+            optimizer = keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.2, 10, 0.5),
+                                             momentum=args.momentum)
+        else:
+            optimizer = keras.optimizers.Adam(5e-3)
+        model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"], steps_per_execution=args.steps_per_execution)
+        return model
 
-    history = fit(lambda: models.digits_mlp(seed=11, dropout=args.dropout), train.dataset_fn(_BATCH, shuffle=False),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                  optimizer=optimizer, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-                  steps_per_execution=args.steps_per_execution or None, validation_fn=validation_fn,
-                  model_dir=args.model_dir, callbacks=[CrashOnce()] if args.crash_at_step else [], verbose=1,
+    history = fit(model_fn, train.dataset_fn(_BATCH, shuffle=False), epochs=args.epochs,
+                  steps_per_epoch=args.steps_per_epoch, validation_fn=validation_fn, model_dir=args.model_dir,
+                  callbacks=[CrashOnce()] if args.crash_at_step else [], verbose=1,
                   options=FitOptions(between_graph=None if args.default_runner else args.between_graph,
                                      checkpoint=CheckpointConfig(every=args.checkpoint_every), export=False,
                                      validation=ValidationConfig(evaluator_timeout=120)))
@@ -261,7 +264,7 @@ def _steps_done(log):
 @pytest.mark.cluster
 def test_between_graph_steps_with_one_worker_equal_one_process(tmp_path, no_orphans):
     local_env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    flags = ["--steps-per-execution", "0", "--between-graph"]
+    flags = ["--steps-per-execution", "1", "--between-graph"]
     reference = subprocess.run([sys.executable, __file__, "--model-dir", str(tmp_path / "ref" / "model"),
                                 "--out", str(tmp_path / "ref"), *flags], cwd=_REPO, capture_output=True,
                                text=True, timeout=_TIMEOUT, env=local_env)

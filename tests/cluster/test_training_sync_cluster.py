@@ -1,6 +1,6 @@
 """Synchronous parameter-server training through ``toolkit.fit`` on a real local cluster.
 
-Every task runs this file as a script; ``fit(..., sync=SyncConfig(...))`` gives
+Every task runs this file as a script; ``fit(..., options=FitOptions(sync=SyncConfig(...)))`` gives
 each task its role. One job (chief + 2 workers + 1 ps, digits): the global step
 ends exactly on the requested total, every scheduled contribution is accounted
 for (aggregated, stale or pending), the loss falls, checkpoints and the
@@ -34,13 +34,17 @@ def _task_main(argv) -> None:
     from toolkit import CheckpointConfig, SyncConfig, data, fit
     from toolkit.training import FitOptions
 
+    def model_fn():
+        model = models.digits_mlp(seed=3)
+        model.compile(optimizer=keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.5, 12, 0.5)),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
+                      steps_per_execution=2)
+        return model
+
     train = data.load("digits")
-    history = fit(lambda: models.digits_mlp(seed=3), train.dataset_fn(_BATCH),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                  optimizer=lambda: keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.5, 12, 0.5)),
-                  epochs=2, steps_per_epoch=12, steps_per_execution=2, model_dir=args.model_dir, verbose=0,
-                  options=FitOptions(checkpoint=CheckpointConfig(every=8), export=False,
-                                     sync=SyncConfig(replicas_to_aggregate=_AGGREGATE)))
+    history = fit(model_fn, train.dataset_fn(_BATCH), epochs=2, steps_per_epoch=12, model_dir=args.model_dir,
+                  verbose=0, options=FitOptions(checkpoint=CheckpointConfig(every=8), export=False,
+                                                sync=SyncConfig(replicas_to_aggregate=_AGGREGATE)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"role": history.role, "history": history.history, "global_step": history.global_step,
