@@ -35,7 +35,7 @@ def test_steps_the_workers_cannot_rebuild_are_left_to_the_coordinator_or_refused
     assert unsupported(MyStep(state, make_forward(LOSS), {})) == "train_step (MyStep)"
     with pytest.raises(TrainingError, match=r"cannot run train_step \(MyStep\)") as info:
         runner_for(state, MyStep(state, make_forward(LOSS), {}), NamedVariables("tfdist_test_refused"), workers=1,
-                   steps_per_execution=None, required=True)
+                   steps_per_execution=1, required=True)
     assert info.value.field == "between_graph" and "Drop between_graph" in str(info.value)
 
 

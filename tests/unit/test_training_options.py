@@ -47,7 +47,7 @@ def test_groups_reach_the_engine_as_they_are():
                                checkpoint=checkpoint, logs=logs, validation=validation, sync=sync)
     assert config.checkpoint is checkpoint and config.sync is sync  # read directly, never flattened
     assert (config.checkpoint_interval, config.log_interval) == (4, 3)
-    plain = FitOptions().run_config(epochs=1, steps_per_epoch=10, steps_per_execution=None)
+    plain = FitOptions().run_config(epochs=1, steps_per_epoch=10)
     assert plain == FitConfig(epochs=1, steps_per_epoch=10) and plain.sync is None  # asynchronous by default
 
 
