@@ -87,10 +87,14 @@ def _child(argv) -> None:
     toolkit.enable_distributed_keras()
     rates: dict[str, list[float]] = {"toolkit.fit": [], "model.fit": []}
 
+    def model_fn():
+        compiled = model()
+        compiled.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse", steps_per_execution=args.spe)
+        return compiled
+
     def engine(run, side="toolkit.fit"):
         clock = EpochClock()
-        history = toolkit.fit(model, dataset_fn, loss="mse", optimizer=lambda: keras.optimizers.Adam(1e-3),
-                              epochs=EPOCHS, steps_per_epoch=args.steps, steps_per_execution=args.spe,
+        history = toolkit.fit(model_fn, dataset_fn, epochs=EPOCHS, steps_per_epoch=args.steps,
                               model_dir=f"{args.model_dir}-{run}-{side}", verbose=0, strategy=strategy,
                               callbacks=[clock],
                               options=toolkit.FitOptions(checkpoint=toolkit.CheckpointConfig(every=EPOCHS * args.steps),

@@ -44,11 +44,14 @@ from toolkit import data, fit
 from toolkit.training import FitOptions
 epochs, out = int(sys.argv[1]), sys.argv[2]
 train = data.load("digits", split="train")
+def model_fn():
+    model = digits_mlp(hidden_units=(64, 64), seed=0)
+    model.compile(optimizer=keras.optimizers.Adam(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), steps_per_execution=5)
+    return model
 started = time.time()
-history = fit(lambda: digits_mlp(hidden_units=(64, 64), seed=0), train.dataset_fn(64, seed=0),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-              optimizer=lambda: keras.optimizers.Adam(0.01), epochs=epochs,
-              steps_per_epoch=train.steps_per_epoch(64) * 4, steps_per_execution=5,
+history = fit(model_fn, train.dataset_fn(64, seed=0), epochs=epochs,
+              steps_per_epoch=train.steps_per_epoch(64) * 4,
               model_dir=os.path.join(os.environ["TFDIST_JOB_DIR"], "model"), verbose=0,
               options=FitOptions(export=False))
 rates = [r["steps_per_sec"] for r in history.rates[1:]]

@@ -6,7 +6,7 @@ two ps), a batch of 32 per step (each step is one worker's), synthetic data, Ada
 every variable from the ps and sends back a gradient of the same size, so the
 variables' I/O, not the arithmetic, dominates. Measured for 1, 2 and 4 workers on
 1 ps, and for 1 and 2 ps with 2 workers (each cluster also has its chief, the
-coordinator), with the engine's default ``steps_per_execution``.
+coordinator), with ``steps_per_execution`` 32 (the coordinator's setting).
 
 Prints steps/s, examples/s, the speed-up over one worker, and an estimate of each
 ps's network traffic per step: the bytes of the trainable variables placed on it,
@@ -35,6 +35,8 @@ if str(_REPO) not in sys.path:  # run as a plain script from a checkout
     sys.path.insert(0, str(_REPO))
 
 BATCH, FEATURES, HIDDEN, EXAMPLES, EPOCHS = 32, 1024, (2048, 1024), 4096, 3
+#: steps per closure the chief schedules on a worker (the coordinator's fastest setting in RESULTS.md)
+STEPS_PER_EXECUTION = 32
 # (workers, ps) shapes; the scaling target: workers on 1 ps, then a second ps.
 SHAPES = {"1w1ps": (1, 1), "2w1ps": (2, 1), "4w1ps": (4, 1), "2w2ps": (2, 2)}
 # A shape "scales" when it reaches this share of the ideal speed-up (linear in workers).
@@ -78,9 +80,14 @@ def _child(argv) -> None:
     from toolkit import fit
     from toolkit.training import CheckpointConfig, FitOptions, LogConfig
 
-    # steps_per_execution is left at the engine's default on purpose: that is what a user gets.
-    history = fit(_model, _dataset_fn(), loss=keras.losses.BinaryCrossentropy(from_logits=True),
-                  optimizer=lambda: keras.optimizers.Adam(1e-4), epochs=EPOCHS, steps_per_epoch=args.steps,
+    # The workers only serve (run_role above), so the chief coordinates their steps, many per closure.
+    def model_fn():
+        model = _model()
+        model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=keras.losses.BinaryCrossentropy(from_logits=True),
+                      steps_per_execution=STEPS_PER_EXECUTION)
+        return model
+
+    history = fit(model_fn, _dataset_fn(), epochs=EPOCHS, steps_per_epoch=args.steps,
                   model_dir=args.model_dir, verbose=0,
                   options=FitOptions(logs=LogConfig(every=args.steps, summary_every=EPOCHS * args.steps),
                                      checkpoint=CheckpointConfig(every=EPOCHS * args.steps), export=False))
@@ -123,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     names = args.only or list(SHAPES)
     print(f"{os.cpu_count()} CPU cores; model {FEATURES}->{'->'.join(map(str, HIDDEN))}->1, batch {BATCH} per step "
-          f"(one worker's), default steps_per_execution")
+          f"(one worker's), steps_per_execution {STEPS_PER_EXECUTION}")
     rows: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="tfdist-bench-scaling-") as tmp:
         for name in names:

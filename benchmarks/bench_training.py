@@ -125,9 +125,17 @@ def _toolkit(args) -> float:
 
     options = StrategyOptions(logical_cpus=2) if args.strategy == "mirrored" else None
     optimizer = getattr(keras.optimizers, _OPTIMIZERS[args.optimizer][0])
-    history = fit(_model, _dataset_fn(), loss="mse", optimizer=lambda: optimizer(1e-3), epochs=EPOCHS,
-                  steps_per_epoch=args.steps, steps_per_execution=args.spe, model_dir=args.model_dir, verbose=0,
-                  strategy=args.strategy,
+    # --spe unset: Keras' default, as a user leaves it; 32 where the chief coordinates the ps workers' steps
+    coordinated = args.strategy == "parameter_server" and (args.coordinator or args.unpacked)
+    spe = args.spe if args.spe is not None else 32 if coordinated else 1
+
+    def model_fn():
+        model = _model()
+        model.compile(optimizer=optimizer(1e-3), loss="mse", steps_per_execution=spe)
+        return model
+
+    history = fit(model_fn, _dataset_fn(), epochs=EPOCHS, steps_per_epoch=args.steps, model_dir=args.model_dir,
+                  verbose=0, strategy=args.strategy,
                   options=FitOptions(train_step=UnpackedStep if args.unpacked else None,
                                      logs=LogConfig(every=args.steps, summary_every=EPOCHS * args.steps),
                                      checkpoint=CheckpointConfig(every=EPOCHS * args.steps), export=False,

@@ -45,11 +45,14 @@ def main(argv: list[str]) -> int:
     from toolkit import CheckpointConfig, LogConfig, ValidationConfig, data, fit
     from toolkit.training import FitOptions
 
+    def model_fn():
+        model = models.digits_mlp(seed=0)
+        model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        return model
+
     train, test = data.load("digits"), data.load("digits", split="test")
-    history = fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(BATCH, seed=1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                  optimizer=lambda: keras.optimizers.Adam(3e-3), epochs=args.epochs,
-                  steps_per_epoch=args.steps_per_epoch,
+    history = fit(model_fn, train.dataset_fn(BATCH, seed=1), epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                   validation_fn=test.dataset_fn(BATCH, shuffle=False, repeat=False, drop_remainder=False),
                   model_dir=args.model_dir, verbose=0,
                   options=FitOptions(logs=LogConfig(every=5),
