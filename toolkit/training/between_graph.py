@@ -37,13 +37,16 @@ from toolkit.training.runners import RUNNERS, Runner, make_runner
 from toolkit.training.state import GlobalStepSchedule, TrainState
 from toolkit.training.step import TrainStep
 
-__all__ = ["MANIFEST", "QUEUE_CAPACITY", "WORKER_FLAG", "BetweenGraphRunner", "NamedVariables", "prefix",
-           "runner_for", "unsupported", "workers_stepping"]
+__all__ = ["MANIFEST", "MANIFEST_DEVICE", "QUEUE_CAPACITY", "WORKER_FLAG", "BetweenGraphRunner", "NamedVariables",
+           "prefix", "runner_for", "unsupported", "workers_stepping"]
 
 logger = logging.getLogger(__name__)
 
 #: the shared name of the manifest variable (a JSON string on the first ps)
 MANIFEST = "tfdist_between_graph_manifest"
+#: where the manifest lives: the first ps, which every worker knows without reading anything
+#: (the global step, and with it the token queue, may be on any ps)
+MANIFEST_DEVICE = "/job:ps/replica:0/task:0"
 #: the shared name of a flag on each worker's own device: this worker runs fit's between-graph work
 WORKER_FLAG = "tfdist_between_graph_worker"
 #: how long the chief waits for every worker's flag before it coordinates the steps itself
@@ -148,8 +151,8 @@ def workers_stepping(num_workers: int, *, wait_secs: float = _FLAG_WAIT_SECS) ->
     return all(raised)
 
 
-def _publish(manifest: Mapping[str, Any], device: str) -> None:
-    with tf.device(device):
+def _publish(manifest: Mapping[str, Any]) -> None:
+    with tf.device(MANIFEST_DEVICE):
         published = named_variable(MANIFEST, tf.string, tf.TensorShape([]), trainable=False)
         tf.raw_ops.AssignVariableOp(resource=published.handle, value=tf.constant(json.dumps(manifest)))
 
@@ -170,7 +173,7 @@ def runner_for(state: TrainState, step: TrainStep, named: NamedVariables, *, wor
                                  steps_per_execution=steps_per_execution)
     if reason is not None:
         logger.info("between-graph steps cannot run %s; the chief coordinates the steps", reason)
-    _publish({"mode": "coordinator"}, _device_of(state.global_step))  # workers waiting for a manifest serve only
+    _publish({"mode": "coordinator"})  # workers waiting for a manifest serve only
     return None
 
 
@@ -212,7 +215,7 @@ class BetweenGraphRunner(Runner):
             "steps_per_execution": self.steps_per_execution,
             "queue": {"name": queue_name, "device": device},
         }
-        _publish(manifest, device)
+        _publish(manifest)
         self._step = self._target = int(global_step.numpy())
         self._seen = np.zeros([self.width], np.float64)
         self._pending = 0

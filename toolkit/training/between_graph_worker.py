@@ -24,7 +24,7 @@ import tensorflow as tf
 from toolkit._compat.keras import bind_variable, count_atomically
 from toolkit._compat.tensorflow import automatic_control_dependencies, named_variable
 from toolkit._graph_packing import pack_transfers, task_of
-from toolkit.training.between_graph import MANIFEST, QUEUE_CAPACITY, WORKER_FLAG
+from toolkit.training.between_graph import MANIFEST, MANIFEST_DEVICE, QUEUE_CAPACITY, WORKER_FLAG
 from toolkit.training.compiled import read_compiled
 from toolkit.training.config import TrainingError
 from toolkit.training.runners import DatasetFn, _check_batch
@@ -210,7 +210,7 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
     """The worker's loop: one ``session.run`` per token until the queue closes (or ``stop``); returns the steps run."""
     worker_device = f"/job:worker/replica:0/task:{index}"
     config = v1.ConfigProto(device_filters=["/job:ps", worker_device])
-    manifest = _announce_and_read_manifest(target, config, worker_device, "/job:ps/replica:0/task:0", stop=stop)
+    manifest = _announce_and_read_manifest(target, config, worker_device, MANIFEST_DEVICE, stop=stop)
     if manifest is None or manifest.get("mode") != "between_graph":
         if manifest is not None:
             logger.info("worker-%d: the chief coordinates the steps; this worker serves them", index)
