@@ -309,8 +309,8 @@ class DeviceMap:
         """A zero-argument model_fn that builds through this map.
 
         For training functions that take a ``model_fn``, such as
-        ``toolkit.fit(device_map.builder(make_model), ...,
-        optimizer=lambda: DeviceMap.place_optimizer(keras.optimizers.Adam()))``.
+        ``toolkit.fit(device_map.builder(make_model), ...)``, where ``make_model``
+        builds the model and compiles it.
         """
         return lambda: self.build(model_fn, sample_input=sample_input, input_shape=input_shape)
 

@@ -256,7 +256,8 @@ def _one(metric: object, *, weighted: bool) -> tuple[str, EngineMetric]:
     if isinstance(fn, SummedMetric):  # its sums() would receive Keras' packed (labels, sample weights)
         raise TrainingError(
             f"`metrics` contains the SummedMetric {name!r}, which toolkit.fit understands but model.fit does "
-            "not. Pass it to toolkit.fit(metrics=...), or use a Keras metric or a per-example function here.",
+            "not. Train with toolkit.fit (its model_fn compiles the model with it), or use a Keras metric or a "
+            "per-example function here.",
             field="metrics")
     return (name, WeightedMean(name, fn)) if weighted else (name, _unpacked(fn))
 
