@@ -145,8 +145,9 @@ def serve(tf_config: TFConfig | None = None, *, options: ServeOptions | None = N
                             "Pass e.g. options=ServeOptions(chief_lost_after=20).", field="options")
     from strategies._server_preemption import arm  # a preempted server tells its chief and serves on
 
-    arm(tf2_cluster(cfg.cluster), tf2_job(cfg.task_type), cfg.task_index)
-    return serve_until_goodbye(cfg, ServeOptions.from_env() if options is None else options, work=work)
+    options = ServeOptions.from_env() if options is None else options
+    arm(tf2_cluster(cfg.cluster), tf2_job(cfg.task_type), cfg.task_index, options)
+    return serve_until_goodbye(cfg, options, work=work)
 
 
 class _Work:

@@ -6,21 +6,27 @@ minutes pulling its image while the ps pods already serve, so a server waits
 the chief *was* up, ``chief_lost_after`` seconds of silence on its port end
 the server (the job is restarted as a whole from the last checkpoint).
 
+A preempted task has ``preemption_grace`` seconds from the
+``preemption_signal`` to its exit (docs/preemption.md): every task reads them
+here, the servers, the training loop and the Estimator alike.
+
 Set them per call (``run_role``, ``fit(options=FitOptions(serve=...))``, the Estimator's
 ``RunConfig``) or for every task of a launched job through the environment
 the launcher sets: ``TFDIST_<NAME>`` in capitals, e.g.
-``TFDIST_CHIEF_LOST_AFTER=20`` (seconds).
+``TFDIST_CHIEF_LOST_AFTER=20`` (seconds) or ``TFDIST_PREEMPTION_SIGNAL=SIGUSR1``.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+import signal
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from strategies._errors import StrategyError
 
-__all__ = ["ENV_CHIEF_LOST_AFTER", "ENV_CHIEF_START_TIMEOUT", "ENV_GOODBYE_TIMEOUT", "ServeOptions"]
+__all__ = ["ENV_CHIEF_LOST_AFTER", "ENV_CHIEF_START_TIMEOUT", "ENV_GOODBYE_TIMEOUT", "ENV_PREEMPTION_GRACE",
+           "ENV_PREEMPTION_SIGNAL", "ServeOptions"]
 
 
 def _env_name(field: str) -> str:
@@ -30,22 +36,62 @@ def _env_name(field: str) -> str:
 ENV_CHIEF_START_TIMEOUT = _env_name("chief_start_timeout")
 ENV_CHIEF_LOST_AFTER = _env_name("chief_lost_after")
 ENV_GOODBYE_TIMEOUT = _env_name("goodbye_timeout")
+ENV_PREEMPTION_GRACE = _env_name("preemption_grace")
+ENV_PREEMPTION_SIGNAL = _env_name("preemption_signal")
+#: options whose seconds have an upper bound: a preemption notice longer than an hour is none
+_BELOW = {"preemption_grace": 3600.0}
 
 
-def _seconds(name: str, value: Any, source: str) -> float:  # Any: whatever was passed, float() decides
+def _given(name: str, variable: str | None) -> tuple[str, str]:
+    """Where a value came from, and the name a fix sets: the argument's, or the environment variable's."""
+    return ("argument", name) if variable is None else (f"environment variable {variable}", variable)
+
+
+def _seconds(name: str, value: Any, variable: str | None) -> float:  # Any: whatever was passed, float() decides
+    source, key = _given(name, variable)
+    below = _BELOW.get(name, float("inf"))
     try:
         seconds = float(value)
     except (TypeError, ValueError, OverflowError):
         seconds = -1.0
-    if isinstance(value, bool) or not 0 < seconds < float("inf"):
-        raise StrategyError(f"`{name}` ({source}) is {value!r}; expected a positive number of seconds, "
-                            f"e.g. {name}={ServeOptions.__dataclass_fields__[name].default:g}.", field=name)
+    if isinstance(value, bool) or not 0 < seconds < below:
+        expected = "a positive number of seconds" if below == float("inf") else f"seconds between 0 and {below:g}"
+        raise StrategyError(f"`{name}` ({source}) is {value!r}; expected {expected}, "
+                            f"e.g. {key}={ServeOptions.__dataclass_fields__[name].default:g}.", field=name)
     return seconds
+
+
+def _signal(name: str, value: Any, variable: str | None) -> int:
+    """A catchable signal from a name (``"SIGUSR1"``, ``"usr1"``), a number, or its text (``"10"``)."""
+    source, key = _given(name, variable)
+    number: int | None = None
+    if isinstance(value, str):
+        text = value.strip().upper()
+        known = signal.Signals.__members__.get(text if text.startswith("SIG") else f"SIG{text}")
+        number = int(text) if text.isdigit() else None if known is None else int(known)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = int(value)
+    if number is None or number not in signal.Signals._value2member_map_:
+        raise StrategyError(f"`{name}` ({source}) is {value!r}, which is no signal; expected a name or a number, "
+                            f"e.g. {key}=SIGUSR1 or {key}={int(signal.SIGTERM)} (SIGTERM).", field=name)
+    if number in (signal.SIGKILL, signal.SIGSTOP):
+        raise StrategyError(f"`{name}` ({source}) is {value!r}; expected a signal a process can catch (SIGKILL and "
+                            f"SIGSTOP cannot be caught), e.g. {key}=SIGTERM.", field=name)
+    return number
+
+
+#: how an option's value is read (an argument, or the environment's text); seconds unless named here
+_PARSERS: dict[str, Callable[[str, Any, str | None], float | int]] = {"preemption_signal": _signal}
+
+
+def _parse(name: str, value: Any, variable: str | None = None) -> float | int:
+    """``value`` for option ``name``, given as an argument or (``variable``) in the environment."""
+    return _PARSERS.get(name, _seconds)(name, value, variable)
 
 
 @dataclasses.dataclass(frozen=True)
 class ServeOptions:
-    """Timeouts of the serve/goodbye protocol, one name per knob.
+    """Timeouts of the serve/goodbye protocol and of a preemption, one name per knob.
 
     Attributes:
         chief_start_timeout: a server whose chief never came up exits
@@ -64,6 +110,14 @@ class ServeOptions:
         poll_interval: how often a server looks for its goodbye.
         work_join_timeout: how long a server whose own work runs beside it
             (``serve(work=...)``) waits for that work to stop before exiting.
+        preemption_grace: seconds from the preemption signal to the task's
+            exit, whatever happens (below 3600; default 25, under Kubernetes'
+            30 s ``terminationGracePeriodSeconds``, leaving time for the exit
+            itself). The checkpoint a preemption writes must fit in it.
+        preemption_signal: the signal that means "preempted", stored as its
+            number; given as a name (``"SIGUSR1"``, ``"usr1"``) or a number.
+            Default SIGTERM; Slurm's ``--signal`` can send another one ahead of
+            its SIGTERM. SIGKILL and SIGSTOP cannot be caught, so are refused.
     """
 
     chief_start_timeout: float = 900.0
@@ -72,10 +126,12 @@ class ServeOptions:
     workers_done_timeout: float = 120.0
     poll_interval: float = 0.5
     work_join_timeout: float = 10.0
+    preemption_grace: float = 25.0
+    preemption_signal: int = int(signal.SIGTERM)
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            object.__setattr__(self, field.name, _seconds(field.name, getattr(self, field.name), "argument"))
+            object.__setattr__(self, field.name, _parse(field.name, getattr(self, field.name)))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **explicit: Any) -> ServeOptions:
@@ -89,6 +145,6 @@ class ServeOptions:
         for name in names:
             variable = _env_name(name)
             if environ.get(variable):
-                values[name] = _seconds(name, environ[variable], f"environment variable {variable}")
+                values[name] = _parse(name, environ[variable], variable)
         values.update({name: value for name, value in explicit.items() if value is not None})
         return cls(**values)

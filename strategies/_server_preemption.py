@@ -1,18 +1,18 @@
 """A serving task's preemption: on the signal it tells its chief, serves on until the chief answers, exits 143.
 
-A parameter-server ps or worker started by ``run_role()`` in a user's script
-(Keras' ``model.fit`` under ``toolkit.enable_distributed_keras()``) knows no
-model directory, so it cannot watch for the chief's checkpoint itself. On the
-preemption signal (``TFDIST_PREEMPTION_SIGNAL``, default SIGTERM) it writes
-``preempted-<job>-<index>`` into the chief's process through the cluster (the
-serve/goodbye protocol's own channel, ``strategies._shutdown.send``) and keeps
-serving until the chief has checkpointed and answers with the goodbye, exit
-code 143 (``toolkit.training.preemption_loop``). Whatever happens the task
-exits 143 within ``TFDIST_PREEMPTION_GRACE`` seconds (default 25) of the
-signal. A task whose handler was installed already (``toolkit.fit``'s and the
-Estimator's servers, which watch their model directory) is left alone, and a
-SIGTERM the launcher sends to stop a task (its ``stop-requested`` marker) ends
-it as before.
+Every task that only serves (a parameter-server ps or worker of ``toolkit.fit``,
+of Keras' ``model.fit`` under ``toolkit.enable_distributed_keras()`` or of a
+script's ``run_role()``, the Estimator's ps, a TF1 script's ps) reacts the same
+way. On the preemption signal (``ServeOptions.preemption_signal``, default
+SIGTERM) it writes ``preempted-<job>-<index>`` into the chief's process through
+the cluster (the serve/goodbye protocol's own channel,
+``strategies._shutdown.send``) and keeps serving. The chief stops or goes on
+(``toolkit.training.preemption_loop``, the Estimator's ``PreemptionHook``),
+checkpoints, and answers with the goodbye, exit code 143, which
+``strategies._roles.serve_until_goodbye`` carries out like any goodbye.
+Whatever happens the task exits 143 within ``ServeOptions.preemption_grace``
+seconds (default 25) of the signal. A SIGTERM the launcher sends to stop a task
+(its ``stop-requested`` marker) ends it as before.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import NoReturn
 
+from strategies._serve_options import ServeOptions
+
 __all__ = ["EXIT_MARGIN", "EXIT_PREEMPTED", "arm", "exit_now", "notice_kind", "notice_paths", "stopped_by_launcher"]
 
 logger = logging.getLogger(__name__)
@@ -33,7 +35,6 @@ logger = logging.getLogger(__name__)
 EXIT_PREEMPTED = 128 + signal.SIGTERM
 # the launcher's names (toolkit.launcher), which this layer cannot import: its task directory and stop marker
 _ENV_TASK_DIR, _STOP_MARKER = "TFDIST_TASK_DIR", "stop-requested"
-_DEFAULT_GRACE = 25.0
 #: a preempted server leaves this much of its grace for its own exit
 EXIT_MARGIN = 1.0
 
@@ -66,31 +67,6 @@ def exit_now(code: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(code)
-
-
-def _grace(environ: Mapping[str, str]) -> float:
-    text = environ.get("TFDIST_PREEMPTION_GRACE") or ""
-    try:
-        grace = float(text) if text else _DEFAULT_GRACE
-    except ValueError:
-        grace = -1.0
-    if not 0 < grace < 3600:
-        logger.warning("TFDIST_PREEMPTION_GRACE is %r; expected seconds between 0 and 3600; this server uses "
-                       "%g s", text, _DEFAULT_GRACE)
-        return _DEFAULT_GRACE
-    return grace
-
-
-def _signal_number(environ: Mapping[str, str]) -> int:
-    text = (environ.get("TFDIST_PREEMPTION_SIGNAL") or "SIGTERM").upper()
-    name = text if text.startswith("SIG") else f"SIG{text}"
-    if name in signal.Signals.__members__ and name not in ("SIGKILL", "SIGSTOP"):
-        return int(signal.Signals[name])
-    if text.isdigit() and int(text) in signal.Signals._value2member_map_:
-        return int(text)
-    logger.warning("TFDIST_PREEMPTION_SIGNAL is %r, which is no catchable signal; this server waits for SIGTERM",
-                   text)
-    return int(signal.SIGTERM)
 
 
 class _Preempted:
@@ -131,12 +107,15 @@ class _Preempted:
         exit_now(EXIT_PREEMPTED)
 
 
-def arm(cluster: Mapping[str, Sequence[str]], job: str, index: int,
-        environ: Mapping[str, str] | None = None) -> bool:
-    """Installs the server's preemption handler (main thread, default handler only); True if installed."""
-    env = os.environ if environ is None else environ
-    signum = _signal_number(env)
+def arm(cluster: Mapping[str, Sequence[str]], job: str, index: int, options: ServeOptions | None = None) -> bool:
+    """Installs the server's preemption handler (main thread, default handler only); True if installed.
+
+    Args:
+        options: the signal and the grace (None: ``ServeOptions.from_env()``).
+    """
+    options = ServeOptions.from_env() if options is None else options
+    signum = options.preemption_signal
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signum) is not signal.SIG_DFL:
         return False
-    signal.signal(signum, _Preempted(cluster, job, index, _grace(env)).handle)
+    signal.signal(signum, _Preempted(cluster, job, index, options.preemption_grace).handle)
     return True

@@ -1,7 +1,9 @@
-"""A server started by run_role() (no model directory) on the preemption signal: serves on, exits 143 at the grace.
+"""A preempted server on the signal: tells its chief through the cluster, serves on, exits 143 on its goodbye.
 
-Its notice to the chief and the chief's goodbye are exercised on a real cluster by
-``tests/cluster/test_preemption_cluster.py`` (the Keras ``model.fit`` job's ps).
+Every server reacts so, whoever started it (``toolkit.fit``, ``run_role()`` in
+a Keras script, the Estimator's ps, a TF1 ps). Whole jobs are exercised on a
+real cluster by ``tests/cluster/test_preemption_cluster.py`` and
+``tests/cluster/test_preemption_estimator.py``.
 """
 from __future__ import annotations
 
@@ -10,14 +12,16 @@ import textwrap
 
 from _children import preempted_and_stopped
 
+from strategies import ServeOptions
 from strategies._server_preemption import EXIT_PREEMPTED, arm, notice_kind
 
 _CHILD = textwrap.dedent("""
     import logging, os, signal, time
     logging.basicConfig(level=logging.INFO)
+    from strategies import ServeOptions
     from strategies._server_preemption import arm
     # a chief that is not there (port 1 refuses): the notice cannot land, so only the grace ends the task
-    assert arm({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "ps", 0, environ={"TFDIST_PREEMPTION_GRACE": "2"})
+    assert arm({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "ps", 0, ServeOptions(preemption_grace=2))
     os.kill(os.getpid(), signal.SIGTERM)
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(60)
@@ -40,7 +44,7 @@ def test_a_handler_installed_before_is_left_alone():
 
     previous = signal.signal(signal.SIGTERM, mine)
     try:
-        assert not arm({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "ps", 0, environ={})
+        assert not arm({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "ps", 0, ServeOptions())
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -59,3 +63,15 @@ def test_the_launcher_s_stop_marker_is_the_one_every_preemption_handler_looks_fo
     assert stopped_by_launcher()
     monkeypatch.setenv(ENV_TASK_DIR, "")
     assert not stopped_by_launcher()
+
+
+def test_the_signal_a_server_waits_for_is_the_serve_options_one():
+    previous = signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)
+    try:
+        assert arm({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}, "ps", 0,
+                   ServeOptions.from_env({"TFDIST_PREEMPTION_SIGNAL": "usr1"}))
+        assert signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL  # the handler waits for SIGUSR1
+        assert signal.getsignal(signal.SIGTERM) is previous[1]  # and leaves SIGTERM alone
+    finally:
+        signal.signal(signal.SIGUSR1, previous[0])
+

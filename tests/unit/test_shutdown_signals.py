@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import threading
@@ -127,10 +128,10 @@ def test_another_user_can_neither_list_nor_plant_signals(monkeypatch):
 def test_every_timeout_is_one_typed_option_with_its_own_variable(monkeypatch):
     names = [field for field in ServeOptions.__dataclass_fields__]
     assert names == ["chief_start_timeout", "chief_lost_after", "goodbye_timeout", "workers_done_timeout",
-                     "poll_interval", "work_join_timeout"]
-    environ = {f"TFDIST_{name.upper()}": "7" for name in names}
+                     "poll_interval", "work_join_timeout", "preemption_grace", "preemption_signal"]
+    environ = {f"TFDIST_{name.upper()}": "7" for name in names}  # 7 is SIGBUS, a signal a process can catch
     assert ServeOptions.from_env(environ, poll_interval=0.25) == ServeOptions(
-        **{**dict.fromkeys(names, 7.0), "poll_interval": 0.25})
+        **{**dict.fromkeys(names, 7.0), "poll_interval": 0.25, "preemption_signal": 7})
     with pytest.raises(StrategyError, match="unknown serve option `goodbye_secs`; valid: chief_start_timeout"):
         ServeOptions.from_env({}, goodbye_secs=3)
     for bad in (float("inf"), float("nan"), True, -1, "1e999"):
@@ -197,7 +198,15 @@ def test_tf1_server_join_returns_on_the_goodbye_and_ignores_a_forged_one(signals
     assert time.monotonic() - started < 60
 
 
-def test_every_front_door_hands_its_timeouts_to_the_one_serve_loop(monkeypatch):
+@pytest.fixture
+def keeps_sigterm():
+    """Restores SIGTERM's handler: serving arms the server's preemption handler in this process."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_every_front_door_hands_its_timeouts_to_the_one_serve_loop(monkeypatch, keeps_sigterm):
     """The Estimator's ps (RunConfig) and a device map's host end in serve_until_goodbye with one ServeOptions."""
     from strategies._placement_cluster import run_in_graph_role
     from tf_config import generate
