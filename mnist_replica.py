@@ -162,11 +162,10 @@ def _preemption_hooks(args: argparse.Namespace, cluster: dict, scaffold: object)
     """
     import tensorflow as tf
 
-    from toolkit.compat._preemption import ClusterPreemptionHook
     from toolkit.estimator._preemption import PreemptionHook
     from toolkit.training.preemption import watcher
 
-    hooks: list = [ClusterPreemptionHook(cluster, args.checkpoint_dir) if args.task_index == 0 else PreemptionHook()]
+    hooks: list = [PreemptionHook(cluster if args.task_index == 0 else None)]
     if watcher().task == "local":  # the log names the task (the launcher's name wins)
         watcher().task = f"worker-{args.task_index}"
     if args.checkpoint_dir and args.task_index == 0:

@@ -62,7 +62,12 @@ def test_parameter_servers_a_preempted_worker_and_then_the_chief(tmp_path, quiet
     # the worker's notice: the chief checkpoints off schedule and trains on without it
     at_worker = _preempted_at(chief, r"worker-0 preempted: checkpoint at step (\d+) written")
     assert signals["worker-0"] <= at_worker <= signals["worker-0"] + _IN_FLIGHT and at_worker % 50
-    assert "worker-0: the chief wrote its checkpoint" in worker and "exiting with 143" in worker
+    # the worker told the chief through the cluster, served on, and left on the chief's goodbye after that checkpoint
+    preempted = worker.split("SIGTERM: worker-0 was preempted; it tells the chief and serves until the chief has "
+                             "checkpointed")
+    assert len(preempted) == 2 and "no goodbye from the chief" not in worker, worker[-3000:]
+    assert "worker-0: the chief said goodbye; exiting with 143" in preempted[1].split(" serving at ", 1)[0], worker
+    assert not (tmp_path / "model" / "preemption" / "worker-0.json").exists()  # nothing travels through model_dir
     assert result.task("worker-0").preemptions == 1 and worker.count(" serving at ") >= 2  # it came back
     # the chief's own signal: checkpoint, goodbye, the whole cluster restarts from it
     at_chief = _preempted_at(chief, r"preempted \(SIGTERM [\d.]+ s ago, after step \d+\): checkpoint at step (\d+)")

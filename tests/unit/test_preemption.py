@@ -12,18 +12,16 @@ import tensorflow as tf
 from _children import preempted_and_stopped
 
 import models
+from strategies import ServeOptions, StrategyError
 from toolkit import data, fit
-from toolkit.training import CheckpointConfig, FitOptions, TrainingError
+from toolkit.training import CheckpointConfig, FitOptions
 from toolkit.training.preemption import (
     EXIT_PREEMPTED,
-    PreemptionOptions,
     TrainingPreempted,
     check_grace,
     install,
     record_save_seconds,
-    take_notices,
     watcher,
-    write_notice,
 )
 from toolkit.training.runners import SyncRunner
 
@@ -84,7 +82,7 @@ def test_a_signal_checkpoints_at_its_step_and_the_next_run_ends_exactly(tmp_path
 
 
 def test_a_signal_before_the_first_step_stops_there(tmp_path, clean_watcher):
-    install(PreemptionOptions(), role="train")
+    install(ServeOptions(), role="train")
     os.kill(os.getpid(), signal.SIGTERM)
     with pytest.raises(TrainingPreempted) as info:
         _fit(tmp_path)
@@ -135,36 +133,61 @@ def test_workers_vote_inside_their_executions_and_stop_after_the_one_that_carrie
 
 
 def test_the_evaluator_leaves_at_once(clean_watcher):
-    install(PreemptionOptions(), role="evaluator", task="evaluator-0")
+    install(ServeOptions(), role="evaluator", task="evaluator-0")
     with pytest.raises(TrainingPreempted) as info:
         os.kill(os.getpid(), signal.SIGTERM)
         signal.sigtimedwait([], 0.1)  # let the handler run
     assert info.value.code == EXIT_PREEMPTED and info.value.step is None
 
 
-def test_options_validate_and_read_the_environment():
-    assert PreemptionOptions().grace_period < 30  # below Kubernetes' default kill deadline
+def test_the_signal_and_the_grace_are_serve_options_from_arguments_or_the_environment():
+    defaults = ServeOptions()
+    assert defaults.preemption_grace < 30 and defaults.preemption_signal == signal.SIGTERM  # below Kubernetes' 30 s
     env = {"TFDIST_PREEMPTION_GRACE": "12.5", "TFDIST_PREEMPTION_SIGNAL": "usr1"}
-    options = PreemptionOptions.from_env(env)
-    assert (options.grace_period, options.signal) == (12.5, signal.SIGUSR1)
-    assert PreemptionOptions.from_env(env, grace_period=3.0).grace_period == 3.0
-    with pytest.raises(TrainingError, match=r"TFDIST_PREEMPTION_GRACE is 'soon'; expected a float") as info:
-        PreemptionOptions.from_env({"TFDIST_PREEMPTION_GRACE": "soon"})
-    assert info.value.field == "grace_period"
-    with pytest.raises(TrainingError, match=r"`signal` is 'SIGKILL'.*cannot be caught"):
-        PreemptionOptions(signal="SIGKILL")
-    with pytest.raises(TrainingError, match=r"`signal` is 'SIGNOPE', which is no signal name"):
-        PreemptionOptions(signal="SIGNOPE")
-    with pytest.raises(TrainingError, match=r"`grace_period` is 0; expected seconds"):
-        PreemptionOptions(grace_period=0)
+    options = ServeOptions.from_env(env)
+    assert (options.preemption_grace, options.preemption_signal) == (12.5, signal.SIGUSR1)
+    assert type(options.preemption_signal) is int  # stored as its number, whatever it was given as
+    assert ServeOptions.from_env(env, preemption_grace=3.0, preemption_signal="SIGUSR2") == ServeOptions(
+        preemption_grace=3.0, preemption_signal=int(signal.SIGUSR2))
+    assert ServeOptions.from_env({"TFDIST_PREEMPTION_SIGNAL": str(int(signal.SIGINT))}).preemption_signal == \
+        signal.SIGINT
+    assert ServeOptions(preemption_signal="sigterm").preemption_signal == ServeOptions(preemption_signal=15)\
+        .preemption_signal == signal.SIGTERM
 
 
-def test_notices_reach_the_chief_once_and_stale_ones_are_dropped(tmp_path):
-    write_notice(str(tmp_path), "worker-1", 15, wall=100.0)
-    write_notice(str(tmp_path), "ps-0", 15, wall=200.0)
-    record_save_seconds(str(tmp_path), 0.5, grace=25.0)  # lives beside the notices; never taken for one
-    assert [n["task"] for n in take_notices(str(tmp_path), since=150.0)] == ["ps-0"]
-    assert take_notices(str(tmp_path), since=0.0) == []
+@pytest.mark.parametrize("env, field, text", [
+    ({"TFDIST_PREEMPTION_GRACE": "soon"}, "preemption_grace",
+     "`preemption_grace` (environment variable TFDIST_PREEMPTION_GRACE) is 'soon'; expected seconds between 0 and "
+     "3600, e.g. TFDIST_PREEMPTION_GRACE=25."),
+    ({"TFDIST_PREEMPTION_GRACE": "3600"}, "preemption_grace", "is '3600'; expected seconds between 0 and 3600"),
+    ({"TFDIST_PREEMPTION_SIGNAL": "SIGNOPE"}, "preemption_signal",
+     "`preemption_signal` (environment variable TFDIST_PREEMPTION_SIGNAL) is 'SIGNOPE', which is no signal; "
+     "expected a name or a number, e.g. TFDIST_PREEMPTION_SIGNAL=SIGUSR1"),
+    ({"TFDIST_PREEMPTION_SIGNAL": "kill"}, "preemption_signal",
+     "is 'kill'; expected a signal a process can catch (SIGKILL and SIGSTOP cannot be caught), "
+     "e.g. TFDIST_PREEMPTION_SIGNAL=SIGTERM."),
+    ({"TFDIST_PREEMPTION_SIGNAL": "19"}, "preemption_signal", "is '19'; expected a signal a process can catch"),
+    ({"TFDIST_PREEMPTION_SIGNAL": "999"}, "preemption_signal", "is '999', which is no signal"),
+])
+def test_a_bad_signal_or_grace_in_the_environment_is_an_error_naming_the_variable(env, field, text):
+    with pytest.raises(StrategyError) as info:
+        ServeOptions.from_env(env)
+    assert info.value.field == field and text in str(info.value)
+
+
+@pytest.mark.parametrize("given, text", [
+    ({"preemption_grace": 0}, "`preemption_grace` (argument) is 0; expected seconds between 0 and 3600, "
+                              "e.g. preemption_grace=25."),
+    ({"preemption_grace": True}, "`preemption_grace` (argument) is True; expected seconds"),
+    ({"preemption_signal": "SIGSTOP"}, "`preemption_signal` (argument) is 'SIGSTOP'; expected a signal a process "
+                                       "can catch"),
+    ({"preemption_signal": 2.5}, "`preemption_signal` (argument) is 2.5, which is no signal"),
+    ({"preemption_signal": True}, "`preemption_signal` (argument) is True, which is no signal"),
+])
+def test_a_bad_signal_or_grace_argument_is_an_error_naming_the_field(given, text):
+    with pytest.raises(StrategyError) as info:
+        ServeOptions(**given)
+    assert info.value.field == next(iter(given)) and text in str(info.value)
 
 
 def test_a_checkpoint_slower_than_the_grace_is_reported_when_written_and_at_start_up(tmp_path, caplog):
@@ -182,8 +205,9 @@ def test_a_checkpoint_slower_than_the_grace_is_reported_when_written_and_at_star
 _CHILD = textwrap.dedent("""
     import logging, os, signal, sys, time
     logging.basicConfig(level=logging.INFO)
-    from toolkit.training.preemption import PreemptionOptions, install
-    install(PreemptionOptions(grace_period=1.0), role="train", task="worker-0")
+    from strategies import ServeOptions
+    from toolkit.training.preemption import install
+    install(ServeOptions(preemption_grace=1.0), role="train", task="worker-0")
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)  # a loop that never reaches its next check
 """)
@@ -242,19 +266,29 @@ def test_the_estimator_stops_after_the_step_checkpointed_and_resumes_to_max_step
     assert estimator.latest_checkpoint().endswith("-40") and estimator.last_local_steps == 40 - stopped
 
 
-def test_a_preempted_ps_s_notice_stops_the_estimator_chief_at_a_checkpoint(tmp_path, clean_watcher):
+def test_a_preempted_ps_s_notice_stops_the_estimator_chief_at_a_checkpoint(tmp_path, clean_watcher, monkeypatch):
     import time
 
+    from strategies._server_preemption import notice_paths
+    from strategies._signals import ensure_private_dir
     from toolkit.estimator import Estimator, RunConfig
+    from toolkit.estimator._preemption import PreemptionHook
 
-    def ps_signalled():  # what a ps's handler leaves (toolkit.estimator._preemption.arm_ps)
-        write_notice(str(tmp_path), "ps-0", int(signal.SIGTERM), time.time())
-        time.sleep(0.6)  # past the chief's next look into the model directory
+    monkeypatch.setenv("TFDIST_SIGNAL_DIR", str(tmp_path / "signals"))
+    # the hook the Estimator's chief of this cluster carries (its ps address is closed: no goodbye can land)
+    cluster = {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}
+    notice = notice_paths(cluster, jobs=("ps",))["ps-0"]
 
-    estimator = Estimator(_estimator_model_fn, model_dir=str(tmp_path), config=RunConfig(tf_config={}))
+    def ps_signalled():  # what a preempted ps's handler writes into the chief's process through the cluster
+        ensure_private_dir()
+        with open(notice, "w") as out:
+            out.write(f"{time.time():.3f}")
+        time.sleep(0.6)  # past the chief's next look for notices
+
+    estimator = Estimator(_estimator_model_fn, model_dir=str(tmp_path / "model"), config=RunConfig(tf_config={}))
     with pytest.raises(TrainingPreempted) as info:
-        estimator.train(_input_fn, max_steps=40, hooks=[_AtLocalStep(7, ps_signalled)])
+        estimator.train(_input_fn, max_steps=40, hooks=[PreemptionHook(cluster), _AtLocalStep(7, ps_signalled)])
     assert info.value.code == EXIT_PREEMPTED and info.value.step in (8, 9)  # the notice was seen after step 8
-    assert estimator.latest_checkpoint().endswith(f"-{info.value.step}")  # the chief's checkpoint the ps waits for
+    assert estimator.latest_checkpoint().endswith(f"-{info.value.step}")  # the chief's checkpoint, then the goodbye
     assert clean_watcher.stopped_for == ["ps-0"] and not clean_watcher.requested
-    assert take_notices(str(tmp_path), since=0.0) == []  # taken once
+    assert not os.path.exists(notice)  # taken once

@@ -3,30 +3,35 @@
 The same protocol as ``toolkit.fit`` (docs/preemption.md), on a
 ``MonitoredTrainingSession``: ``PreemptionHook`` asks the session to stop
 after the step in flight once the task got the preemption signal (or, on the
-chief, once a preempted ps left its notice in the model directory); closing
-the session runs the chief's ``CheckpointSaverHook.end``, which saves at the
-global step reached; then ``raise_if_preempted`` ends ``train()`` (and so
-``train_and_evaluate``) with ``TrainingPreempted`` (exit code 143) instead of
-going on to evaluate or export. A worker stops its own loop the same way and
-leaves (its steps are in the ps variables); the chief's checkpoints keep the job.
-A ps (``arm_ps``) leaves that notice and keeps serving until the chief's
-checkpoint lands, then exits 143.
+chief, once a preempted ps told it so through the cluster); closing the
+session runs the chief's ``CheckpointSaverHook.end``, which saves at the
+global step reached; then ``raise_if_preempted`` has the chief say goodbye to
+its ps tasks with 143 and ends ``train()`` (and so ``train_and_evaluate``) with
+``TrainingPreempted`` (exit code 143) instead of going on to evaluate or
+export. A worker stops its own loop the same way and leaves (its steps are in
+the ps variables); the chief's checkpoints keep the job. A ps is a server like
+any other (``strategies._server_preemption``): on the signal it tells the chief
+and serves on until that goodbye. The same hook serves a TF1 script's
+``MonitoredTrainingSession`` (``toolkit.compat``).
 """
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-from toolkit.training.preemption import EXIT_PREEMPTED, TrainingPreempted, install, take_notices, watcher
+from toolkit.training.preemption import EXIT_PREEMPTED, TrainingPreempted, install, watcher
 
-__all__ = ["PreemptionHook", "arm_ps", "raise_if_preempted"]
+__all__ = ["PreemptionHook", "raise_if_preempted"]
 
 logger = logging.getLogger(__name__)
 
-#: seconds between two looks into the model directory for a preempted ps's notice
+Cluster = Mapping[str, Sequence[str]]
+
+#: seconds between two looks for a preempted ps's notice
 _NOTICE_POLL = 0.1
 
 
@@ -34,28 +39,36 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     """Requests the session's stop after the step during which the preemption signal came.
 
     Args:
-        notices_in: the chief's model directory: a preempted ps's notice there
-            stops training too (a ps holds variables, so the job cannot go on
-            without it). None on other tasks.
+        cluster: on the chief of a cluster with ps tasks, that (TF2) cluster:
+            a preempted ps's notice, which lands in the chief's process, stops
+            training too (a ps holds variables, so the job cannot go on without
+            it). None on other tasks.
     """
 
-    def __init__(self, notices_in: str | None = None) -> None:
+    def __init__(self, cluster: Cluster | None = None) -> None:
         install(watcher().options if watcher().installed else None, role="train")
         self._step: Any = None
         self._stopping = False
-        self._notices_in = notices_in
-        self._started = time.time()
+        self._notices: dict[str, str] = {}
+        if cluster:
+            from strategies._server_preemption import notice_paths
+            from strategies._signals import clear_signals, ensure_private_dir
+
+            self._notices = notice_paths(cluster, jobs=("ps",))
+            ensure_private_dir()
+            clear_signals(list(self._notices.values()))  # notices of an earlier job on the same addresses are stale
         self._next_look = 0.0
 
     def begin(self) -> None:
         self._step = tf.compat.v1.train.get_global_step()
 
     def _ps_notices(self) -> list[str]:
-        if self._notices_in is None or time.monotonic() < self._next_look:
+        if not self._notices or time.monotonic() < self._next_look:
             return []
+        from strategies._signals import take_signal
+
         self._next_look = time.monotonic() + _NOTICE_POLL
-        notices = take_notices(self._notices_in, since=self._started - 1.0)
-        return [str(n.get("task")) for n in notices if str(n.get("task", "")).startswith("ps-")]
+        return [task for task, path in self._notices.items() if take_signal(path) is not None]
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         if self._stopping:
@@ -72,13 +85,13 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
             run_context.request_stop()
 
 
-def arm_ps(model_dir: str | None, task: str) -> None:
-    """In a ps task, before it serves: on the signal it tells the chief and serves until the chief's checkpoint."""
-    install(role="server", model_dir=model_dir or None, task=task)
+def raise_if_preempted(model_dir: str | None, task: str, cluster: Cluster | None = None) -> None:
+    """After the session closed (the chief's checkpoint written): if preempted, the chief's goodbye, then 143.
 
-
-def raise_if_preempted(model_dir: str | None, task: str) -> None:
-    """After the session closed: ``TrainingPreempted`` if this task was preempted (the chief's checkpoint is written).
+    Args:
+        cluster: on the chief of a cluster with ps tasks, that (TF2) cluster:
+            every ps is told to exit with 143 (a preempted one serves until
+            then). None elsewhere: a worker only leaves.
 
     Raises:
         TrainingPreempted: the task got the preemption signal, or (the chief) a ps's notice stopped it.
@@ -92,5 +105,9 @@ def raise_if_preempted(model_dir: str | None, task: str) -> None:
            else f"{', '.join(w.stopped_for)} preempted")
     logger.warning("preempted (%s): %s stopped after the step in flight; newest checkpoint %s; exiting with %d",
                    why, task, path or "(none)", EXIT_PREEMPTED)
+    if cluster and cluster.get("ps"):
+        from strategies._shutdown import between_graph_ending, end_job
+
+        end_job(between_graph_ending(cluster), EXIT_PREEMPTED)
     w.done.set()
     raise TrainingPreempted(step)

@@ -24,9 +24,7 @@ def serve_if_ps(config: Any) -> None:
     if role_of(config) != "ps":
         return
     from strategies import ServeOptions, serve
-    from toolkit.estimator._preemption import arm_ps
 
-    arm_ps(config.model_dir, f"ps-{config.task_id}")  # a preempted ps serves on until the chief's checkpoint
     options = ServeOptions.from_env(chief_start_timeout=config.chief_start_timeout,
                                     chief_lost_after=config.chief_lost_after)
     sys.exit(serve(config.tf_config, options=options))

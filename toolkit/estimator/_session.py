@@ -115,5 +115,9 @@ def arm_goodbye(config: Any) -> None:
 
 
 def goodbye(config: Any, code: int) -> list[str]:
-    """Waits for the workers to leave (on success), then tells every ps to exit with ``code``; once."""
+    """Waits for the workers to leave (on success), then tells every ps to exit with ``code``; once.
+
+    A preempted chief has said it already, with 143, after its checkpoint
+    (``toolkit.estimator._preemption.raise_if_preempted``): a later call is a no-op.
+    """
     return between_graph.end_job(between_graph.between_graph_ending(training_cluster(config)), code)

@@ -222,7 +222,9 @@ class Estimator:
         if not self._config.is_local and not distributed:
             logger.warning("TF_CONFIG has no ps tasks: between-graph replication keeps the shared variables on "
                            "the ps, so each task trains its own copy, as in TF1. Add a ps job to share them.")
-        if distributed and self._config.is_chief:
+        # the chief of a cluster with ps hears of a preempted ps, and says goodbye to them with 143
+        chief_of_ps = _session.training_cluster(self._config) if distributed and self._config.is_chief else None
+        if chief_of_ps is not None:
             _session.chief_starts(self._config)
         with self._new_graph().as_default():
             spec, stop = self._train_graph(input_fn, steps, max_steps)
@@ -231,11 +233,11 @@ class Estimator:
                 logger.info("%s-%d: %d fewer transfers per step (packed)", self._config.task_type,
                             self._config.task_id, saved)
             # TF's order: the caller's hooks, the stop, model_fn's hooks, then the NaN check
-            preemption = PreemptionHook(self._config.model_dir if self._config.is_chief else None)
+            preemption = PreemptionHook(chief_of_ps)
             all_hooks = [preemption, *hooks, stop, *spec.training_hooks, v1.train.NanTensorHook(spec.loss),
                          *_session.release_sync_workers(spec, self._config)]
             self._run_training(spec, all_hooks, saving_listeners, target)
-        raise_if_preempted(self._config.model_dir, f"{self._config.task_type}-{self._config.task_id}")
+        raise_if_preempted(self._config.model_dir, f"{self._config.task_type}-{self._config.task_id}", chief_of_ps)
         if distributed and self._config.is_chief:
             _session.arm_goodbye(self._config)
         elif distributed:

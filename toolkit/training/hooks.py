@@ -49,7 +49,7 @@ class CheckpointHook:
         logger.info("checkpoint saved at step %d in %.2f s: %s", step, seconds, path)
         if not self.temporary:
             preemption = watcher()
-            record_save_seconds(self.directory, seconds, preemption.options.grace_period)
+            record_save_seconds(self.directory, seconds, preemption.options.preemption_grace)
         return True
 
     def discard_scratch(self) -> None:

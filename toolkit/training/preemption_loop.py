@@ -6,7 +6,11 @@ once before the first). Who decides depends on the runner:
 * one controller (the parameter-server chief, a one-process run): its own
   signal, or a ps's notice, stops the job at the step the variable holds after
   the steps in flight; a worker's notice only makes it checkpoint there and go
-  on (the coordinator moves that worker's work to the others);
+  on (the coordinator moves that worker's work to the others). A preempted
+  server's notice reaches the chief through the cluster
+  (``strategies._server_preemption``): the server keeps serving until the
+  chief, after its checkpoint, says goodbye with ``EXIT_PREEMPTED``, to that
+  worker alone, or to every server when a ps stops the job;
 * every worker runs the loop (MultiWorkerMirrored): each execution carries
   every worker's flag ("was I signalled?") in the all-reduce of its stats
   (``Runner.flagged``), so all workers learn of a signal from the same
@@ -19,12 +23,6 @@ The checkpoint goes through the loop's own ``CheckpointHook``\\ s, so it is the
 same checkpoint a restart restores; Keras callbacks are not told the training
 ended (``BackupAndRestore`` must keep its backup), and the parameter-server
 chief tells its servers to exit with ``EXIT_PREEMPTED`` too.
-
-Servers started by ``run_role()`` in a script (Keras' ``model.fit``) know no
-model directory: a preempted one leaves its notice in the chief's process
-instead (``strategies._server_preemption``), and waits for the goodbye the
-chief sends after the checkpoint (to that worker alone, or to every server
-when a ps stops the job).
 """
 from __future__ import annotations
 
@@ -34,14 +32,7 @@ from collections.abc import Sequence
 
 from toolkit.training.hooks import CheckpointHook
 from toolkit.training.loop import Hook
-from toolkit.training.preemption import (
-    EXIT_PREEMPTED,
-    TrainingPreempted,
-    check_grace,
-    install,
-    take_notices,
-    watcher,
-)
+from toolkit.training.preemption import EXIT_PREEMPTED, TrainingPreempted, check_grace, install, watcher
 from toolkit.training.runners import Runner
 
 __all__ = ["LoopPreemption"]
@@ -60,7 +51,6 @@ class LoopPreemption:
         install(self.watch.options if self.watch.installed else None, role="train")
         self.checkpoints = [h for h in hooks if isinstance(h, CheckpointHook)]
         self.model_dir = next((h.directory for h in self.checkpoints if not h.temporary), None)
-        self.started_wall = time.time()
         runner.flag = lambda: self.watch.requested  # multi-worker runners pass it into each execution
         self.last_step: int | None = None  # the step of the previous check
         self.signal_step: int | None = None  # the last step known before this task saw its signal
@@ -71,7 +61,7 @@ class LoopPreemption:
 
             clear_signals(list(notice_paths(self.cluster).values()))
         if self.model_dir is not None:
-            check_grace(self.model_dir, self.watch.options.grace_period)
+            check_grace(self.model_dir, self.watch.options.preemption_grace)
 
     def check(self, step: int) -> None:
         """Called with the global step after each chunk; raises ``TrainingPreempted`` when the job must stop."""
@@ -81,30 +71,26 @@ class LoopPreemption:
         if self.runner.single_controller:
             stop = self.watch.requested
             notices = self._notices()
-            stop = stop or any(str(n.get("task", "")).startswith("ps-") for n in notices)
+            stop = stop or any(task.startswith("ps-") for task in notices)
             if not stop and notices:
-                names = ", ".join(str(n.get("task")) for n in notices)
                 seconds = self._save(step)
-                logger.warning("%s preempted: %s; training goes on without it until it is restarted", names,
-                               _saved(step, seconds))
-                self._release([str(n.get("task")) for n in notices])
+                logger.warning("%s preempted: %s; training goes on without it until it is restarted",
+                               ", ".join(notices), _saved(step, seconds))
+                self._release(notices)
                 return
         else:
             stop = self.runner.agree(self.watch.requested) if before is None else self.runner.flagged()
         if stop:
             self._stop(step)
 
-    def _notices(self) -> list[dict[str, object]]:
-        if not getattr(self.runner, "coordinator", None):
+    def _notices(self) -> list[str]:
+        """The preempted servers whose notices arrived since the last check (``ps-0``), each taken once."""
+        if self.cluster is None:
             return []
-        found = [] if self.model_dir is None else take_notices(self.model_dir, since=self.started_wall - 1.0)
-        if self.cluster is not None:
-            from strategies._server_preemption import notice_paths
-            from strategies._signals import take_signal
+        from strategies._server_preemption import notice_paths
+        from strategies._signals import take_signal
 
-            found += [{"task": task} for task, path in notice_paths(self.cluster).items()
-                      if take_signal(path) is not None]
-        return found
+        return [task for task, path in notice_paths(self.cluster).items() if take_signal(path) is not None]
 
     def _release(self, workers: Sequence[str]) -> None:
         """After the checkpoint: the preempted workers may leave (a goodbye with ``EXIT_PREEMPTED``)."""
