@@ -71,7 +71,7 @@ def _signal(name: str, value: Any, variable: str | None) -> int:
         number = int(text) if text.isdigit() else None if known is None else int(known)
     elif isinstance(value, int) and not isinstance(value, bool):
         number = int(value)
-    if number is None or number not in signal.Signals._value2member_map_:
+    if number is None or number not in {int(each) for each in signal.Signals}:
         raise StrategyError(f"`{name}` ({source}) is {value!r}, which is no signal; expected a name or a number, "
                             f"e.g. {key}=SIGUSR1 or {key}={int(signal.SIGTERM)} (SIGTERM).", field=name)
     if number in (signal.SIGKILL, signal.SIGSTOP):
