@@ -10,6 +10,7 @@ import keras
 import pytest
 import tensorflow as tf
 from _children import preempted_and_stopped
+from _models import compiled
 
 import models
 from strategies import ServeOptions, StrategyError
@@ -59,9 +60,8 @@ class _SignalAt(keras.callbacks.Callback):
 
 def _fit(model_dir, callbacks=()):
     train = data.load("digits")
-    return fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(32, seed=1),
-               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), epochs=2,
-               steps_per_epoch=STEPS_PER_EPOCH, steps_per_execution=1, model_dir=str(model_dir), verbose=0,
+    return fit(compiled(models.digits_mlp, seed=0, metrics=()), train.dataset_fn(32, seed=1), epochs=2,
+               steps_per_epoch=STEPS_PER_EPOCH, model_dir=str(model_dir), verbose=0,
                callbacks=list(callbacks), options=FitOptions(checkpoint=CheckpointConfig(every=1000), export=False))
 
 

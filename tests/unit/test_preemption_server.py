@@ -107,7 +107,7 @@ _FIT_PS = textwrap.dedent("""
     from tf_config import TFConfig
     from toolkit.training.preemption import install
     cfg = TFConfig.from_dict({"cluster": json.loads(sys.argv[1]), "task": {"type": "ps", "index": 0}})
-    install(role="server", model_dir=sys.argv[2], task="ps-0")  # as toolkit.fit does in its servers, then serves
+    install(role="server", task="ps-0")  # as toolkit.fit does in its servers, then serves
     run_role(cfg)
 """)
 

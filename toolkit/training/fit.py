@@ -40,7 +40,7 @@ from toolkit.training.runners import strategy_kind
 from toolkit.training.state import build_state
 
 if TYPE_CHECKING:
-    from strategies import StrategyOptions
+    from strategies import ServeOptions, StrategyOptions
     from tf_config import TFConfig
 
 __all__ = ["fit"]
@@ -78,14 +78,12 @@ def _model_dir(model_dir: str | os.PathLike[str] | None, cfg: TFConfig) -> str:
     return os.fspath(model_dir)
 
 
-def _arm_preemption(cfg: TFConfig, model_dir: str | os.PathLike[str] | None) -> None:
+def _arm_preemption(cfg: TFConfig, options: ServeOptions | None) -> None:
     """Installs this task's preemption handler, by role (``toolkit.training.preemption``), before it serves."""
     from strategies._roles import is_server_role
 
     role = "server" if is_server_role(cfg) else "evaluator" if cfg.is_evaluator else "train"
-    task = "local" if cfg.is_local else f"{cfg.task_type}-{cfg.task_index}"
-    directory = os.fspath(model_dir) if isinstance(model_dir, (str, os.PathLike)) and os.fspath(model_dir) else None
-    install(role=role, model_dir=directory, task=task)
+    install(options, role=role, task="local" if cfg.is_local else f"{cfg.task_type}-{cfg.task_index}")
 
 
 def _build_strategy(strategy: str | tf.distribute.Strategy, cfg: TFConfig,
@@ -253,7 +251,7 @@ def fit(
     from tf_config import TFConfig
 
     cfg = TFConfig.from_env() if options.tf_config is None else options.tf_config
-    _arm_preemption(cfg, model_dir)
+    _arm_preemption(cfg, options.serve)
     if isinstance(strategy, str):  # ps and worker tasks serve here, and exit when the chief says goodbye
         from strategies import run_role
 

@@ -144,8 +144,7 @@ def watcher() -> Watcher:
     return _WATCHER
 
 
-def install(options: ServeOptions | None = None, *, role: str = "train", model_dir: str | None = None,
-            task: str | None = None) -> Watcher:
+def install(options: ServeOptions | None = None, *, role: str = "train", task: str | None = None) -> Watcher:
     """Installs the preemption handler for this process (from the main thread; elsewhere it only logs).
 
     Args:
@@ -154,11 +153,8 @@ def install(options: ServeOptions | None = None, *, role: str = "train", model_d
             or worker) or ``"evaluator"``. A server's handler is the one
             ``strategies.serve`` arms as it starts serving (it tells the chief
             through the cluster), so none is installed here for a server.
-        model_dir: the job's model directory; no role needs it (a server's
-            chief hears from it through the cluster).
         task: this task's name for the log, e.g. ``worker-1``.
     """
-    del model_dir
     w = _WATCHER
     w.options = options if options is not None else ServeOptions.from_env()
     w.role = role

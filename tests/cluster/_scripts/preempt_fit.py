@@ -87,11 +87,15 @@ def main(argv: list[str]) -> int:
     from toolkit import CheckpointConfig, LogConfig, data, fit
     from toolkit.training import FitOptions
 
+    def model_fn() -> keras.Model:
+        model = models.digits_mlp(seed=0)
+        model.compile(optimizer=keras.optimizers.Adam(3e-3), metrics=["accuracy"],
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
     train = data.load("digits")
-    history = fit(lambda: models.digits_mlp(seed=0), train.dataset_fn(64, seed=1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
-                  optimizer=lambda: keras.optimizers.Adam(3e-3), epochs=args.epochs,
-                  steps_per_epoch=args.steps_per_epoch, steps_per_execution=1, model_dir=args.model_dir, verbose=0,
+    history = fit(model_fn, train.dataset_fn(64, seed=1), epochs=args.epochs,
+                  steps_per_epoch=args.steps_per_epoch, model_dir=args.model_dir, verbose=0,
                   callbacks=[_preempter(targets, args.steps_per_epoch)],
                   options=FitOptions(logs=LogConfig(every=5), checkpoint=CheckpointConfig(keep=10), export=False,
                                      strategy=StrategyOptions(connect_timeout=120)))
