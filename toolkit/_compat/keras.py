@@ -151,12 +151,13 @@ def missing_symbols() -> list[str]:
         "keras.callbacks.BackupAndRestore().backup_dir": lambda: keras.callbacks.BackupAndRestore("unused"),
         "keras.callbacks.BackupAndRestore().save_freq": lambda: keras.callbacks.BackupAndRestore("unused"),
         "keras.callbacks.BackupAndRestore().delete_checkpoint": lambda: keras.callbacks.BackupAndRestore("unused"),
-        "keras.Model()._compile_config": _compiled_model,
     }
     for symbol, make in checks.items():
         attribute = symbol.rsplit(".", 1)[1]
         if not hasattr(make(), attribute):
             missing.append(symbol)
+    if not _keeps_compile_arguments():
+        missing.append("keras.Model.compile keeping its arguments in _compile_config.config")
     if not _binds_variables():
         missing.append("keras.Variable()._value")
     if not _counts_atomically():
@@ -166,10 +167,15 @@ def missing_symbols() -> list[str]:
     return missing + _strategies_compat.missing_symbols()
 
 
-def _compiled_model() -> keras.Model:
-    model = keras.Sequential([keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    return model
+def _keeps_compile_arguments() -> bool:
+    loss = keras.losses.MeanSquaredError()
+    try:
+        model = keras.Sequential([keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss=loss, steps_per_execution=3)
+        arguments = compile_arguments(model)
+    except Exception:  # any failure means the internals moved
+        return False
+    return arguments is not None and arguments.get("loss") is loss and arguments.get("steps_per_execution") == 3
 
 
 def _binds_variables() -> bool:

@@ -17,24 +17,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import keras
 
 from tf_config.checks import check_int
-from toolkit._compat.keras import compile_arguments
 from toolkit.training.config import TrainingError
+from toolkit.training.state import OptimizerSpec, compiled_arguments
 from toolkit.training.step import Forward, ResolvedMetric, make_forward, resolve_metrics
 
-if TYPE_CHECKING:
-    from toolkit.training.state import OptimizerSpec
-
-__all__ = ["Compiled", "compiled_optimizer", "read_compiled"]
+__all__ = ["Compiled", "read_compiled"]
 
 logger = logging.getLogger(__name__)
 
 _EXAMPLE = ("model.compile(optimizer='adam', loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), "
-            "metrics=['accuracy'])")
+            "metrics=['accuracy'])")  # the same as the uncompiled model's error (state.compiled_arguments)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,20 +51,6 @@ class Compiled:
     steps_per_execution: int
 
 
-def _arguments(model: keras.Model) -> dict[str, Any]:
-    arguments = compile_arguments(model)
-    if arguments is None:
-        raise TrainingError(
-            f"`model_fn` returned model {model.name!r}, which is not compiled. Compile it inside model_fn, as for "
-            f"Keras' model.fit: {_EXAMPLE}.", field="model_fn")
-    return arguments
-
-
-def compiled_optimizer(model: keras.Model) -> OptimizerSpec:
-    """The optimizer ``model`` was compiled with (Keras' default ``"rmsprop"`` when none was given)."""
-    return cast("OptimizerSpec", _arguments(model).get("optimizer") or "rmsprop")
-
-
 def read_compiled(model: keras.Model, *, forward: Forward | None = None) -> Compiled:
     """Checks and translates the arguments ``model`` was compiled with.
 
@@ -79,7 +62,7 @@ def read_compiled(model: keras.Model, *, forward: Forward | None = None) -> Comp
         TrainingError: the model is not compiled, has no loss and no ``forward``
             was given, or was compiled with per-output losses or weighted metrics.
     """
-    arguments = _arguments(model)
+    arguments: dict[str, Any] = compiled_arguments(model)
     for name in ("loss_weights", "weighted_metrics"):
         if arguments.get(name) is not None:
             raise TrainingError(
@@ -103,5 +86,5 @@ def read_compiled(model: keras.Model, *, forward: Forward | None = None) -> Comp
         logger.warning("jit_compile=True is not applied by toolkit.fit; training runs without XLA")
     steps = check_int(arguments.get("steps_per_execution", 1), field="steps_per_execution", error=TrainingError,
                       example=10)
-    return Compiled(optimizer=compiled_optimizer(model), forward=forward or make_forward(loss),
+    return Compiled(optimizer=arguments.get("optimizer") or "rmsprop", forward=forward or make_forward(loss),
                     metrics=resolve_metrics(list(metrics)), steps_per_execution=cast(int, steps))

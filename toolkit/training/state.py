@@ -14,14 +14,16 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import keras
 import tensorflow as tf
 
+from toolkit._compat.keras import compile_arguments
 from toolkit.training.config import TrainingError
 
-__all__ = ["GlobalStepSchedule", "TracedWriteCheckpoint", "TrainState", "build_state", "seed_states"]
+__all__ = ["GlobalStepSchedule", "TracedWriteCheckpoint", "TrainState", "build_state", "compiled_arguments",
+           "seed_states"]
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +186,17 @@ def _bind_schedule(optimizer: keras.optimizers.Optimizer, global_step: tf.Variab
     logger.debug("learning-rate schedule %s now follows the global step", type(schedule).__name__)
 
 
+def compiled_arguments(model: keras.Model) -> dict[str, Any]:
+    """The arguments ``model.compile`` was given (``toolkit.training.compiled`` reads them)."""
+    arguments = compile_arguments(model)
+    if arguments is None:
+        raise TrainingError(
+            f"`model_fn` returned model {model.name!r}, which is not compiled. Compile it inside model_fn, as for "
+            "Keras' model.fit: model.compile(optimizer='adam', loss=keras.losses.SparseCategoricalCrossentropy("
+            "from_logits=True), metrics=['accuracy']).", field="model_fn")
+    return arguments
+
+
 def _check_model(model: object) -> keras.Model:
     if not isinstance(model, keras.Model):
         raise TrainingError(
@@ -216,9 +229,7 @@ def build_state(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras.M
         model = _check_model(model_fn())
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         if optimizer is None:
-            from toolkit.training.compiled import compiled_optimizer
-
-            optimizer = compiled_optimizer(model)
+            optimizer = compiled_arguments(model).get("optimizer") or "rmsprop"  # Keras' default
         opt = _fresh_optimizer(optimizer)
         _bind_schedule(opt, global_step)
         opt.build(model.trainable_variables)
