@@ -424,3 +424,13 @@ def test_launch_takes_a_spec_or_its_fields_never_both(tmp_path):
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) worker; the LaunchSpec fields are"):
         launch(["python", "-c", "pass"], worker=2, job_dir=tmp_path / "job")
     assert not (tmp_path / "job").exists()
+
+
+def test_a_bad_preemption_grace_in_the_environment_stops_the_launch_before_any_task(tmp_path):
+    """The launcher reads the tasks' grace through ServeOptions, as the tasks do, and refuses what they would."""
+    from strategies import StrategyError
+
+    with pytest.raises(StrategyError) as info:
+        launch(["python", "-c", "pass"], job_dir=tmp_path / "job", env={"TFDIST_PREEMPTION_GRACE": "soon"})
+    assert info.value.field == "preemption_grace" and "TFDIST_PREEMPTION_GRACE) is 'soon'" in str(info.value)
+    assert not (tmp_path / "job").exists()

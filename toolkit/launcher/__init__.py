@@ -22,6 +22,7 @@ even by SIGKILL, the kernel kills them too (Linux).
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import sys
 import time
@@ -57,6 +58,7 @@ from toolkit.launcher._spec import (
     make_spec,
 )
 from toolkit.launcher._supervisor import Job, supervise
+from toolkit.launcher._task import preemption_grace
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -145,6 +147,7 @@ def launch(cmd: Sequence[str] | LaunchSpec, *, job_dir: str | PathLike[str] | No
         isolated = resolve_isolation(isolate)
     except IsolationError as exc:
         raise LaunchError(str(exc), field="isolate") from exc
+    preemption_grace({**os.environ, **(env or {})})  # a value the tasks would refuse stops the job here
     directory = Path(job_dir if job_dir is not None else default_job_dir()).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     out = (stream if stream is not None else sys.stdout) if echo else None

@@ -48,7 +48,14 @@ from toolkit.launcher._spec import (
     LaunchError,
     LaunchSpec,
 )
-from toolkit.launcher._task import TaskProcess, describe_exit, die_with_parent, shell_exit_code, stop_all
+from toolkit.launcher._task import (
+    TaskProcess,
+    describe_exit,
+    die_with_parent,
+    preemption_grace,
+    shell_exit_code,
+    stop_all,
+)
 
 if TYPE_CHECKING:
     from tf_config import TFConfig
@@ -56,18 +63,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _POLL = 0.2
-#: written into a task's directory just before the launcher SIGTERMs it (``toolkit.training.preemption`` reads it)
+#: written into a task's directory just before the launcher SIGTERMs it (``strategies._server_preemption`` reads it)
 STOP_MARKER = "stop-requested"
-_ENV_PREEMPTION_GRACE = "TFDIST_PREEMPTION_GRACE"  # read by the tasks (toolkit.training.preemption)
-_DEFAULT_PREEMPTION_GRACE = 25.0
-
-
-def preemption_grace(env: Mapping[str, str]) -> float:
-    """How long the launcher waits for its tasks after passing a SIGTERM on: their grace, plus 2 s to exit."""
-    try:
-        return float(env.get(_ENV_PREEMPTION_GRACE, _DEFAULT_PREEMPTION_GRACE)) + 2.0
-    except ValueError:
-        return _DEFAULT_PREEMPTION_GRACE + 2.0
 
 
 def generate_configs(spec: LaunchSpec, job_dir: Path, *, hosts: Sequence[str] | None = None) -> dict[str, TFConfig]:
@@ -95,6 +92,7 @@ class Job:
         self.spec, self.job_dir = spec, job_dir
         self.policy = FailurePolicy.of(spec)
         self.base_env = {**os.environ, **(env or {})}
+        self.grace = preemption_grace(self.base_env)  # the tasks' own check, before any of them starts
         self.wrap = wrap  # runs a task's command inside the private network namespace, if any
         self.configs = self._generate()
         self._add_tasks(self.configs, TaskProcess, stream=stream, on_task=on_task, verbose=verbose)
@@ -325,10 +323,10 @@ class Job:
         """Sends SIGTERM to every running task, unmarked, and waits up to ``preemption_grace`` for them to exit."""
         running = [t for t in self.tasks.values() if t.running]
         logger.warning("SIGTERM: passing the preemption on to %s; waiting up to %g s for their checkpoint",
-                       ", ".join(t.name for t in running) or "no task", preemption_grace(self.base_env))
+                       ", ".join(t.name for t in running) or "no task", self.grace)
         for task in running:
             task.signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + preemption_grace(self.base_env)
+        deadline = time.monotonic() + self.grace
         while any(t.running for t in running) and time.monotonic() < deadline:
             time.sleep(_POLL)
 

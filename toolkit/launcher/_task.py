@@ -64,6 +64,21 @@ def armed_env(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": paths, ENV_HAND_BUILT: "1"}
 
 
+#: what a preempted task gets beyond its grace (``ServeOptions.preemption_grace``) to exit
+EXIT_ALLOWANCE = 2.0
+
+
+def preemption_grace(env: Mapping[str, str]) -> float:
+    """How long a launcher waits for a task it passed a SIGTERM on to: the task's grace, plus time to exit.
+
+    Raises:
+        StrategyError: ``TFDIST_PREEMPTION_GRACE`` (or ``_SIGNAL``) is no valid value; the tasks would refuse it too.
+    """
+    from strategies._serve_options import ServeOptions
+
+    return ServeOptions.from_env(env).preemption_grace + EXIT_ALLOWANCE
+
+
 def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the kernel SIGKILL the task when the launcher dies (Linux).
 

@@ -36,11 +36,9 @@ from collections.abc import Mapping, Sequence
 import ray
 
 from tf_config.ports import pick_port
-from toolkit.launcher._task import die_with_parent
+from toolkit.launcher._task import die_with_parent, preemption_grace
 
 _MAX_BUFFERED = 20000  # lines kept for a driver that stopped reading
-ENV_GRACE = "TFDIST_PREEMPTION_GRACE"  # toolkit.training.preemption's (not imported: it would import TensorFlow)
-_DEFAULT_GRACE = 25.0
 _READ_WAIT = 3.0  # seconds the driver gets to read the exit code of a task preempted with its actor
 
 
@@ -67,7 +65,7 @@ class TaskRunner:
         self._cond = threading.Condition()
         self._done = False
         self._code_read = False    # the driver has read the current run's exit code
-        self._grace = _DEFAULT_GRACE  # the task's preemption grace (its ENV_GRACE)
+        self._wait = preemption_grace({})  # the task's preemption grace, and time to exit
         self._ray_sigterm: object = None
         if threading.current_thread() is threading.main_thread():  # where Ray builds an actor (and signals go)
             self._ray_sigterm = signal.getsignal(signal.SIGTERM)
@@ -79,7 +77,7 @@ class TaskRunner:
         proc = self._proc
         if proc is not None and self.stop(signal.SIGTERM):
             with contextlib.suppress(subprocess.TimeoutExpired):  # past it, the task dies with the worker
-                proc.wait(self._grace + 2.0)
+                proc.wait(self._wait)
             with self._cond:
                 self._cond.wait_for(lambda: self._code_read, timeout=_READ_WAIT)
         previous = self._ray_sigterm
@@ -123,10 +121,7 @@ class TaskRunner:
         # The driver's interpreter (``python`` in the entrypoint) means this node's.
         argv = [sys.executable if part == driver_python else part for part in cmd]
         full_env = {**os.environ, **env}
-        try:
-            self._grace = float(full_env.get(ENV_GRACE) or _DEFAULT_GRACE)
-        except ValueError:  # the task itself reports a bad value
-            self._grace = _DEFAULT_GRACE
+        self._wait = preemption_grace(full_env)  # checked by the driver's launcher before the job started
         for key in ("TFDIST_JOB_DIR", "TFDIST_TASK_DIR"):
             if key in env:
                 os.makedirs(env[key], exist_ok=True)

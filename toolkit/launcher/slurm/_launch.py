@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from strategies._serve_options import ENV_PREEMPTION_GRACE
 from toolkit.launcher._result import (
     EXIT_PREEMPTED,
     EventKind,
@@ -55,7 +56,6 @@ __all__ = ["launch_slurm"]
 _log = logging.getLogger(__name__)
 _POLL = 0.25        # the tasks' status files and logs (file reads)
 _SQUEUE_POLL = 1.0  # Slurm's own view (a squeue process each time; sooner once the chief has ended)
-ENV_GRACE = "TFDIST_PREEMPTION_GRACE"  # toolkit.training.preemption's (not imported: it would import TensorFlow)
 
 
 def _layout(spec: LaunchSpec) -> tuple[str, list[str]]:
@@ -242,7 +242,7 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
     check_shared([str(job_dir), *shared_paths], nodes=options.nodes, asserted=options.shared_dirs)
     full_env = {**os.environ, **(env or {}), ENV_JOB_NONCE: secrets.token_hex(8)}
     if options.preemption_grace:
-        full_env.setdefault(ENV_GRACE, str(options.preemption_grace))
+        full_env.setdefault(ENV_PREEMPTION_GRACE, str(options.preemption_grace))
     started = time.monotonic()
     watch = _Watch(job_dir, names, stream, on_task)
     resubmit = spec.restartable if resubmit_preempted is None else resubmit_preempted
