@@ -15,8 +15,8 @@ from sklearn.metrics import roc_auc_score
 import toolkit
 from toolkit._compat import keras as _compat
 from toolkit.keras_dist._inputs import training_input
-from toolkit.keras_dist._metrics import AUCSums, ConfusionSums, MeanIoUSums
 from toolkit.training import SummedMetric, TrainingError
+from toolkit.training.metrics import AUCSums, ConfusionSums, MeanIoUSums
 
 _RNG = np.random.RandomState(0)
 _X = _RNG.normal(size=(256, 8)).astype("float32")

@@ -177,7 +177,7 @@ def test_a_callback_can_stop_training(digits, tmp_path):
 
 def test_argument_errors_name_the_argument(digits, tmp_path):
     train, _ = digits
-    with pytest.raises(TrainingError, match="compiled without a loss") as info:
+    with pytest.raises(TrainingError, match="`loss` is None: compile the model with a loss") as info:
         _fit(train, tmp_path, loss=None)
     assert info.value.field == "loss"
     with pytest.raises(TrainingError, match="which is not compiled. Compile it inside model_fn") as info:
@@ -231,3 +231,24 @@ def test_the_evaluator_skips_a_checkpoint_deleted_before_it_is_read(digits, tmp_
 
     results = evaluate_continuously(str(tmp_path), evaluate, final_step=22, timeout=30, poll_secs=0.05)
     assert [step for step, _ in results] == [22] and seen == [str(tmp_path / "ckpt-22")]
+
+
+def test_fit_takes_the_metrics_keras_compile_takes_and_stateful_ones_are_exact(digits, tmp_path):
+    """The same compile as for Keras' model.fit: AUC and Precision are computed from summed counts."""
+    train, test = digits
+    binary = [dataclasses.replace(d, labels=(d.labels >= 5).astype(np.int64), num_classes=2) for d in (train, test)]
+
+    def build():
+        return keras.Sequential([keras.Input(train.input_shape), keras.layers.Flatten(),
+                                 keras.layers.Dense(16, activation="relu"),
+                                 keras.layers.Dense(1, activation="sigmoid")])
+
+    history = _fit(binary[0], tmp_path, build=build, loss="binary_crossentropy", epochs=1,
+                   metrics=["accuracy", keras.metrics.AUC(name="auc"), keras.metrics.Precision(name="precision")],
+                   validation_fn=binary[1].dataset_fn(BATCH, shuffle=False, repeat=False, drop_remainder=False))
+    x, y = binary[1].features, binary[1].labels
+    predictions = history.model.predict(x, verbose=0)
+    for metric in (keras.metrics.AUC(), keras.metrics.Precision()):
+        metric.update_state(y, predictions)
+        name = "val_auc" if isinstance(metric, keras.metrics.AUC) else "val_precision"
+        assert history.history[name][-1] == pytest.approx(float(metric.result()), abs=1e-4), name

@@ -30,7 +30,6 @@ import keras
 import tensorflow as tf
 
 from toolkit._compat import keras as _compat
-from toolkit.keras_dist._compile import CompileRecord, record_compile
 from toolkit.keras_dist._fit import (
     distributed_evaluate,
     distributed_fit,
@@ -38,6 +37,7 @@ from toolkit.keras_dist._fit import (
     forget,
 )
 from toolkit.training import TrainingError
+from toolkit.training.compiled import CompileRecord, record_compile
 
 __all__ = ["enable_distributed_keras", "disable_distributed_keras", "distributed_keras_enabled"]
 

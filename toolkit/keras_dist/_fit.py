@@ -21,7 +21,6 @@ import tensorflow as tf
 
 from tf_config.checks import check_int
 from toolkit.keras_dist._callbacks import split_callbacks
-from toolkit.keras_dist._compile import CompileRecord
 from toolkit.keras_dist._inputs import (
     KerasData,
     evaluation_input,
@@ -39,6 +38,7 @@ from toolkit.training import (
     build_state,
     engine,
 )
+from toolkit.training.compiled import CompileRecord
 from toolkit.training.engine import EngineRun, task_of
 from toolkit.training.step import Nest
 
@@ -71,6 +71,7 @@ def _build_on_first_batch(model: keras.Model, record: CompileRecord, element_spe
             field="model")
     example = tf.nest.map_structure(lambda spec: tf.zeros([1 if d is None else d for d in [1, *spec.shape[1:]]],
                                                           spec.dtype), features)
+    assert record.strategy is not None  # model.compile ran under a multi-worker strategy
     with record.strategy.scope():
         model(example, training=False)
     logger.info("model %r built on the first batch's shape: %s", model.name,

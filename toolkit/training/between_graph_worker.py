@@ -190,7 +190,7 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
         if not model.built:
             with tf.control_dependencies(None):
                 model(_check_batch(iterator.get_next())[0])  # creates the variables of a model built on its first call
-        learn = read_compiled(model, forward=forward)  # the loss and metrics the chief compiled too
+        learn = read_compiled(model, None, forward=forward)  # the loss and metrics the chief compiled too
         _bind(model.variables, manifest["model"], "the model")
         global_step = _open(manifest["global_step"])
         optimizer = _optimizer(manifest["optimizer"], global_step)
@@ -198,7 +198,7 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
         _bind(optimizer.variables, manifest["optimizer"]["variables"], "the optimizer")
         count_atomically(optimizer.iterations)  # workers step at once: Keras' read-and-write would lose counts
         state = TrainState(model=model, optimizer=optimizer, global_step=global_step)
-        step = _WorkerStep(state, learn.forward, learn.metrics, global_batch_size=global_batch_size)
+        step = _WorkerStep(state, learn.forward(), learn.metrics, global_batch_size=global_batch_size)
         ops, token = _steps(step, iterator.get_next, token, count=int(manifest["steps_per_execution"]),
                             global_step=global_step, totals=_open(manifest["totals"]), worker_device=worker_device)
     with v1.device(manifest["ready"]["device"]):

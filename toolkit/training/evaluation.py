@@ -246,10 +246,10 @@ def run_sidecar_evaluator(model_fn: Callable[[], keras.Model], validation_fn: Ca
     from toolkit.training.compiled import read_compiled
 
     model = model_fn()
-    learn = read_compiled(model, forward=forward)
+    learn = read_compiled(model, tf.distribute.get_strategy(), forward=forward)
     global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
-    validator = Validator(model, validation_fn, forward=learn.forward, metrics=learn.metrics, steps=steps, prefix="")
+    validator = Validator(model, validation_fn, forward=learn.forward(), metrics=learn.metrics, steps=steps, prefix="")
     writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
     record = LoopRecord()
 

@@ -122,15 +122,16 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     # outside the strategy's scope, so that its creator picks the ps first
     with tf.variable_creator_scope(named) if named is not None else contextlib.nullcontext():
         state = build_state(strategy, run.model_fn)
-    learn = read_compiled(state.model, forward=run.options.forward)
+    learn = read_compiled(state.model, strategy, forward=run.options.forward)
+    forward = learn.forward()
     config = dataclasses.replace(run.config, steps_per_execution=learn.steps_per_execution)
-    step = engine.build_step(state, strategy, learn.forward, learn.metrics, config=config, workers=task.workers,
+    step = engine.build_step(state, strategy, forward, learn.metrics, config=config, workers=task.workers,
                              factory=run.options.train_step)  # may add checkpointed state (before the restore)
     runner = None
     if named is not None:
         runner = runner_for(state, step, named, workers=task.workers, required=bool(run.between_graph),
                             steps_per_execution=config.steps_per_execution)
-    engine_run = EngineRun(config=config, task=task, dataset_fn=run.dataset_fn, forward=learn.forward,
+    engine_run = EngineRun(config=config, task=task, dataset_fn=run.dataset_fn, forward=forward,
                            metrics=learn.metrics, checkpoint_dir=run.model_dir, summary_dir=run.model_dir,
                            callbacks=run.callbacks if task.is_chief else (), verbose=run.verbose,
                            validation_data=run.validation_fn if task.is_chief else None, workers_validate=True,

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from toolkit._compat import keras as _compat
-from toolkit.training import TrainingError
+from toolkit.training.config import TrainingError
 from toolkit.training.step import MetricFn, Nest, ResolvedMetric, SummedMetric, resolve_metrics
 
 __all__ = ["engine_metrics", "same_rank", "split_labels", "AUCSums", "ConfusionSums", "MeanIoUSums", "WeightedMean"]
@@ -239,7 +239,7 @@ def _unpacked(fn: MetricFn) -> MetricFn:
     return metric
 
 
-def _one(metric: object, *, weighted: bool) -> tuple[str, EngineMetric]:
+def _one(metric: object, *, weighted: bool, packed: bool) -> tuple[str, EngineMetric]:
     builder = _STATEFUL.get(type(metric))
     if builder is not None:
         summed = builder(metric, weighted=weighted)
@@ -253,12 +253,14 @@ def _one(metric: object, *, weighted: bool) -> tuple[str, EngineMetric]:
             "training.",
             field="metrics")
     ((name, fn),) = resolve_metrics([metric]).items()
-    if isinstance(fn, SummedMetric):  # its sums() would receive Keras' packed (labels, sample weights)
+    if isinstance(fn, SummedMetric) and packed:  # its sums() would receive Keras' packed (labels, sample weights)
         raise TrainingError(
             f"`metrics` contains the SummedMetric {name!r}, which toolkit.fit understands but model.fit does "
             "not. Train with toolkit.fit (its model_fn compiles the model with it), or use a Keras metric or a "
             "per-example function here.",
             field="metrics")
+    if isinstance(fn, SummedMetric):
+        return name, fn
     return (name, WeightedMean(name, fn)) if weighted else (name, _unpacked(fn))
 
 
@@ -276,15 +278,19 @@ def _listed(metrics: Any, field: str) -> list[object]:  # Any: as compile() rece
     return list(metrics)
 
 
-def engine_metrics(metrics: Sequence[object] | None,
-                   weighted_metrics: Sequence[object] | None) -> dict[str, EngineMetric]:
-    """``compile``'s metrics as the engine's ``{name: metric}``; weighted ones get a ``weighted_`` prefix on clashes."""
+def engine_metrics(metrics: Sequence[object] | None, weighted_metrics: Sequence[object] | None, *,
+                   packed: bool = True) -> dict[str, EngineMetric]:
+    """``compile``'s metrics as the engine's ``{name: metric}``; weighted ones get a ``weighted_`` prefix on clashes.
+
+    ``packed``: the labels may carry sample weights (Keras' ``model.fit``), which a ``SummedMetric``
+    written for ``toolkit.fit`` would not expect; ``toolkit.fit``'s labels never do.
+    """
     resolved: dict[str, EngineMetric] = {}
     for metric in _listed(metrics, "metrics"):
-        name, value = _one(metric, weighted=False)
+        name, value = _one(metric, weighted=False, packed=packed)
         resolved[name] = value
     for metric in _listed(weighted_metrics, "weighted_metrics"):
-        name, value = _one(metric, weighted=True)
+        name, value = _one(metric, weighted=True, packed=packed)
         resolved[f"weighted_{name}" if name in resolved else name] = value
     if "loss" in resolved:
         raise TrainingError("`metrics` may not contain a metric named 'loss'; the loss is always reported.",
