@@ -15,6 +15,7 @@ _GOES_ON = re.compile(r"preempted: (?:checkpoint at step (\d+) written|step (\d+
 _STOPPED_GRAPH = re.compile(r"preempted \([^)]*\): \S+ stopped after the step in flight; "
                             r"newest checkpoint \S*ckpt-(\d+)")
 _RESTORED = re.compile(r"restored (?:the backup )?\S+ at global step (\d+)|Restoring parameters from \S*ckpt-(\d+)")
+_FINAL_CODE = re.compile(r"[ ,:]([a-z]+-\d+)=(-?\d+)")
 _COUNTED = re.compile(r"\S+ was preempted \((?:code (\d+)|signal \w+ \((-?\d+)\))\)")
 
 
@@ -52,3 +53,7 @@ def check_preemption(job_dir: Path, result: RunResult, target: str, job: str) ->
     result.exit_codes = [int(code or killed) for code, killed in _COUNTED.findall(launcher)]
     result.counted = ("failure" if re.search(r"exited with [^;\n]*; restarting", launcher)
                       else "preemption" if result.exit_codes else "")
+    final = dict(_FINAL_CODE.findall(launcher))  # the summary's ``tasks: worker-0=143, ...``
+    if not result.exit_codes and final.get(target, "").isdigit():
+        # the job ended before the launcher saw the task leave (nothing left to restart it for)
+        result.exit_codes, result.counted = [int(final[target])], "at the end"
