@@ -180,3 +180,15 @@ def test_a_ray_actor_signalled_with_its_machine_lets_its_task_checkpoint_and_rep
     lines = out.stdout.splitlines()
     assert out.returncode == 7, (out.stdout, out.stderr[-2000:])
     assert lines == ["task: up", "task: checkpointed", "driver read 143", "ray's handler"], out.stdout
+
+
+def test_a_bad_preemption_grace_stops_a_ray_launch_before_it_connects(tmp_path):
+    """As the local launcher: the tasks' grace is read through ServeOptions before anything is created."""
+    from strategies import StrategyError
+    from toolkit.launcher.ray import launch_ray
+
+    with pytest.raises(StrategyError) as info:
+        launch_ray(["python", "-c", "pass"], job_dir=tmp_path / "job", env={"TFDIST_PREEMPTION_GRACE": "0"},
+                   address="127.0.0.1:1")
+    assert info.value.field == "preemption_grace" and "TFDIST_PREEMPTION_GRACE) is '0'" in str(info.value)
+    assert not (tmp_path / "job").exists()

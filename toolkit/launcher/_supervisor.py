@@ -92,7 +92,6 @@ class Job:
         self.spec, self.job_dir = spec, job_dir
         self.policy = FailurePolicy.of(spec)
         self.base_env = {**os.environ, **(env or {})}
-        self.preemption_wait = preemption_grace(self.base_env)  # the tasks' own check, before any of them starts
         self.wrap = wrap  # runs a task's command inside the private network namespace, if any
         self.configs = self._generate()
         self._add_tasks(self.configs, TaskProcess, stream=stream, on_task=on_task, verbose=verbose)
@@ -322,11 +321,12 @@ class Job:
     def pass_on_preemption(self) -> None:
         """Sends SIGTERM to every running task, unmarked, and waits up to ``preemption_grace`` for them to exit."""
         running = [t for t in self.tasks.values() if t.running]
+        wait = preemption_grace(self.base_env)  # checked when the launch began (launch, launch_ray)
         logger.warning("SIGTERM: passing the preemption on to %s; waiting up to %g s for their checkpoint",
-                       ", ".join(t.name for t in running) or "no task", self.preemption_wait)
+                       ", ".join(t.name for t in running) or "no task", wait)
         for task in running:
             task.signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + self.preemption_wait
+        deadline = time.monotonic() + wait
         while any(t.running for t in running) and time.monotonic() < deadline:
             time.sleep(_POLL)
 

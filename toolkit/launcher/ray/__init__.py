@@ -71,6 +71,7 @@ def launch_ray(cmd: Sequence[str] | LaunchSpec, *, job_dir: str | PathLike[str] 
     """
     from toolkit.launcher import default_job_dir
     from toolkit.launcher._supervisor import supervise
+    from toolkit.launcher._task import preemption_grace
     from toolkit.launcher.ray._job import RayJob
 
     spec_names = {f.name for f in dataclasses.fields(LaunchSpec)}
@@ -81,6 +82,7 @@ def launch_ray(cmd: Sequence[str] | LaunchSpec, *, job_dir: str | PathLike[str] 
         raise LaunchError(f"`preload` is {spec.preload!r}, but on Ray every task is an actor that starts its own "
                           "interpreter on its node. Preloading is for the local launcher: leave `preload` out.",
                           field="preload")
+    preemption_grace(env or {})  # a value the tasks would refuse stops the job here (each node's own env is the base)
     directory = Path(job_dir if job_dir is not None else default_job_dir()).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     out = (stream if stream is not None else sys.stdout) if echo else None

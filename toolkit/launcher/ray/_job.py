@@ -26,7 +26,6 @@ from toolkit.launcher._policy import FailurePolicy
 from toolkit.launcher._result import TaskEvent
 from toolkit.launcher._spec import LaunchSpec
 from toolkit.launcher._supervisor import Job, generate_configs
-from toolkit.launcher._task import preemption_grace
 from toolkit.launcher.ray._actor import RemoteTaskRunner
 from toolkit.launcher.ray._cluster import connect, driver_ip, place
 from toolkit.launcher.ray._options import RayOptions, check_shared_paths
@@ -59,7 +58,6 @@ class RayJob(Job):
         self.wrap = None  # a Ray cluster's tasks run on their nodes' own networks: no local namespace
         # Each node's own environment is the base (its PATH, its Python); the job adds only its variables.
         self.base_env = dict(env or {})
-        self.preemption_wait = preemption_grace(self.base_env)  # the tasks' own check, before anything is placed
         self.on_placement, self.should_stop = on_placement, should_stop
         self.shared_paths = [str(job_dir), *shared_paths]
         self.tag = f"{job_dir.name}-{secrets.token_hex(3)}"
