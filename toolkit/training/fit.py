@@ -208,8 +208,10 @@ def fit(
             ``optimizer`` (re-created under the scope from its config;
             schedules follow the global step), ``loss`` (a Keras loss, name or
             function returning per-example losses; not needed when
-            ``options.forward`` is given), ``metrics`` (names, per-example
-            functions, ``SummedMetric``\ s) and ``steps_per_execution``.
+            ``options.forward`` is given), ``metrics`` (what Keras'
+            ``model.fit`` takes here, translated by the same code
+            (``toolkit.training.compiled``), and ``SummedMetric``\ s),
+            ``steps_per_execution`` and ``jit_compile``.
         dataset_fn: ``dataset_fn(input_context)`` returns this input pipeline's
             dataset of ``(features, labels)`` batches of
             ``input_context.get_per_replica_batch_size(global_batch)``,
