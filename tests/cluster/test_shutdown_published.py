@@ -98,6 +98,8 @@ def test_a_ps_whose_workers_all_died_exits_within_chief_lost_after(hand_cluster,
     monkeypatch.setenv("TFDIST_CHIEF_LOST_AFTER", "3")
     _tf1_cluster(hand_cluster, tmp_path, steps=10**9)
     _wait_for(hand_cluster, "worker-1", "worker 1: session ready")
+    # the ps has seen its chief (worker 0) up: one it never saw waits chief_start_timeout instead, by design
+    _wait_for(hand_cluster, "ps-0", "is up (")
     for name in ("worker-0", "worker-1"):
         os.killpg(hand_cluster.procs[name].pid, signal.SIGKILL)
     killed = time.monotonic()
