@@ -52,7 +52,9 @@ def task_config(server: tf.distribute.Server) -> TFConfig:
     definition = server.server_def
     spec = tf.train.ClusterSpec(definition.cluster)
     cluster = tf2_cluster({job: tuple(spec.job_tasks(job)) for job in spec.jobs})
-    return TFConfig.from_dict({"cluster": cluster, "task": {"type": definition.job_name,
+    # the cluster is TF2's (``master`` renamed ``chief``), so is the task's job: a TF1 script's own
+    # ``Server(cluster, job_name="master")`` under CMLE's TF_CONFIG is the chief
+    return TFConfig.from_dict({"cluster": cluster, "task": {"type": tf2_job(definition.job_name),
                                                              "index": definition.task_index}})
 
 

@@ -13,6 +13,7 @@ exits 143, as does the chief.
 from __future__ import annotations
 
 import functools
+import logging
 import types
 from typing import Any
 
@@ -20,7 +21,9 @@ import tensorflow as _tf
 
 from strategies._hand_built import server_class
 
-__all__ = ["namespace"]
+__all__ = ["job_in_cluster", "namespace"]
+
+logger = logging.getLogger(__name__)
 
 
 def namespace(name: str) -> types.ModuleType:
@@ -43,6 +46,39 @@ def namespace(name: str) -> types.ModuleType:
     return module
 
 
+#: the two names of the coordinating task: TF1 and CMLE say ``master``, TF2 and TFJob's Chief say ``chief``
+_OTHER_NAME = {"master": "chief", "chief": "master"}
+
+
+def job_in_cluster(cluster_def: Any, job_name: str | None) -> str | None:
+    """``job_name`` as the cluster names it: ``master`` where the cluster says ``chief``, and the reverse.
+
+    A CMLE-era script may start its server as ``master`` (census' TF-core
+    sample takes the name from TF_CONFIG, others write it out) while the
+    TF_CONFIG it runs under says ``chief`` (``useChiefInTfConfig``, a TFJob
+    with a Chief, TF2's own layout), or the other way round. Both name the one
+    task that coordinates, so the server starts as the cluster's name for it;
+    any other name is left to TensorFlow, which refuses a job the cluster lacks.
+    """
+    if job_name not in _OTHER_NAME or isinstance(cluster_def, _tf.compat.v1.train.ServerDef):
+        return job_name
+    try:
+        jobs = _tf.train.ClusterSpec(cluster_def).jobs
+    except (TypeError, ValueError):
+        return job_name  # TensorFlow says what is wrong with it
+    other = _OTHER_NAME[job_name]
+    if job_name in jobs or other not in jobs:
+        return job_name
+    _say_once(f"tf.train.Server: job_name {job_name!r} is not in the cluster, whose coordinating task is "
+              f"{other!r} (TF_CONFIG's name for it); starting the server as {other!r}.")
+    return other
+
+
+@functools.cache
+def _say_once(message: str) -> None:
+    logger.warning(message)
+
+
 @functools.cache
 def _server() -> type:
     """``server_class()`` that remembers its task for the session and arms a ps's preemption."""
@@ -56,8 +92,10 @@ def _server() -> type:
     class Server(base):  # type: ignore[misc, valid-type]
         __doc__ = base.__doc__
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
+        def __init__(self, server_or_cluster_def: Any, job_name: str | None = None, *args: Any,
+                     **kwargs: Any) -> None:
+            job_name = job_in_cluster(server_or_cluster_def, job_name)
+            super().__init__(server_or_cluster_def, job_name, *args, **kwargs)
             cfg = task_config(self)
             cluster, job = tf2_cluster(cfg.cluster), tf2_job(cfg.task_type)
             remember_server(cluster, job, cfg.task_index)
