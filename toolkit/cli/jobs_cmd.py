@@ -18,6 +18,7 @@ from typing import Any
 
 from tf_config.errors import FieldError
 from toolkit.cli._flags import JOBS_FLAGS, error_text, problem_text, speak_flags
+from toolkit.cli._gcloud_flags import add_gcloud_training_flags, gcloud_submission
 from toolkit.cli.launch_cmd import add_isolate_flag, isolate_children
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CANCELLED = 0, 1, 2, 3, 4
@@ -99,7 +100,7 @@ the same fields of --config. The local backend puts the parent of --package-path
 (gcloud builds a package from that parent), so --module-name must start with the package's name."""
 
 
-def _add_backend(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+def _add_backend(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, default: str | None) -> None:
     parser.add_argument("--backend", choices=_BACKENDS, default=default,
                         help="where the job runs (default: local; for existing jobs: where it was submitted)")
     parser.add_argument("--namespace", default=None, help="Kubernetes namespace (default: default)")
@@ -109,33 +110,24 @@ def _add_backend(parser: argparse.ArgumentParser, *, default: str | None) -> Non
 
 def _add_training(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", help="job name: a DNS-1035 label such as mnist-run-1")
-    parser.add_argument("--config", help="CMLE job config (trainingInput:) or Vertex workerPoolSpecs, YAML or JSON")
-    parser.add_argument("--module-name", help="trainer module, e.g. trainer.task")
-    parser.add_argument("--package-path", help="local directory of the trainer package")
-    parser.add_argument("--packages", help="comma-separated package URIs (recorded; see docs)")
-    parser.add_argument("--job-dir", help="output directory passed to the trainer as --job-dir")
-    parser.add_argument("--scale-tier", type=str.upper, help="BASIC, BASIC_GPU, STANDARD_1, PREMIUM_1 or CUSTOM")
-    parser.add_argument("--region", help="recorded with the job (has no local meaning)")
-    parser.add_argument("--runtime-version", help="TensorFlow MAJOR.MINOR (picks the Kubernetes image)")
-    parser.add_argument("--use-chief-in-tf-config", action="store_true", default=None,
-                        help="name the primary task `chief` in TF_CONFIG instead of `master`")
-    _add_backend(parser, default="local")
-    parser.add_argument("--image", help="kubernetes: container image holding the trainer package")
-    parser.add_argument("--placement", default=None, metavar="STRATEGY",
+    add_gcloud_training_flags(parser)
+    tfdist = parser.add_argument_group("tfdist flags (where and how the job runs)")
+    _add_backend(tfdist, default="local")
+    tfdist.add_argument("--image", help="kubernetes: container image holding the trainer package")
+    tfdist.add_argument("--placement", default=None, metavar="STRATEGY",
                         help="ray: placement group strategy auto|STRICT_SPREAD|SPREAD|PACK|STRICT_PACK (default auto)")
-    parser.add_argument("--partition", default=None, help="slurm: the partition (default: the cluster's default)")
-    parser.add_argument("--time-limit", default=None, metavar="TIME",
+    tfdist.add_argument("--partition", default=None, help="slurm: the partition (default: the cluster's default)")
+    tfdist.add_argument("--time-limit", default=None, metavar="TIME",
                         help="slurm: sbatch --time, e.g. 30 or 1:00:00 (default: maxRunningTime, else the partition's)")
-    parser.add_argument("--shared-job-dir", action="store_true", default=None,
+    tfdist.add_argument("--shared-job-dir", action="store_true", default=None,
                         help="ray, slurm: the local --job-dir (and TFDIST_HOME) is mounted at the same path on "
                              "every node")
-    parser.add_argument("--dry-run", action="store_true",
+    tfdist.add_argument("--dry-run", action="store_true",
                         help="kubernetes: print the TFJob YAML (a Katib Experiment for a tuning job), submit nothing")
-    parser.add_argument("--kubeflow-trainer", action="store_true",
+    tfdist.add_argument("--kubeflow-trainer", action="store_true",
                         help="kubernetes --dry-run: render a Kubeflow Trainer v2 TrainJob and its "
                              "ClusterTrainingRuntime (pods run `tfdist run`) instead of a TFJob (docs/jobs.md)")
-    parser.add_argument("--stream-logs", action="store_true", help="follow the logs until the job ends")
-    add_isolate_flag(parser)
+    add_isolate_flag(tfdist)
     parser.set_defaults(handler=_guard(_submit))
 
 
@@ -169,24 +161,17 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {option: getattr(args, flag) for flag, option in _OPTION_FLAGS.items() if getattr(args, flag, None)}
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    flags = {"pythonModule": args.module_name, "packagePath": args.package_path, "jobDir": args.job_dir,
-             "scaleTier": args.scale_tier, "region": args.region, "runtimeVersion": args.runtime_version,
-             "useChiefInTfConfig": args.use_chief_in_tf_config,
-             "packageUris": args.packages.split(",") if args.packages else None,
-             "args": list(args.user_args) or None}
-    return {k: v for k, v in flags.items() if v is not None}
-
-
 def _submit(args: argparse.Namespace) -> int:
     from toolkit.jobs import JobSpec, api, names
     names.validate_job_name(args.job)
+    try:
+        overrides, labels, gcloud_flags = gcloud_submission(args)
+    except argparse.ArgumentTypeError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     isolate_children(args.isolate)  # the local backend's supervisor inherits it
-    overrides = _overrides(args)
-    if args.config:
-        spec = JobSpec.from_file(args.config, job_id=args.job, overrides=overrides)
-    else:
-        spec = JobSpec.from_dict({}, job_id=args.job, overrides=overrides)
+    given = {"job_id": args.job, "overrides": overrides, "labels": labels, "gcloud_flags": gcloud_flags}
+    spec = JobSpec.from_file(args.config, **given) if args.config else JobSpec.from_dict({}, **given)
     for problem in spec.warnings:
         print(f"WARNING: {problem_text(problem, JOBS_FLAGS).removeprefix('warning: ')}", file=sys.stderr)
     if args.dry_run:

@@ -17,7 +17,7 @@ from toolkit.launcher._preload import DEFAULT_PRELOAD
 from toolkit.launcher._spec import LaunchSpec
 
 
-def add_isolate_flag(parser: argparse.ArgumentParser) -> None:
+def add_isolate_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--isolate/--no-isolate``: every verb that starts a local cluster has it."""
     parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                         help="run the local cluster in a private network namespace (default: wherever the "

@@ -16,6 +16,8 @@ _TOP_KEYS = ("jobId", "labels", "trainingInput")
 # What `gcloud ai-platform jobs describe --format json` adds: CMLE fills these in, a new job ignores them.
 _OUTPUT_KEYS = ("createTime", "startTime", "endTime", "state", "errorMessage", "etag",
                 "trainingOutput", "predictionOutput", "jobPosition")
+#: what a recorded field's warning says: kept, shown by describe, and of no effect
+NO_EFFECT = "is recorded with the job; it has no effect on this backend."
 # Accepted, kept in TrainingInput.recorded, not acted on.
 RECORDED_KEYS = ("serviceAccount", "network", "encryptionConfig", "enableWebAccess")
 # ReplicaConfig fields recorded the same way (as "<role>Config.<field>").
@@ -44,9 +46,24 @@ def read_cmle(reader: FieldReader, doc: Mapping[str, Any],
         if key in doc:
             reader.warn(key, "is an output field CMLE fills in for a submitted job; it is ignored.")
     reader.check_keys({k: v for k, v in doc.items() if k not in (*_OUTPUT_KEYS, "predictionInput")}, "", _TOP_KEYS)
-    ti = dict(reader.mapping(doc.get("trainingInput"), "trainingInput"))
-    ti.update(overrides)
+    ti = merge_overrides(reader.mapping(doc.get("trainingInput"), "trainingInput"), overrides)
     return read_training_input(reader, ti, "trainingInput"), doc.get("labels"), doc.get("jobId")
+
+
+def merge_overrides(ti: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``ti`` with ``overrides`` applied as gcloud applies its flags to ``--config``.
+
+    A flag replaces its field; a flag of a replica's config (``--worker-image-uri``
+    sets ``workerConfig.imageUri``) replaces that key only, so the file's other
+    keys of ``workerConfig`` stay.
+    """
+    merged = dict(ti)
+    for key, value in overrides.items():
+        if key.endswith("Config") and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
 
 
 def read_training_input(reader: FieldReader, ti: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -77,7 +94,7 @@ def read_training_input(reader: FieldReader, ti: Mapping[str, Any], path: str) -
     for key in RECORDED_KEYS:
         if key in ti:
             recorded[key] = ti[key]
-            reader.warn(f"{path}.{key}", "is recorded with the job but tfdist does not act on it.")
+            reader.warn(f"{path}.{key}", NO_EFFECT)
     max_running = _read_scheduling(reader, ti.get("scheduling"), f"{path}.scheduling", recorded)
     return dict(
         python_module=module, scale_tier=tier or "BASIC", **replicas,
@@ -109,7 +126,7 @@ def _read_replicas(reader: FieldReader, ti: Mapping[str, Any], path: str,
         for key in _RECORDED_CONFIG_KEYS:
             if isinstance(config, Mapping) and key in config:
                 recorded[f"{config_key}.{key}"] = config[key]
-                reader.warn(f"{path}.{config_key}.{key}", "is recorded with the job but tfdist does not act on it.")
+                reader.warn(f"{path}.{config_key}.{key}", NO_EFFECT)
         if preset is None:
             count = 1 if count_key is None else _read_count(reader, ti, count_key, path)
             if count and type_key not in ti:

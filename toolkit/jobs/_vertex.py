@@ -49,7 +49,7 @@ def read_vertex(reader: FieldReader, doc: Mapping[str, Any],
     kwargs["max_running_seconds"] = _read_timeout(reader, spec.get("scheduling"), f"{prefix}scheduling")
     recorded = {k: spec[k] for k in _RECORDED_JOB_KEYS if k in spec}
     for key in recorded:
-        reader.warn(f"{prefix}{key}", "is recorded with the job but tfdist does not act on it.")
+        reader.warn(f"{prefix}{key}", "is recorded with the job; it has no effect on this backend.")
     kwargs["recorded"] = {**kwargs.get("recorded", {}), **recorded}
     kwargs.update(_translate_overrides(reader, overrides))
     if kwargs["python_module"] is None and not kwargs["master"].image_uri:

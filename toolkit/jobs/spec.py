@@ -53,37 +53,53 @@ class JobSpec:
     labels: Mapping[str, str] = field(default_factory=lambda: types.MappingProxyType({}))
     source: str = "trainingInput"
     warnings: tuple[Problem, ...] = ()
+    gcloud_flags: Mapping[str, str] = field(default_factory=lambda: types.MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if self.job_id is not None:
             validate_job_name(self.job_id, field="jobId")
         object.__setattr__(self, "labels", types.MappingProxyType(dict(self.labels)))
+        object.__setattr__(self, "gcloud_flags", types.MappingProxyType(dict(self.gcloud_flags)))
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, job_id: str | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> JobSpec:
-        """Validates a parsed job config; raises ``JobSpecError`` listing every error."""
-        unusable = check_values(doc) + check_values(overrides or {}, "trainingInput")
+                  overrides: Mapping[str, Any] | None = None, labels: Mapping[str, str] | None = None,
+                  gcloud_flags: Mapping[str, str] | None = None) -> JobSpec:
+        """Validates a parsed job config; raises ``JobSpecError`` listing every error.
+
+        Args:
+            overrides: ``trainingInput`` fields that replace the file's (gcloud's flags).
+            labels: replace the file's ``labels`` (gcloud's ``--labels``).
+            gcloud_flags: gcloud's own flags (``--staging-bucket``, ``--project``, ...), which
+                mean nothing to a backend: kept with the job, each with a warning saying so.
+        """
+        unusable = check_values(doc) + check_values(overrides or {}, "trainingInput") + check_values(
+            {"labels": labels or {}, "gcloudFlags": gcloud_flags or {}})
         if unusable:
             raise JobSpecError(unusable)
         reader = FieldReader()
-        doc = reader.mapping(doc, "job config")
+        doc = dict(reader.mapping(doc, "job config"))
+        if labels is not None:
+            doc["labels"] = labels
+        flags = _read_gcloud_flags(reader, {**reader.mapping(doc.pop("gcloudFlags", None), "gcloudFlags"),
+                                            **(gcloud_flags or {})})
         vertex = is_vertex(doc)
         read = read_vertex if vertex else read_cmle
-        kwargs, labels, file_job_id = read(reader, doc, dict(overrides or {}))
+        kwargs, raw_labels, file_job_id = read(reader, doc, dict(overrides or {}))
         check_limits(reader, kwargs, vertex=vertex)
-        labels = _read_labels(reader, labels)
+        good_labels = _read_labels(reader, raw_labels)
         name = _resolve_job_id(reader, job_id, file_job_id)
         if not reader.ok:
             raise JobSpecError(reader.problems)
-        spec = cls(training_input=TrainingInput(**kwargs), job_id=name, labels=labels,
+        spec = cls(training_input=TrainingInput(**kwargs), job_id=name, labels=good_labels,
                    source="workerPoolSpecs" if vertex else "trainingInput",
-                   warnings=tuple(reader.problems))
+                   warnings=tuple(reader.problems), gcloud_flags=flags)
         return spec
 
     @classmethod
     def from_file(cls, path: str | Path, *, job_id: str | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> JobSpec:
+                  overrides: Mapping[str, Any] | None = None, labels: Mapping[str, str] | None = None,
+                  gcloud_flags: Mapping[str, str] | None = None) -> JobSpec:
         """Reads a YAML or JSON job config (YAML is a superset of JSON)."""
         from tf_config._yaml import YAMLInputError, safe_load
         from tf_config.limits import read_text
@@ -102,7 +118,8 @@ class JobSpec:
         except YAMLInputError as exc:
             raise JobSpecError([Problem("error", "path", f"{str(path)!r} is not valid YAML or JSON: "
                                         f"{exc} Fix it at the line shown.")]) from None
-        return cls.from_dict({} if doc is None else doc, job_id=job_id, overrides=overrides)
+        return cls.from_dict({} if doc is None else doc, job_id=job_id, overrides=overrides, labels=labels,
+                             gcloud_flags=gcloud_flags)
 
     @property
     def required_job_id(self) -> str:
@@ -121,6 +138,8 @@ class JobSpec:
             doc["jobId"] = self.job_id
         if self.labels:
             doc["labels"] = dict(self.labels)
+        if self.gcloud_flags:
+            doc["gcloudFlags"] = dict(self.gcloud_flags)
         return doc
 
     def to_json(self) -> str:
@@ -142,6 +161,25 @@ def _resolve_job_id(reader: FieldReader, explicit: str | None, from_file: object
     except JobSpecError as exc:
         reader.problems.extend(exc.problems)
         return None
+
+
+#: why each of gcloud's own flags does nothing here (the rest: they configure gcloud itself)
+_GCLOUD_ONLY = {"--staging-bucket": "gcloud uploads the package there; the tasks run the local package",
+                "--tpu-tf-version": "there are no TPUs"}
+
+
+def _read_gcloud_flags(reader: FieldReader, flags: Mapping[str, Any]) -> dict[str, str]:
+    """gcloud's own flags as given, each with the warning that it has no effect."""
+    good: dict[str, str] = {}
+    for flag, value in flags.items():
+        if not flag.startswith("--") or not isinstance(value, str):
+            reader.error(f"gcloudFlags.{flag}", value, "a gcloud flag such as '--staging-bucket' and its value as "
+                         "text", "Write it as `--flag: value`.")
+            continue
+        why = _GCLOUD_ONLY.get(flag, "it configures gcloud itself")
+        reader.warn(flag, f"is recorded with the job ({value}); it has no effect on this backend: {why}.")
+        good[flag] = value
+    return good
 
 
 def _read_labels(reader: FieldReader, value: object) -> dict[str, str]:
