@@ -3,7 +3,8 @@
     tfdist jobs submit training JOB --config job.yaml [--module-name pkg.mod] [--package-path DIR]
         [--job-dir DIR] [--scale-tier TIER] [--backend local|kubernetes|ray|slurm] [--ray-address ADDR]
         [--stream-logs] -- USER_ARGS
-    tfdist jobs list | describe JOB | stream-logs JOB [--task worker-1] | cancel JOB
+    tfdist jobs list [--filter EXPR] [--sort-by KEY] [--limit N] [--format json|yaml|value(...)]
+    tfdist jobs describe JOB [--format json|yaml|value(...)] | stream-logs JOB [--task-name worker-1] | cancel JOB
 
 TensorFlow is never imported here: every task is a separate process.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +19,8 @@ from typing import Any
 from tf_config.errors import FieldError
 from toolkit.cli._flags import JOBS_FLAGS, error_text, problem_text, speak_flags
 from toolkit.cli._gcloud_flags import add_gcloud_training_flags, gcloud_submission
+from toolkit.cli._gcloud_format import FormatError, filter_records, render, sort_records
+from toolkit.cli._types import positive_int
 from toolkit.cli.launch_cmd import add_isolate_flag, isolate_children
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CANCELLED = 0, 1, 2, 3, 4
@@ -72,18 +74,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    formatter_class=fmt, description=_TRAINING_HELP))
     listing = verb("list", help="list jobs, newest first")
     _add_backend(listing, default=None)
-    listing.add_argument("--format", choices=("table", "json"), default="table")
+    listing.add_argument("--filter", metavar="EXPRESSION",
+                         help="gcloud's filter: KEY=VALUE, KEY!=VALUE, KEY:WORD (globs), AND/OR/NOT, on the JSON "
+                              "record's keys, e.g. 'state=RUNNING AND labels.team:ml'")
+    listing.add_argument("--limit", type=positive_int, help="at most this many jobs (after --filter and --sort-by)")
+    listing.add_argument("--sort-by", metavar="KEY[,~KEY]", help="sort by these keys; ~ for descending")
+    listing.add_argument("--page-size", type=positive_int, help="accepted for gcloud; every job is listed at once")
+    listing.add_argument("--format", default="table", help="table (default), json, yaml or value(KEY,...)")
     listing.set_defaults(handler=_guard(_list))
     describe = verb("describe", help="show a job's state, tasks and history")
     describe.add_argument("job")
     _add_backend(describe, default=None)
-    describe.add_argument("--format", choices=("text", "json"), default="text")
+    describe.add_argument("--format", default="text", help="text (default), json, yaml or value(KEY,...)")
     describe.add_argument("--plot", metavar="PATH", help="tuning jobs: write a PNG of objective vs trial to PATH")
     describe.set_defaults(handler=_guard(_describe))
     logs = verb("stream-logs", help="follow a job's logs until it ends")
     logs.add_argument("job")
-    logs.add_argument("--task", help="only this task, e.g. worker-1 or master-0")
+    logs.add_argument("--task", "--task-name", dest="task", help="only this task, e.g. worker-1 or master-0 "
+                                                                 "(gcloud: --task-name)")
     logs.add_argument("--no-follow", dest="follow", action="store_false", help="print what exists and stop")
+    logs.add_argument("--polling-interval", type=positive_int, metavar="SECONDS",
+                      help="accepted for gcloud; local logs are read as they are written (no polling delay)")
+    logs.add_argument("--allow-multiline-logs", action="store_true",
+                      help="accepted for gcloud; every line of a task's output is shown as written")
     _add_backend(logs, default=None)
     logs.set_defaults(handler=_guard(_stream_logs))
     cancel = verb("cancel", help="stop every process of a job")
@@ -234,11 +247,18 @@ def _stream_logs(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from toolkit.jobs import api
     from toolkit.jobs.views import format_list
-    records = api.list_jobs(backend=args.backend, **_options(args))
-    if args.format == "json":
-        print(json.dumps([r.to_dict() for r in records], indent=2))
-    elif records:
-        print(format_list(records))
+    records = {r.name: r for r in api.list_jobs(backend=args.backend, **_options(args))}
+    try:
+        docs = sort_records(filter_records([r.to_dict() for r in records.values()], args.filter), args.sort_by)
+        docs = docs[:args.limit] if args.limit else docs
+        text = render(docs, args.format, many=True)
+    except FormatError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if text is not None:
+        print(text)
+    elif docs:
+        print(format_list(records[d["jobId"]] for d in docs))
     else:
         print("Listed 0 items.", file=sys.stderr)
     return EXIT_OK
@@ -248,7 +268,12 @@ def _describe(args: argparse.Namespace) -> int:
     from toolkit.jobs import api
     from toolkit.jobs.views import format_record
     record = api.describe(args.job, backend=args.backend, **_options(args))
-    print(json.dumps(record.to_dict(), indent=2) if args.format == "json" else format_record(record))
+    try:
+        text = render([record.to_dict()], args.format, many=False)
+    except FormatError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(format_record(record) if text is None else text)
     if args.plot:
         return _plot(record, args.plot)
     return EXIT_OK

@@ -42,6 +42,13 @@ class LocalPlan:
         return [self.python, "-m", self.module, *self.args]
 
     @property
+    def job_dir(self) -> str | None:
+        """The user's job dir, as the tasks get it (``--job-dir``, resolved; a trial's own), or None."""
+        args = list(self.args)
+        where = [i for i, arg in enumerate(args[:-1]) if arg == "--job-dir"]
+        return args[where[-1] + 1] if where else None
+
+    @property
     def task_names(self) -> list[str]:
         return [f"{kind}-{i}" for kind, n in self.counts.items() for i in range(n)]
 

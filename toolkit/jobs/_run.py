@@ -41,6 +41,8 @@ def run_tasks(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None =
     tuning trial's number, which TF_CONFIG carries as ``task.trial``.
     """
     engine = (plan.engine or {}).get("name", "local")
+    if plan.job_dir:  # before any task starts: no `if not exists: makedirs` race between the tasks
+        Path(plan.job_dir).mkdir(parents=True, exist_ok=True)
     return RUNNERS[engine](plan, job_dir, store=store, job=job, max_restarts=max_restarts, timeout=timeout,
                            stream=stream, env=env, trial=trial)
 

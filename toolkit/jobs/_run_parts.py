@@ -20,7 +20,7 @@ from toolkit.jobs.store import JobStore
 if TYPE_CHECKING:
     from toolkit.launcher import Dialect, LaunchResult, LaunchSpec, TaskEvent
 
-__all__ = ["RunResult", "dialect_of", "env_of", "finish", "launch_spec", "recorder", "task_name"]
+__all__ = ["ENV_USER_JOB_DIR", "RunResult", "dialect_of", "env_of", "finish", "launch_spec", "recorder", "task_name"]
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,17 @@ def launch_spec(plan: LocalPlan, *, max_restarts: int, timeout: float | None, tr
                       dialect=dialect_of(plan, trial), cwd=plan.cwd)
 
 
+#: the user's ``--job-dir`` in every task of a job that has one (docs/jobs.md: what the tasks share)
+ENV_USER_JOB_DIR = "TFDIST_USER_JOB_DIR"
+
+
 def env_of(plan: LocalPlan) -> dict[str, str]:
     root = str(Path(toolkit.__file__).resolve().parents[1])
     pythonpath = [*plan.pythonpath, root, *filter(None, [os.environ.get("PYTHONPATH")])]
-    return {"PYTHONPATH": os.pathsep.join(pythonpath)}
+    env = {"PYTHONPATH": os.pathsep.join(pythonpath)}
+    if plan.job_dir:  # the launcher's sitecustomize lets every task create it again, as on CMLE
+        env[ENV_USER_JOB_DIR] = plan.job_dir
+    return env
 
 
 def restart_counts(result: LaunchResult) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import datetime as _dt
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from toolkit.jobs.states import JobState
@@ -84,14 +85,54 @@ class JobRecord:
     def is_final(self) -> bool:
         return self.state.is_final
 
+    @property
+    def record_dir(self) -> str | None:
+        """tfdist's own folder for the job (``logs/``, ``supervisor.log``, a TFJob's manifest).
+
+        ``job_dir`` names the same folder, for callers written before the user's job dir was shown.
+        """
+        return self.job_dir
+
+    @property
+    def user_job_dir(self) -> str | None:
+        """The user's job dir: what the trainer got as ``--job-dir`` (resolved), else the spec's ``jobDir``."""
+        args = list((self.details.get("plan") or {}).get("args") or ())
+        given = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--job-dir"]
+        if given:
+            return str(given[-1])
+        tuning = self.details.get("tuning") or {}
+        spec_dir = (self.spec.get("trainingInput") or {}).get("jobDir")
+        return str(tuning["jobDir"]) if spec_dir and tuning.get("jobDir") else spec_dir
+
+    @property
+    def tuning_output_dir(self) -> str | None:
+        """Where a tuning job's trials write (``<dir>/<n>``), or a trial's own directory."""
+        tuning, trial = self.details.get("tuning") or {}, self.details.get("trial") or {}
+        return tuning.get("jobDir") or trial.get("outputDir")
+
+    def log_paths(self) -> dict[str, str]:
+        """Each task's log file: the path the run recorded, else where the local engines write it."""
+        logs = {t.name: t.log_path for t in self.tasks if t.log_path}
+        if self.job_dir and self.backend != "kubernetes":
+            names = [t.name for t in self.tasks] or list(self.details.get("tasks") or ())
+            logs = {n: logs.get(n) or str(Path(self.job_dir) / "logs" / f"{n}.log") for n in names}
+        return logs
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready view shaped like CMLE's Job resource (``jobId``, ``state``, times)."""
+        """A JSON-ready view shaped like CMLE's Job resource (``jobId``, ``state``, times).
+
+        ``jobDir`` is the user's job dir, as in CMLE's ``trainingInput``; tfdist's own folder
+        for the job is ``recordDir``.
+        """
+        spec = dict(self.spec)
         return {
             "jobId": self.name, "backend": self.backend, "state": str(self.state),
             "createTime": iso_time(self.created_at), "startTime": iso_time(self.started_at),
             "endTime": iso_time(self.ended_at), "errorMessage": self.error, "exitCode": self.exit_code,
-            "jobDir": self.job_dir, "warnings": list(self.warnings),
+            "jobDir": self.user_job_dir, "recordDir": self.record_dir,
+            **({"tuningOutputDir": self.tuning_output_dir} if self.tuning_output_dir else {}),
+            "logPaths": self.log_paths(), "warnings": list(self.warnings),
             "tasks": [t.to_dict() for t in self.tasks], "history": [h.to_dict() for h in self.history],
             "details": dict(self.details), **({"parentJob": self.parent_job} if self.parent_job else {}),
-            **dict(self.spec),
+            **{k: v for k, v in spec.items() if k != "jobDir"},
         }

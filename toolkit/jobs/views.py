@@ -27,9 +27,9 @@ def format_record(record: JobRecord) -> str:
     """``describe``'s summary: state and times, problems, tasks, history, then the spec."""
     head = {"jobId": record.name, "state": str(record.state), "backend": record.backend,
             "createTime": iso_time(record.created_at), "startTime": iso_time(record.started_at),
-            "endTime": iso_time(record.ended_at), "jobDir": record.job_dir,
-            "errorMessage": record.error, "exitCode": record.exit_code}
+            "endTime": iso_time(record.ended_at), "errorMessage": record.error, "exitCode": record.exit_code}
     lines = [f"{k}: {v}" for k, v in head.items() if v is not None]
+    lines += _places(record)
     if record.warnings:
         lines += ["warnings:"] + [f"  - {w}" for w in record.warnings]
     nodes = record.details.get("nodes") or {}
@@ -67,6 +67,22 @@ def format_record(record: JobRecord) -> str:
     if record.spec:
         lines.append(yaml.safe_dump(dict(record.spec), sort_keys=False).rstrip())
     return "\n".join(lines)
+
+
+def _places(record: JobRecord) -> list[str]:
+    """Where things are, each under its own name: the user's job dir, tfdist's record, logs, tuning output."""
+    lines = [f"jobDir: {record.user_job_dir or '(none: the trainer got no --job-dir)'}  "
+             "[the trainer's --job-dir, shared by every task]"]
+    if record.record_dir:
+        lines.append(f"recordDir: {record.record_dir}  [tfdist's record of the job: logs, supervisor.log]")
+    if record.tuning_output_dir:
+        lines.append(f"tuningOutputDir: {record.tuning_output_dir}  [each trial n writes to <this>/n]"
+                     if record.details.get("tuning") else
+                     f"tuningOutputDir: {record.tuning_output_dir}  [this trial's --job-dir]")
+    logs = record.log_paths()
+    if logs:
+        lines += ["logPaths:"] + [f"  {name}: {path}" for name, path in logs.items()]
+    return lines
 
 
 def _number(value: Any) -> str | None:

@@ -3,7 +3,9 @@
 It lets scripts written as TensorFlow's tutorials write them end cleanly:
 once the script has imported TensorFlow, ``server.join()`` returns when the
 chief says goodbye and a ``ParameterServerStrategy`` built by hand says
-goodbye at exit (``strategies._hand_built.install``). Until then only the
+goodbye at exit (``strategies._hand_built.install``). In a job with a
+``--job-dir`` (``TFDIST_USER_JOB_DIR``), a trainer that creates that dir again
+succeeds, as on CMLE (``_job_dir_exists_ok``). Until then only the
 standard library is used, so a task that never imports TensorFlow pays
 nothing. The ``sitecustomize`` this one shadows (e.g. the system Python's) is
 run after it, as if it came first.
@@ -56,5 +58,30 @@ def _run_shadowed():
             return
 
 
+def _job_dir_exists_ok(job_dir):
+    """Creating the job's shared ``--job-dir`` again succeeds, as it does on CMLE.
+
+    There each task is its own machine and the job dir a bucket path, so a
+    trainer's ``os.makedirs(job_dir)`` (census' Keras sample) never finds it
+    there. Here the tasks share one disk and the job creates the dir before they
+    start: ``os.mkdir`` (under ``os.makedirs`` and ``Path.mkdir``) of that one
+    directory, when it exists, returns as if it had made it. Every other path is
+    untouched.
+    """
+    target = os.path.realpath(job_dir)
+    mkdir = os.mkdir
+
+    def mkdir_job_dir(path, mode=0o777, *, dir_fd=None):
+        try:
+            mkdir(path, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            if dir_fd is not None or os.path.realpath(path) != target or not os.path.isdir(path):
+                raise
+
+    os.mkdir = mkdir_job_dir
+
+
 sys.meta_path.insert(0, _AfterImport())
+if os.environ.get("TFDIST_USER_JOB_DIR"):
+    _job_dir_exists_ok(os.environ["TFDIST_USER_JOB_DIR"])
 _run_shadowed()
