@@ -114,7 +114,7 @@ class JobRecord:
         """Each task's log file: the path the run recorded, else where the local engines write it."""
         logs = {t.name: t.log_path for t in self.tasks if t.log_path}
         if self.job_dir and self.backend != "kubernetes":
-            names = [t.name for t in self.tasks] or list(self.details.get("tasks") or ())
+            names = list(dict.fromkeys([*(self.details.get("tasks") or ()), *(t.name for t in self.tasks)]))
             logs = {n: logs.get(n) or str(Path(self.job_dir) / "logs" / f"{n}.log") for n in names}
         return logs
 
