@@ -125,3 +125,21 @@ def test_a_trial_directory_is_read_while_checkpoints_come_and_go(tmp_path):
         thread.join()
     assert not errors, errors[:3]
     assert read_scalars(tmp_path)[("", "accuracy")][0].value == 0.5
+
+
+def test_a_tag_tf_renamed_is_followed_with_a_warning_said_once(tmp_path, caplog):
+    report_metric("epoch_accuracy", 0.61, 3, directory=tmp_path / "train")  # TF 2's name for TF 1's epoch_acc
+    report_metric("epoch_accuracy", 0.72, 3, directory=tmp_path / "validation")
+    series = read_scalars(tmp_path)
+    with caplog.at_level("WARNING", logger="toolkit.jobs.tuning._objective"):
+        for _ in range(3):  # the study resolves the tag at every poll; it says so once
+            assert resolve_tag(list(series), "epoch_acc") == ("validation", "epoch_accuracy")
+        assert read_objective(tmp_path, "val_acc", goal="MAXIMIZE") == (pytest.approx(0.72), 3)
+        assert resolve_tag(list(series), "train/epoch_acc") == ("train", "epoch_accuracy")
+    said = [r.getMessage() for r in caplog.records]
+    assert said.count("hyperparameterMetricTag 'epoch_acc' is the name TF 1.x wrote; TF 2 writes 'epoch_accuracy', "
+                      "which the study follows (found as validation/epoch_accuracy). Rename the tag to "
+                      "'epoch_accuracy' to silence this.") == 1
+    assert any("'val_acc' is the name TF 1.x wrote; TF 2 writes 'validation/epoch_accuracy'" in m for m in said)
+    assert len(said) == 3
+    assert resolve_tag(list(series), "epoch_acuracy") is None  # a typo is not a rename: the study fails on it

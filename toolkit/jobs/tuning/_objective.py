@@ -16,7 +16,10 @@ run ``hypertune`` (``_metric_file``).
    (the trainer named it as its tuning metric, as on CMLE), then the top-level
    run, then ``validation``, then ``eval``, then the others alphabetically;
 2. ``<run>/<tag>``, e.g. ``train/accuracy`` or ``validation/loss``;
-3. ``val_<tag>`` (Keras' name for a validation metric) means ``validation/<tag>``.
+3. ``val_<tag>`` (Keras' name for a validation metric) means ``validation/<tag>``;
+4. a tag TensorFlow renamed (``epoch_acc`` -> ``epoch_accuracy``, ``acc`` ->
+   ``accuracy``, ``val_acc`` -> ``validation/epoch_accuracy``) that names nothing
+   is followed to its new name, with a warning said once.
 
 **Which value.** ``FINAL`` (the default, as on CMLE): the value at the largest
 step (the latest written, on a tie). ``BEST``: the largest value for MAXIMIZE,
@@ -25,6 +28,7 @@ the smallest for MINIMIZE.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import math
 import os
 import struct
@@ -45,6 +49,7 @@ __all__ = ["EventTail", "TuningError", "Point", "missing_tag", "read_scalars", "
            "select"]
 
 _PREFERRED_RUNS = (HYPERTUNE_RUN, "", "validation", "eval")
+logger = logging.getLogger(__name__)
 
 
 class TuningError(JobError):
@@ -154,8 +159,41 @@ def _run_rank(run: str) -> tuple[int, str]:
     return (_PREFERRED_RUNS.index(run) if run in _PREFERRED_RUNS else len(_PREFERRED_RUNS), run)
 
 
+#: tags TensorFlow renamed, old -> what TF 2 writes instead, in the order tried: Keras 2.3 renamed ``acc``
+#: ``accuracy`` (so ``epoch_acc`` became ``epoch_accuracy``), and TF 2's TensorBoard callback writes a
+#: validation metric as ``validation/epoch_<name>`` where TF 1's wrote ``val_<name>``
+RENAMED_TAGS = {
+    "acc": ("accuracy", "epoch_accuracy"), "val_acc": ("val_accuracy", "validation/epoch_accuracy"),
+    "epoch_acc": ("epoch_accuracy",), "batch_acc": ("batch_accuracy",),
+    "epoch_val_acc": ("validation/epoch_accuracy",), "epoch_val_loss": ("validation/epoch_loss",),
+}
+_said: set[tuple[str, str]] = set()
+
+
 def resolve_tag(keys: list[tuple[str, str]], tag: str) -> tuple[str, str] | None:
-    """The ``(run, tag)`` that ``tag`` names among ``keys`` (see the module docstring), or None."""
+    """The ``(run, tag)`` that ``tag`` names among ``keys`` (see the module docstring), or None.
+
+    A tag TensorFlow renamed (``epoch_acc``, ``acc``, ``val_acc``: ``RENAMED_TAGS``) that names
+    nothing is followed to its TF 2 name, with a warning said once per process.
+    """
+    found = _resolve(keys, tag)
+    if found is not None:
+        return found
+    run, _, name = tag.rpartition("/")
+    for new in RENAMED_TAGS.get(name, ()):
+        renamed = f"{run}/{new}" if run else new
+        found = _resolve(keys, renamed)
+        if found is not None:
+            if (tag, renamed) not in _said:
+                _said.add((tag, renamed))
+                logger.warning("hyperparameterMetricTag %r is the name TF 1.x wrote; TF 2 writes %r, which the "
+                               "study follows (found as %s). Rename the tag to %r to silence this.", tag, renamed,
+                               "/".join(p for p in found if p), renamed)
+            return found
+    return None
+
+
+def _resolve(keys: list[tuple[str, str]], tag: str) -> tuple[str, str] | None:
     exact = sorted((k for k in keys if k[1] == tag), key=lambda k: _run_rank(k[0]))
     if exact:
         return exact[0]
