@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -116,3 +117,20 @@ def test_a_task_creating_the_existing_job_dir_again_succeeds_as_on_cmle(tmp_path
     plain = subprocess.run([sys.executable, "-c", _MAKEDIRS, str(job_dir), str(other)], capture_output=True,
                            text=True, timeout=60, env={**os.environ, "TFDIST_USER_JOB_DIR": str(job_dir)})
     assert plain.returncode == 1 and "FileExistsError" in plain.stderr  # outside a job, Python's own rules
+
+
+TRAINER = Path(__file__).resolve().parents[1] / "fixtures" / "jobs" / "trainer"
+
+
+@pytest.mark.parametrize(("module", "warned"), [("trainer.alone", True), ("trainer.probe", False)])
+def test_a_cluster_whose_trainer_never_reads_tf_config_is_warned_about_once(tmp_path, monkeypatch, capsys, module,
+                                                                           warned, no_orphans):
+    monkeypatch.setenv("TFDIST_HOME", str(tmp_path / "home"))
+    assert main(["jobs", "submit", "training", "alone", "--package-path", str(TRAINER), "--module-name", module,
+                 "--scale-tier", "custom", "--master-machine-type", "standard", "--worker-count", "1",
+                 "--worker-machine-type", "standard", "--job-dir", str(tmp_path / "out"), "--stream-logs"]) == 0
+    streamed = capsys.readouterr().err
+    said = "master-0, worker-0 never read TF_CONFIG, so trained under no distribution strategy"
+    assert streamed.count(said) == (1 if warned else 0)
+    assert main(["jobs", "describe", "alone"]) == 0
+    assert capsys.readouterr().out.count(said) == (1 if warned else 0)

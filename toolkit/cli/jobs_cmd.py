@@ -236,6 +236,8 @@ def _follow(job: str, task: str | None, backend: str | None, follow: bool, optio
     record = api.stream_logs(job, task=task, follow=follow, backend=backend, sink=sink, **options)
     if not record.is_final:
         return EXIT_OK
+    if record.details.get("noStrategy"):
+        print(f"WARNING: {record.details['noStrategy']['message']}", file=sys.stderr)
     print(f"Job [{job}] ended {record.state}" + (f": {record.error}" if record.error else "."), file=sys.stderr)
     return {"SUCCEEDED": EXIT_OK, "CANCELLED": EXIT_CANCELLED}.get(str(record.state), EXIT_FAILED)
 

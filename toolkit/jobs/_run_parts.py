@@ -6,6 +6,7 @@ and the engine runners import it and never each other.
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from toolkit.jobs.store import JobStore
 
 if TYPE_CHECKING:
     from toolkit.launcher import Dialect, LaunchResult, LaunchSpec, TaskEvent
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["ENV_USER_JOB_DIR", "RunResult", "dialect_of", "env_of", "finish", "launch_spec", "recorder", "task_name"]
 
@@ -87,6 +90,22 @@ def restart_counts(result: LaunchResult) -> dict[str, Any]:
     return {"preemptions": result.preemptions, "failures": result.failures, "preemptedTasks": preempted}
 
 
+#: what the launcher's sitecustomize leaves in a task's directory when the task never read TF_CONFIG
+UNREAD_TF_CONFIG = "tf_config.unread"
+
+
+def no_strategy(result: LaunchResult) -> dict[str, Any] | None:
+    """The tasks of a cluster that never read TF_CONFIG, so trained alone, and what to say about it."""
+    alone = [t.name for t in result.tasks if (result.job_dir / "tasks" / t.name / UNREAD_TF_CONFIG).exists()]
+    if len(result.tasks) < 2 or not alone:
+        return None
+    return {"tasks": alone, "message": (
+        f"{', '.join(alone)} never read TF_CONFIG, so trained under no distribution strategy: each trained a "
+        f"model of its own and wrote its own output, although the job has {len(result.tasks)} tasks (CMLE "
+        "runs such a trainer the same way). Build the model under a strategy (strategies.make_strategy(), or "
+        "TensorFlow's MultiWorkerMirroredStrategy or ParameterServerStrategy), or submit it with scaleTier BASIC.")}
+
+
 def finish(result: LaunchResult, *, store: JobStore | None, job: str | None) -> RunResult:
     """Records each task's final state (when a store is given) and turns the launch into the job's result."""
     if store is not None and job is not None:
@@ -94,4 +113,8 @@ def finish(result: LaunchResult, *, store: JobStore | None, job: str | None) -> 
             store.update_task(job, task.name, state=task.state, exit_code=task.exit_code,
                               restarts=task.restarts, log_path=str(task.log_path))
         store.update_details(job, restarts=restart_counts(result))
+        alone = no_strategy(result)
+        if alone is not None:
+            logger.warning("%s", alone["message"])
+            store.update_details(job, noStrategy=alone)
     return RunResult(result.exit_code, None if result.ok else result.message)

@@ -30,8 +30,10 @@ def format_record(record: JobRecord) -> str:
             "endTime": iso_time(record.ended_at), "errorMessage": record.error, "exitCode": record.exit_code}
     lines = [f"{k}: {v}" for k, v in head.items() if v is not None]
     lines += _places(record)
-    if record.warnings:
-        lines += ["warnings:"] + [f"  - {w}" for w in record.warnings]
+    warnings = [*record.warnings, *([record.details["noStrategy"]["message"]] if record.details.get("noStrategy")
+                                    else [])]
+    if warnings:
+        lines += ["warnings:"] + [f"  - {w}" for w in warnings]
     nodes = record.details.get("nodes") or {}
     if record.tasks:
         if nodes:  # a Ray or Slurm job: where each task ran instead of a pid

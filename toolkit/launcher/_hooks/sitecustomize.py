@@ -5,7 +5,8 @@ once the script has imported TensorFlow, ``server.join()`` returns when the
 chief says goodbye and a ``ParameterServerStrategy`` built by hand says
 goodbye at exit (``strategies._hand_built.install``). In a job with a
 ``--job-dir`` (``TFDIST_USER_JOB_DIR``), a trainer that creates that dir again
-succeeds, as on CMLE (``_job_dir_exists_ok``). Until then only the
+succeeds, as on CMLE (``_job_dir_exists_ok``), and a task of a cluster that never
+reads TF_CONFIG leaves a note for the job (``_note_unread_tf_config``). Until then only the
 standard library is used, so a task that never imports TensorFlow pays
 nothing. The ``sitecustomize`` this one shadows (e.g. the system Python's) is
 run after it, as if it came first.
@@ -81,7 +82,50 @@ def _job_dir_exists_ok(job_dir):
     os.mkdir = mkdir_job_dir
 
 
+def _note_unread_tf_config(task_dir):
+    """In a task of a cluster: leaves ``<task dir>/tf_config.unread`` at exit if TF_CONFIG was never read.
+
+    A trainer with no distribution strategy (a Keras ``model.fit`` as written
+    for one machine) never reads TF_CONFIG, so every task, the ps included,
+    trains a model of its own. The job's supervisor finds the files and says so
+    once. Reading is noticed at ``os.environ`` (``os.environ[...]``, ``.get``,
+    ``in``, ``os.getenv``), where TensorFlow's cluster resolvers read it.
+    """
+    import atexit
+    import json
+
+    try:
+        cluster = json.loads(os.environ["TF_CONFIG"]).get("cluster") or {}
+        tasks = sum(len(addresses) for addresses in cluster.values())
+    except (KeyError, ValueError, AttributeError, TypeError):
+        return  # no cluster to speak of; the trainer's own reading will say what is wrong
+    if tasks < 2:
+        return
+    note = os.path.join(task_dir, "tf_config.unread")
+    if os.path.exists(note):  # an earlier start of this task's; this one may read it
+        os.remove(note)
+    environ_class = type(os.environ)
+    read = []
+
+    class _NotingEnviron(environ_class):
+        def __getitem__(self, key):
+            if key == "TF_CONFIG" and not read:
+                read.append(True)
+            return environ_class.__getitem__(self, key)
+
+    os.environ.__class__ = _NotingEnviron
+
+    def leave_note():
+        if not read and os.path.isdir(task_dir):
+            with open(note, "w") as fh:
+                fh.write("this task never read TF_CONFIG\n")
+
+    atexit.register(leave_note)
+
+
 sys.meta_path.insert(0, _AfterImport())
+if os.environ.get("TFDIST_TASK_DIR") and os.environ.get("TF_CONFIG"):
+    _note_unread_tf_config(os.environ["TFDIST_TASK_DIR"])
 if os.environ.get("TFDIST_USER_JOB_DIR"):
     _job_dir_exists_ok(os.environ["TFDIST_USER_JOB_DIR"])
 _run_shadowed()
