@@ -110,7 +110,9 @@ _TRAINING_HELP = """\
 Runs `python -m MODULE USER_ARGS --job-dir DIR` in every task, with TF_CONFIG set per task
 (`master` names the primary task, as on CMLE; `chief` with useChiefInTfConfig). Flags override
 the same fields of --config. The local backend puts the parent of --package-path on PYTHONPATH
-(gcloud builds a package from that parent), so --module-name must start with the package's name."""
+(gcloud builds a package from that parent), so --module-name must start with the package's name.
+Every flag of `gcloud ai-platform jobs submit training` is taken: applied as gcloud applies it, or
+recorded with a warning that it has no effect on this backend (docs/jobs.md, "gcloud's flags")."""
 
 
 def _add_backend(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, default: str | None) -> None:
