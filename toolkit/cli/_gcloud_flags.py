@@ -21,6 +21,8 @@ import argparse
 import re
 from typing import Any
 
+from toolkit.cli._types import task_count
+
 __all__ = ["GCLOUD_SUBMIT_FLAGS", "GCLOUD_WIDE_FLAGS", "add_gcloud_training_flags", "gcloud_submission"]
 
 # role flag prefix -> (count field, machine type field, config field)
@@ -78,7 +80,8 @@ def _labels(text: str) -> dict[str, str]:
 
 def add_gcloud_training_flags(parser: argparse.ArgumentParser) -> None:
     """Every flag of gcloud's ``jobs submit training`` reference, in its groups."""
-    flags = parser.add_argument_group("flags (as gcloud's; each overrides the same field of --config)")
+    flags = parser.add_argument_group("flags (gcloud's: each overrides the same field of --config, or is recorded "
+                                      "with a note that it has no effect here)")
     flags.add_argument("--config", help="CMLE job config (trainingInput:) or Vertex workerPoolSpecs, YAML or JSON")
     flags.add_argument("--enable-web-access", action="store_true", default=None,
                        help="trainingInput.enableWebAccess: recorded, no effect here (no interactive shell)")
@@ -104,10 +107,10 @@ def add_gcloud_training_flags(parser: argparse.ArgumentParser) -> None:
                                             "`master`, as on CMLE")
     for role, (count_key, _, _) in _ROLES.items():
         group = flags if count_key is None else parser.add_argument_group(
-            f"{role.replace('-', ' ')} settings" + (" (tfdist: the config's evaluator fields)"
-                                                    if role == "evaluator" else ""))
+            f"configure {role.replace('-', ' ')} settings" + (" (tfdist's: the config's evaluator fields)"
+                                                              if role == "evaluator" else ""))
         if count_key is not None:
-            group.add_argument(f"--{role}-count", type=int, help=f"trainingInput.{count_key}")
+            group.add_argument(f"--{role}-count", type=task_count, help=f"trainingInput.{count_key}")
         group.add_argument(f"--{role}-machine-type", help=f"trainingInput.{_ROLES[role][1]} (a machine type)")
         group.add_argument(f"--{role}-accelerator", type=_accelerator, metavar="count=COUNT,type=TYPE",
                            help=f"trainingInput.{_ROLES[role][2]}.acceleratorConfig")
