@@ -85,6 +85,10 @@ def test_list_and_describe_take_gclouds_filter_sort_limit_and_format(store, caps
     assert yaml.safe_load(capsys.readouterr().out)["state"] == "FAILED"
     assert main(["jobs", "describe", "census", "--format", "value(jobId,labels.team)"]) == 0
     assert capsys.readouterr().out.strip() == "census\tml"
+    assert main(["jobs", "describe", "census", "--summarize"]) == 0
+    assert "recordDir: " in capsys.readouterr().out
+    assert main(["jobs", "list", "--uri", "--filter", "jobId=census"]) == 0
+    assert capsys.readouterr().out.strip().startswith("file:///")
     assert main(["jobs", "describe", "census", "--format", "csv"]) == 2
     assert "--format: received 'csv'; expected json, yaml, value(KEY,...) or text" in capsys.readouterr().err
     assert main(["jobs", "list", "--filter", "state"]) == 2

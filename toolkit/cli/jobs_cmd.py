@@ -14,6 +14,7 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tf_config.errors import FieldError
@@ -81,11 +82,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--sort-by", metavar="KEY[,~KEY]", help="sort by these keys; ~ for descending")
     listing.add_argument("--page-size", type=positive_int, help="accepted for gcloud; every job is listed at once")
     listing.add_argument("--format", default="table", help="table (default), json, yaml or value(KEY,...)")
+    listing.add_argument("--uri", action="store_true", help="print each job's URI (its record folder, file://)")
     listing.set_defaults(handler=_guard(_list))
     describe = verb("describe", help="show a job's state, tasks and history")
     describe.add_argument("job")
     _add_backend(describe, default=None)
     describe.add_argument("--format", default="text", help="text (default), json, yaml or value(KEY,...)")
+    describe.add_argument("--summarize", action="store_true",
+                          help="gcloud's human-readable tables: the text view (--format text)")
     describe.add_argument("--plot", metavar="PATH", help="tuning jobs: write a PNG of objective vs trial to PATH")
     describe.set_defaults(handler=_guard(_describe))
     logs = verb("stream-logs", help="follow a job's logs until it ends")
@@ -255,7 +259,8 @@ def _list(args: argparse.Namespace) -> int:
     try:
         docs = sort_records(filter_records([r.to_dict() for r in records.values()], args.filter), args.sort_by)
         docs = docs[:args.limit] if args.limit else docs
-        text = render(docs, args.format, many=True)
+        text = render(docs, args.format, many=True) if not args.uri else "\n".join(
+            Path(str(d["recordDir"])).as_uri() for d in docs if d.get("recordDir"))
     except FormatError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -273,7 +278,7 @@ def _describe(args: argparse.Namespace) -> int:
     from toolkit.jobs.views import format_record
     record = api.describe(args.job, backend=args.backend, **_options(args))
     try:
-        text = render([record.to_dict()], args.format, many=False)
+        text = None if args.summarize else render([record.to_dict()], args.format, many=False)
     except FormatError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
