@@ -4,11 +4,13 @@
 
 It serves until Ctrl-C. Open the URL it prints: the token in it is what keeps
 other users of this machine out (it is also in $TFDIST_HOME/ui/server-<pid>.json,
-readable by you alone). The dashboard only reads, unless --allow-cancel is given.
+readable by you alone; set TFDIST_UI_TOKEN to choose it, as JUPYTER_TOKEN does for
+Jupyter). The dashboard only reads, unless --allow-cancel is given.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from typing import Any
@@ -45,7 +47,8 @@ def _ui(args: argparse.Namespace) -> int:
         print(f"WARNING: --host {args.host} serves the dashboard beyond this machine over plain HTTP; only its "
               "token keeps others out. Prefer an SSH tunnel to the default 127.0.0.1.", file=sys.stderr)
     try:
-        server = start(host=args.host, port=args.port, allow_cancel=args.allow_cancel)
+        server = start(host=args.host, port=args.port, allow_cancel=args.allow_cancel,
+                       token=os.environ.get("TFDIST_UI_TOKEN") or None)
     except OSError as exc:
         print(f"ERROR: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}. Pick another port with "
               "--port (0 picks a free one).", file=sys.stderr)

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,10 @@ def start(*, host: str = "127.0.0.1", port: int = 0, home: str | Path | None = N
         OSError: the address cannot be bound (the port is taken, the host is not this machine's).
     """
     store = JobStore(home)
-    server = make_server(host, port, app=lambda environ, start_response: [], threaded=True)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family)  # an OSError here, not Werkzeug's sys.exit
+    server = make_server(host, port, app=lambda environ, start_response: [], threaded=True, fd=sock.fileno())
+    sock.close()  # the server holds its own duplicate of the descriptor
     server.daemon_threads = True  # type: ignore[attr-defined]  # an open log stream must not keep the process alive
     bound = int(server.server_port)
     auth = Auth.for_address(host, bound, token)
