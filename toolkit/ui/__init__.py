@@ -45,7 +45,7 @@ class UIServer:
 
     @property
     def port(self) -> int:
-        return int(self.server.server_port)
+        return int(self.server.server_address[1])
 
     def serve_forever(self) -> None:
         self.server.serve_forever(poll_interval=0.2)
@@ -74,7 +74,7 @@ def start(*, host: str = "127.0.0.1", port: int = 0, home: str | Path | None = N
     server = make_server(host, port, app=lambda environ, start_response: [], threaded=True, fd=sock.fileno())
     sock.close()  # the server holds its own duplicate of the descriptor
     server.daemon_threads = True  # type: ignore[attr-defined]  # an open log stream must not keep the process alive
-    bound = int(server.server_port)
+    bound = int(server.server_address[1])
     auth = Auth.for_address(host, bound, token)
     app = UIApp(UIOptions(home=store.home, allow_cancel=allow_cancel, port=bound, auth=auth))
     server.app = app

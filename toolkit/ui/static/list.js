@@ -78,7 +78,8 @@ const ListPage = (() => {
       options(stateSel, new Set(jobs.map((j) => j.state)));
       options(backendSel, new Set(jobs.map((j) => j.backend)));
       draw();
-      window.tfdistTimings = Object.assign(window.tfdistTimings, {apiMs: t1 - t0, loads: (window.tfdistTimings.loads || 0) + 1});
+      const first = window.tfdistTimings.loadedAt === undefined ? {loadedAt: performance.now()} : {};
+      window.tfdistTimings = Object.assign(window.tfdistTimings, {apiMs: t1 - t0}, first);
       body.setAttribute("data-state", "loaded");
     }, 2000);
   }

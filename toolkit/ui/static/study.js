@@ -40,6 +40,8 @@ const StudyPage = (() => {
     return new uPlot(opts, chartData(trials), box);
   }
 
+  const short = (text) => text.length > 16 ? text.slice(0, 15) + "…" : text;
+
   // One small scatter per parameter: the parameter's value (a category's position for text) against the objective.
   function scatter(trials, goal) {
     const scored = trials.filter((t) => t.finalMetric && t.finalMetric.objectiveValue !== null);
@@ -59,8 +61,8 @@ const StudyPage = (() => {
       const svg = el("svg", {svg: true, width: W, height: H, viewBox: `0 0 ${W} ${H}`},
         el("line", {svg: true, x1: P, y1: H - P, x2: W - P, y2: H - P, stroke: "#9ca3af"}),
         el("line", {svg: true, x1: P, y1: P, x2: P, y2: H - P, stroke: "#9ca3af"}),
-        el("text", {svg: true, x: P, y: H - 8, "font-size": 10}, numeric ? UI.num(xlo) : cats[0]),
-        el("text", {svg: true, x: W - P, y: H - 8, "font-size": 10, "text-anchor": "end"}, numeric ? UI.num(xhi) : cats[cats.length - 1]),
+        el("text", {svg: true, x: P, y: H - 8, "font-size": 10}, numeric ? UI.num(xlo) : short(cats[0])),
+        el("text", {svg: true, x: W - P, y: H - 8, "font-size": 10, "text-anchor": "end"}, numeric ? UI.num(xhi) : short(cats[cats.length - 1])),
         el("text", {svg: true, x: 2, y: P - 6, "font-size": 10}, UI.num(yhi)),
         el("text", {svg: true, x: 2, y: H - P + 12, "font-size": 10}, UI.num(ylo)),
         scored.map((t, i) => el("circle", {svg: true, cx: sx(xs[i]), cy: sy(ys[i]), r: 4,
@@ -116,7 +118,7 @@ const StudyPage = (() => {
       if (!chart || key !== ids) { chart = makeChart(chartBox, trials, s.hyperparameterMetricTag); ids = key; }
       else chart.setData(chartData(trials));
       applyFilter();
-      window.tfdistChart = {trials: trials.map((t) => t.trialId), data: chart.data, time: Date.now()};
+      window.tfdistChart = {chart, trials: trials.map((t) => t.trialId)};  // what the browser test reads
       scatterBox.replaceChildren(scatter(trials, s.goal));
       tableBox.replaceChildren(trialsTable(s.bestTrial ? s.trials : trials, name));
       document.body.setAttribute("data-state", s.state);

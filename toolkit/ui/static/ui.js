@@ -70,7 +70,7 @@ const UI = (() => {
     return body;
   }
 
-  // Calls fn every `ms`; after a failure it waits longer (up to 5 s) and tries again, for ever.
+  // Calls fn every `ms`; after a failure it waits longer (up to 3 s) and tries again, for ever.
   function poll(fn, ms) {
     let stopped = false;
     let delay = ms;
@@ -82,7 +82,7 @@ const UI = (() => {
         if (again === false) return;
       } catch (err) {
         if (err instanceof ApiError && err.status < 500) { handleGone(err); return; }
-        delay = Math.min(5000, delay * 2);
+        delay = Math.min(3000, delay * 2);
       }
       setTimeout(tick, delay);
     }
