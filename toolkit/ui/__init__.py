@@ -18,18 +18,28 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from toolkit.jobs.store import JobStore
 from toolkit.ui._app import UIApp, UIOptions
 from toolkit.ui._auth import Auth, write_server_file
 
 __all__ = ["UIServer", "start"]
+
+_log = logging.getLogger(__name__)
+
+
+class _RequestHandler(WSGIRequestHandler):
+    """Werkzeug's handler, logging each request at debug level and without its query (the token)."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        _log.debug("%s %s %s", self.command, self.path.split("?", 1)[0], code)
 
 
 @dataclass
@@ -71,7 +81,8 @@ def start(*, host: str = "127.0.0.1", port: int = 0, home: str | Path | None = N
     store = JobStore(home)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)  # an OSError here, not Werkzeug's sys.exit
-    server = make_server(host, port, app=lambda environ, start_response: [], threaded=True, fd=sock.fileno())
+    server = make_server(host, port, app=lambda environ, start_response: [], threaded=True, fd=sock.fileno(),
+                         request_handler=_RequestHandler)
     sock.close()  # the server holds its own duplicate of the descriptor
     server.daemon_threads = True  # type: ignore[attr-defined]  # an open log stream must not keep the process alive
     bound = int(server.server_address[1])
