@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from _ui_store import HOSTILE, add_raw_job, delete_job, make_study, write_log
@@ -15,12 +16,13 @@ from werkzeug.test import Client
 
 from toolkit import report_metric
 from toolkit.cli import main
-from toolkit.jobs import JobState, JobStore
+from toolkit.jobs import JobSpec, JobState, JobStore, api
 from toolkit.jobs._procs import start_ticks
 from toolkit.ui._app import UIApp, UIOptions
 from toolkit.ui._auth import Auth
 from toolkit.ui._stacks import py_spy
 
+TRAINER = Path(__file__).resolve().parents[1] / "fixtures" / "jobs" / "trainer"
 PORT = 6123
 HOST = f"127.0.0.1:{PORT}"
 
@@ -159,7 +161,8 @@ def test_trials_merge_the_running_trials_fresher_measurements(store):
     assert trials["3"]["state"] == "FAILED" and trials["3"]["jobState"] == "FAILED"
     measured = _get(client, "/api/jobs/study-1/trials/4/measurements").get_json()["measurements"]
     assert measured[-1] == {"trainingStep": 50, "objectiveValue": 0.6}
-    assert _get(client, "/api/jobs/study-1-trial-1/trials").status_code == 404  # a trial is no study
+    not_a_study = _get(client, "/api/jobs/study-1-trial-1/trials")
+    assert not_a_study.status_code == 404 and not_a_study.get_json()["kind"] == "missing"  # the job is there
 
 
 def test_nan_is_null_and_a_deleted_job_is_said_gone(store):
@@ -192,6 +195,23 @@ def test_cancel_needs_allow_cancel_and_the_pages_origin(store):
     assert client.post("/api/jobs/done-1/cancel", headers={"Host": HOST, "Authorization": f"token {token}"}
                        ).status_code == 409
     assert store.get("live-1").state is JobState.RUNNING
+
+
+def test_an_allowed_cancel_stops_a_real_job(home, no_orphans):
+    spec = JobSpec.from_dict({}, job_id="probe-1", overrides={
+        "pythonModule": "trainer.probe", "packagePath": str(TRAINER), "jobDir": "out", "args": ["--seconds", "60"]})
+    api.submit(spec)
+    store = JobStore(home)
+    deadline = time.monotonic() + 30
+    while not any(t.state == "RUNNING" for t in store.get("probe-1").tasks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    client, token = _client(home, allow_cancel=True)
+    answer = client.post("/api/jobs/probe-1/cancel", headers={"Host": HOST, "Authorization": f"token {token}",
+                                                              "Origin": f"http://{HOST}"})
+    assert answer.status_code == 202
+    while not store.get("probe-1").is_final and time.monotonic() < deadline + 30:
+        time.sleep(0.1)
+    assert store.get("probe-1").state is JobState.CANCELLED
 
 
 def test_metrics_are_the_latest_scalars_under_the_output_dir(store, tmp_path):

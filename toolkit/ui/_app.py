@@ -139,8 +139,8 @@ class UIApp:
             return _json({"error": str(exc), "kind": "invalid-name"}, 400)
         except JobNotFoundError as exc:
             return _json({"error": str(exc), "kind": "not-found"}, 404)
-        except NotFound as exc:
-            return _json({"error": exc.description, "kind": "not-found"}, 404)
+        except NotFound as exc:  # the job is there, not this part of it (yet): a log, a study, a trial
+            return _json({"error": exc.description, "kind": "missing"}, 404)
         except JobError as exc:
             return _json({"error": str(exc)}, 409)
 

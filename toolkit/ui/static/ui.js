@@ -79,9 +79,12 @@ const UI = (() => {
       try {
         const again = await fn();
         delay = ms;
+        if (banner().className === "wait") showBanner("");
         if (again === false) return;
       } catch (err) {
-        if (err instanceof ApiError && err.status < 500) { handleGone(err); return; }
+        if (err instanceof ApiError && (err.status === 401 || err.body.kind === "not-found"
+            || err.body.kind === "invalid-name")) { handleGone(err); return; }  // nothing will change that
+        if (err instanceof ApiError) showBanner(err.message, "wait");  // e.g. a study not started yet
         delay = Math.min(3000, delay * 2);
       }
       setTimeout(tick, delay);
