@@ -69,6 +69,14 @@ def test_every_request_needs_the_token_and_this_servers_host(store):
     assert client.get("/static/ui.js", headers={"Host": HOST}).status_code == 200  # code, no data
 
 
+def test_a_wildcard_bind_answers_to_any_host_name_but_still_wants_the_token():
+    auth = Auth.for_address("0.0.0.0", PORT, "t")
+    assert auth.host_ok(f"gpu-box.example:{PORT}") and auth.token_ok("t") and not auth.token_ok("T")
+    loopback = Auth.for_address("127.0.0.1", PORT, "t")
+    assert loopback.host_ok(f"localhost:{PORT}") and loopback.host_ok(f"[::1]:{PORT}")
+    assert not loopback.host_ok(f"localhost:{PORT + 1}") and not loopback.host_ok(None)
+
+
 def test_the_token_in_the_url_becomes_a_strict_cookie_and_leaves_the_url(store):
     client, token = _client(store.home)
     first = client.get(f"/jobs/x?token={token}", headers={"Host": HOST})

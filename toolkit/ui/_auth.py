@@ -37,17 +37,24 @@ class Auth:
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     hosts: frozenset[str] = frozenset()
 
+    any_host: bool = False  # bound to every interface: the machine's names are not known here
+
     @classmethod
     def for_address(cls, host: str, port: int, token: str | None = None) -> Auth:
+        """Loopback answers to its three names; a wildcard bind (``0.0.0.0``, ``::``) to any, the token alone
+        guarding it (as Jupyter's ``allow_remote_access``); another address to itself."""
+        token = token or secrets.token_urlsafe(32)
+        if host in ("0.0.0.0", "::", ""):
+            return cls(token=token, any_host=True)
         names = {host, "127.0.0.1", "localhost", "[::1]"} if host in ("127.0.0.1", "localhost", "::1") else {host}
         names = {f"[{n}]" if ":" in n and not n.startswith("[") else n for n in names}
-        return cls(token=token or secrets.token_urlsafe(32), hosts=frozenset(f"{n}:{port}" for n in names))
+        return cls(token=token, hosts=frozenset(f"{n}:{port}" for n in names))
 
     def cookie_name(self, port: int) -> str:
         return f"{COOKIE}_{port}"  # one per port: two servers on one host do not overwrite each other's
 
     def host_ok(self, host: str | None) -> bool:
-        return host is not None and host.lower() in self.hosts
+        return host is not None and (self.any_host or host.lower() in self.hosts)
 
     def token_ok(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
