@@ -83,7 +83,7 @@ def job_row(record: JobRecord, *, now: float | None = None) -> dict[str, Any]:
         counts[task.state] = counts.get(task.state, 0) + 1
     return {"jobId": record.name, "state": str(record.state), "backend": record.backend,
             "createTime": iso_time(record.created_at), "startTime": iso_time(record.started_at),
-            "endTime": iso_time(record.ended_at), "created": record.created_at,
+            "endTime": iso_time(record.ended_at), "started": record.started_at or record.created_at,
             "durationSeconds": _duration(record, time.time() if now is None else now),
             "taskStates": counts, "parentJob": record.parent_job,
             "isStudy": bool(record.details.get("trainingOutput") or record.details.get("tuning"))}

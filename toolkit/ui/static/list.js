@@ -3,13 +3,13 @@
 
 const ListPage = (() => {
   const {el} = UI;
-  const COLUMNS = [["jobId", "Job"], ["state", "State"], ["backend", "Backend"], ["created", "Started"],
+  const COLUMNS = [["jobId", "Job"], ["state", "State"], ["backend", "Backend"], ["started", "Started"],
     ["durationSeconds", "Duration"], ["taskStates", "Tasks"]];
 
   function render(root) {
     UI.crumbs("jobs");
     const filter = {text: "", state: "", backend: "", trials: false};
-    const sort = {key: "created", asc: false};
+    const sort = {key: "started", asc: false};
     let jobs = [];
     const search = el("input", {type: "search", placeholder: "filter by name", id: "filter-text"});
     const stateSel = el("select", {id: "filter-state"}, el("option", {value: ""}, "any state"));
