@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -132,6 +133,11 @@ def test_path_like_names_read_nothing_outside_the_store(store, tmp_path):
     for task in ("evil", "..%2F..%2Fjobs.db", "..", "%2Fetc%2Fpasswd"):
         assert _get(client, f"/api/jobs/done-1/logs/{task}").status_code == 404, task
     assert _get(client, "/static/..%2F_app.py").status_code == 404
+    with sqlite3.connect(store.path) as conn:  # a row pointing its directory elsewhere is not followed
+        conn.execute("UPDATE jobs SET job_dir = ? WHERE name = 'done-1'", (str(tmp_path),))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "planted.log").write_text("not the job's\n")
+    assert [entry["task"] for entry in _get(client, "/api/jobs/done-1/logs").get_json()["logs"]] == ["master-0"]
 
 
 def test_log_chunks_page_by_offset_keep_partial_lines_and_replace_bad_bytes(store):

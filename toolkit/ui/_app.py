@@ -174,9 +174,8 @@ class UIApp:
         return _json({"tasks": task_rows(self.reader.get(name))})
 
     def _logs_of(self, name: str) -> tuple[Any, dict[str, Path]]:
-        record = self.reader.get(name)
-        job_dir = Path(record.job_dir or self.reader.store.job_dir(name))
-        return record, _logs.log_files(record, job_dir)
+        record = self.reader.get(name)  # the name is valid: the directory is the store's own, never a stored path
+        return record, _logs.log_files(record, self.reader.store.job_dir(record.name))
 
     def _api_logs(self, request: Request, name: str) -> Response:
         _, files = self._logs_of(name)
