@@ -222,7 +222,7 @@ def test_deleted_and_cancelled_jobs_show_it_on_their_open_page(world, browser):
     browser.get(world.base + "/jobs/doomed-1")
     _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "QUEUED")
     delete_job(world.store, "doomed-1")
-    _wait(browser, lambda d: "no longer exists" in _text(d, "banner"), what="the deleted banner")
+    _wait(browser, lambda d: "not in the job store" in _text(d, "banner"), what="the deleted banner")
     browser.get(world.base + "/jobs/live-1")
     _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "RUNNING")
     api.cancel("live-1", home=world.home)

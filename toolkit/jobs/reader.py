@@ -54,7 +54,7 @@ def task_rows(record: JobRecord) -> list[dict[str, Any]]:
     for task in record.tasks:
         role, index = split_task(task.name)
         where = nodes.get(task.name) or {}
-        node = where.get("node") or where.get("hostname") or (where.get("node_id") or "")[:12] or None
+        node = (where.get("node_id") or "")[:12] or None  # a Ray node's id, a Slurm node's name
         rows.append({"name": task.name, "role": role, "index": index, "state": task.state, "pid": task.pid,
                      "node": node, "address": where.get("address"), "exitCode": task.exit_code,
                      "restarts": task.restarts, "preemptions": int(preempted.get(task.name, 0)),

@@ -95,7 +95,7 @@ const UI = (() => {
 
   function handleGone(err) {
     if (err.status === 404 && err.body.kind === "not-found") {
-      showBanner("This job no longer exists in the job store (it was deleted). " + err.message, "gone");
+      showBanner("This job is not in the job store (deleted, or never there). " + err.message, "gone");
     } else if (err.status === 401) {
       showBanner("The session's token is no longer valid: open the URL that `tfdist ui` printed.", "gone");
     } else {
