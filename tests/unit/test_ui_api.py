@@ -82,6 +82,8 @@ def test_the_token_in_the_url_becomes_a_strict_cookie_and_leaves_the_url(store):
     client, token = _client(store.home)
     first = client.get(f"/jobs/x?token={token}", headers={"Host": HOST})
     assert first.status_code == 303 and first.headers["Location"] == "/jobs/x"
+    elsewhere = client.get(f"//evil.example/jobs/x?token={token}", headers={"Host": HOST})
+    assert elsewhere.headers["Location"] == "/jobs/x"  # never a redirect to another site
     cookie = first.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and token in cookie
     assert client.get("/api/jobs", headers={"Host": HOST}).status_code == 200  # the cookie alone now

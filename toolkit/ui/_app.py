@@ -120,7 +120,8 @@ class UIApp:
             return self._static(args["name"])
         query_token = request.args.get("token")
         if endpoint == "page" and query_token is not None and auth.token_ok(query_token):
-            response = Response(status=303, headers={"Location": request.path})  # the token leaves the URL
+            here = "/" + request.path.lstrip("/")  # one slash: "//host/x" would lead to another site
+            response = Response(status=303, headers={"Location": here})  # the token leaves the URL
             response.set_cookie(auth.cookie_name(port), auth.token, httponly=True, samesite="Strict", path="/")
             return response
         if not auth.token_ok(auth.request_token(dict(request.headers), request.cookies, port)):
