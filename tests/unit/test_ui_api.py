@@ -173,6 +173,9 @@ def test_trials_merge_the_running_trials_fresher_measurements(store):
     study = _get(client, "/api/jobs/study-1/trials").get_json()
     trials = {t["trialId"]: t for t in study["trials"]}
     assert len(trials) == 4 and study["bestTrial"]["trialId"] == "1" and trials["2"]["isTrialStoppedEarly"]
+    listed = {r["jobId"]: r for r in _get(client, "/api/jobs").get_json()["jobs"]}
+    assert listed["study-1"]["trialStates"] == {"SUCCEEDED": 2, "FAILED": 1, "RUNNING": 1}
+    assert listed["study-1"]["isStudy"] and listed["study-1-trial-2"]["parentJob"] == "study-1"
     assert len(trials["4"]["allMetrics"]) == 5 and trials["4"]["jobState"] == "RUNNING"  # the summary held 4
     assert trials["3"]["state"] == "FAILED" and trials["3"]["jobState"] == "FAILED"
     measured = _get(client, "/api/jobs/study-1/trials/4/measurements").get_json()["measurements"]

@@ -77,15 +77,18 @@ def output_dir(record: JobRecord) -> str | None:
 
 
 def job_row(record: JobRecord, *, now: float | None = None) -> dict[str, Any]:
-    """One line of a job list: name, state, backend, times and its tasks' states counted."""
+    """One line of a job list: name, state, backend, times, its tasks' (a study's: trials') states counted."""
     counts: dict[str, int] = {}
     for task in record.tasks:
         counts[task.state] = counts.get(task.state, 0) + 1
+    trials: dict[str, int] = {}
+    for trial in (record.details.get("trainingOutput") or {}).get("trials", []):
+        trials[str(trial.get("state"))] = trials.get(str(trial.get("state")), 0) + 1
     return {"jobId": record.name, "state": str(record.state), "backend": record.backend,
             "createTime": iso_time(record.created_at), "startTime": iso_time(record.started_at),
             "endTime": iso_time(record.ended_at), "started": record.started_at or record.created_at,
             "durationSeconds": _duration(record, time.time() if now is None else now),
-            "taskStates": counts, "parentJob": record.parent_job,
+            "taskStates": counts, "trialStates": trials, "parentJob": record.parent_job,
             "isStudy": bool(record.details.get("trainingOutput") or record.details.get("tuning"))}
 
 

@@ -40,8 +40,10 @@ const ListPage = (() => {
     }
 
     function row(job) {
-      const chips = el("span", {class: "chips"}, Object.entries(job.taskStates).map(([s, n]) =>
-        el("span", {class: "state s-" + s.replace(/[^A-Z]/g, ""), title: s}, s + " " + n)));
+      const trials = Object.keys(job.taskStates).length === 0 && Object.keys(job.trialStates).length > 0;
+      const chips = el("span", {class: "chips"}, trials ? "trials: " : null,
+        Object.entries(trials ? job.trialStates : job.taskStates).map(([s, n]) =>
+          el("span", {class: "state s-" + s.replace(/[^A-Z]/g, ""), title: s}, s + " " + n)));
       const name = el("td", {class: "name"}, el("a", {href: UI.jobLink(job.jobId)}, job.jobId));
       if (job.isStudy) name.append(" ", el("a", {href: UI.jobLink(job.jobId, "/study"), class: "muted"}, "(study)"));
       return el("tr", {"data-state": job.state}, name, el("td", {}, UI.state(job.state)), el("td", {}, job.backend),
