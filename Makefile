@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo lint test unit cluster bench chaos clean slurm
+.PHONY: demo lint test unit cluster bench chaos clean slurm chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,estimator,ray,lint]'
+	$(BIN)/python -m pip install --quiet -e '.[test,estimator,ray,lint,ui]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -22,7 +22,7 @@ lint: $(STAMP)
 
 # Two pytest workers: cluster tests spend much of their time waiting on their processes, so two of
 # them overlap well even on two cores. Tests sharing a module fixture are grouped (xdist_group).
-test: lint slurm
+test: lint slurm chromium
 	$(BIN)/python -m pytest tests -n 2 --dist loadgroup --durations=25
 
 # Debian's Slurm (slurmctld, slurmd, the clients) for the Slurm cluster tests, which start a real
@@ -32,6 +32,14 @@ slurm:
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null; \
 	else echo "slurm: not root or no apt-get; the Slurm cluster tests will be skipped"; fi
+
+# Debian's headless Chromium and its WebDriver for the dashboard's browser test (tests/unit/test_ui_browser.py).
+# Installed only as root and only when missing; elsewhere that test skips and says why.
+chromium:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else echo "chromium: not root or no apt-get; the dashboard's browser test will be skipped"; fi
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

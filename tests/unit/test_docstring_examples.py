@@ -29,10 +29,11 @@ RUN = [
     "toolkit.jobs.tfjob", "toolkit.jobs.tiers", "toolkit.layers", "toolkit.layers.embedding",
     "toolkit.training", "toolkit.training.fit", "toolkit.training.state",
     "toolkit.estimator.experimental", "toolkit.estimator.inputs", "toolkit.estimator.inputs.numpy_io",
-    "toolkit.estimator.canned.helpers",
+    "toolkit.estimator.canned.helpers", "toolkit.jobs.reader",
 ]
 
 SHOWN = {
+    "toolkit.ui": "unit/test_ui_browser.py",  # a server, and a browser to look at it
     "strategies": "cluster/test_sharding_ps.py",  # run_role + make_strategy + chief_session in pss_train.py
     "strategies._roles": "cluster/test_roles_cluster.py",
     "toolkit.layers.recommender": "cluster/test_sharding_ps.py",  # the sharded recommender across two ps

@@ -29,6 +29,7 @@ _VERB_MODULES = (
     "toolkit.cli.jobs_cmd",
     "toolkit.cli.local_cmd",
     "toolkit.cli.demo_cmd",
+    "toolkit.cli.ui_cmd",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -6,6 +6,7 @@ from typing import Any
 
 import yaml
 
+from toolkit.jobs.reader import task_rows
 from toolkit.jobs.records import JobRecord, iso_time
 
 __all__ = ["format_record", "format_table", "format_list", "format_trials"]
@@ -36,17 +37,16 @@ def format_record(record: JobRecord) -> str:
         lines += ["warnings:"] + [f"  - {w}" for w in warnings]
     nodes = record.details.get("nodes") or {}
     if record.tasks:
+        rows = task_rows(record)  # the rows `tfdist ui` shows too: one reading of a task (toolkit.jobs.reader)
         if nodes:  # a Ray or Slurm job: where each task ran instead of a pid
             table = format_table(("TASK", "STATE", "NODE", "ADDRESS", "RESTARTS", "EXIT_CODE"),
-                                 ((t.name, t.state, (nodes.get(t.name) or {}).get("node_id", "")[:12] or None,
-                                   (nodes.get(t.name) or {}).get("address"), t.restarts, t.exit_code)
-                                  for t in record.tasks))
+                                 ((t["name"], t["state"], t["node"], t["address"], t["restarts"], t["exitCode"])
+                                  for t in rows))
         else:
             table = format_table(("TASK", "STATE", "PID", "RESTARTS", "EXIT_CODE"),
-                                 ((t.name, t.state, t.pid, t.restarts, t.exit_code) for t in record.tasks))
+                                 ((t["name"], t["state"], t["pid"], t["restarts"], t["exitCode"]) for t in rows))
         lines += ["tasks:"] + [f"  {line}" for line in table.splitlines()]
-        lines += [f"  {t.name}: {why}" for t in record.tasks  # e.g. killed with its Slurm job, and why
-                  if (why := t.reason or (nodes.get(t.name) or {}).get("reason"))]
+        lines += [f"  {t['name']}: {t['reason']}" for t in rows if t["reason"]]  # e.g. killed with its Slurm job
     restarts = record.details.get("restarts")
     if restarts:  # preemptions apart from failures (docs/preemption.md)
         lines.append(f"restarts: {restarts.get('preemptions', 0)} after preemptions, "
