@@ -36,8 +36,10 @@ from toolkit.launcher._result import (
     EXIT_TIMEOUT,
     LaunchResult,
     Reason,
+    SuccessPolicy,
     TaskEvent,
     TaskResult,
+    task_end,
 )
 from toolkit.launcher._spec import (
     ENV_JOB_DIR,
@@ -300,6 +302,8 @@ class Job:
             return Outcome(EXIT_TIMEOUT, Reason.TIMEOUT,
                            f"the job ran past its timeout of {self.spec.timeout:g} s; every task was stopped")
         if self.chief.poll() is not None:
+            if self._awaiting_workers(now):
+                return None
             return self._act(self.chief, now)
         for task in self.tasks.values():
             if task is not self.chief and not task.handled and task.poll() is not None:
@@ -307,6 +311,29 @@ class Job:
                 if outcome is not None:
                     return outcome
         return None
+
+    def _awaiting_workers(self, now: float) -> bool:
+        """Under ``SuccessPolicy.ALL_WORKERS``, a chief that exited 0 waits (``grace_period``) for the workers."""
+        if self.spec.success_policy is not SuccessPolicy.ALL_WORKERS or self.chief.exit_code != 0:
+            return False
+        assert self.chief.ended_at is not None
+        workers = [t for t in self.tasks.values() if t is not self.chief and t.task_type == "worker"]
+        return any(t.running for t in workers) and now - self.chief.ended_at < self.spec.grace_period
+
+    def judge_success(self, outcome: Outcome) -> Outcome:
+        """A succeeded ``outcome`` once every process is gone: the tasks that did not end cleanly named in its
+        message, and under ``SuccessPolicy.ALL_WORKERS`` a failure if one of them is the chief or a worker."""
+        unclean = [t for t in self.tasks.values() if t.exit_code != 0]
+        if outcome.reason is not Reason.SUCCEEDED or not unclean:
+            return outcome
+        ends = ", ".join(f"{t.name} {task_end(t.exit_code, t.stopped)}" for t in unclean)
+        trainers = [t for t in unclean if t.task_type in ("chief", "master", "worker")]
+        if self.spec.success_policy is SuccessPolicy.ALL_WORKERS and trainers:
+            self.failures += 1
+            return Outcome(EXIT_TASK_FAILED, Reason.FAILED,
+                           f"{outcome.message}, but {ends}; the success policy all-workers needs the chief and "
+                           "every worker to exit 0")
+        return Outcome(0, Reason.SUCCEEDED, f"{outcome.message}; not every task ended cleanly: {ends}")
 
     def wind_down(self, grace: float) -> None:
         """Lets the other tasks exit by themselves for ``grace`` s, then stops every process group."""
@@ -376,6 +403,7 @@ def supervise(job: Job) -> LaunchResult:
                 job.pass_on_preemption()
             chief_done = job.chief.exit_code is not None and outcome.reason in (Reason.SUCCEEDED, Reason.FAILED)
             job.wind_down(job.spec.grace_period if chief_done else 0.0)
+            outcome = job.judge_success(outcome)
         finally:
             if outcome is None:  # an exception escaped: never leave processes behind
                 job.wind_down(0.0)
