@@ -224,8 +224,9 @@ class JobStore:
         return SupervisorInfo(*rows[0])
 
     def update_task(self, job: str, task: str, *, state: str, **fields: Any) -> None:
-        """Creates or updates one task row; ``fields`` are pid, pid_start, restarts, exit_code, log_path."""
-        allowed = {"pid", "pid_start", "restarts", "exit_code", "log_path"}
+        """Creates or updates one task row; ``fields`` are pid, pid_start, restarts, exit_code, log_path and
+        reason (how it ended, when not by exiting 0)."""
+        allowed = {"pid", "pid_start", "restarts", "exit_code", "log_path", "reason"}
         unknown = set(fields) - allowed
         if unknown:
             raise TypeError(f"update_task got unknown fields {sorted(unknown)}; valid: {sorted(allowed)}")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.jobs._procs import start_ticks
+from toolkit.jobs._run_parts import RunResult
 from toolkit.jobs.errors import JobStateError
 from toolkit.jobs.local import HEARTBEAT_INTERVAL, LocalBackend
 from toolkit.jobs.states import JobState
@@ -62,6 +63,7 @@ class Supervisor:
         self.cancelled = threading.Event()
         self.job_dir = store.job_dir(name)
         self._raise_on_signal = True  # a study stops its trials itself; a plain job unwinds the launcher
+        self.result: RunResult | None = None
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         _log.info("signal %d: cancelling job %s", signum, self.name)
@@ -78,6 +80,8 @@ class Supervisor:
         try:
             return self._run()
         except _Cancelled:
+            if self.result is not None and self.result.clean:  # SIGTERM came once every task had exited 0
+                return self._end_succeeded("every task finished")
             return self._end_cancelled()
         except Exception as exc:
             self._end(JobState.FAILED, error=f"the supervisor failed: {type(exc).__name__}: {exc}")
@@ -97,11 +101,14 @@ class Supervisor:
                                   message=f"{len(plan.task_names)} tasks: {', '.join(plan.task_names)}"):
             return self._end_cancelled()
         from toolkit.jobs._run import run_tasks
-        result = run_tasks(plan, self.job_dir, store=self.store, job=self.name, max_restarts=MAX_RESTARTS)
+        self.result = run_tasks(plan, self.job_dir, store=self.store, job=self.name, max_restarts=MAX_RESTARTS)
+        result = self.result
+        if result.clean:  # every task exited 0 by itself: a cancel that raced the end does not rewrite it
+            return self._end_succeeded("every task finished")
         if self.cancelled.is_set() or self.store.get(self.name).state is JobState.CANCELLING:
             return self._end_cancelled()
         if result.exit_code == 0:
-            return self._end(JobState.SUCCEEDED, exit_code=0, message="every task finished")
+            return self._end(JobState.SUCCEEDED, exit_code=0, message=result.message or "the chief finished")
         return self._end(JobState.FAILED, exit_code=result.exit_code, error=result.error)
 
     def _run_study(self) -> int:
@@ -117,6 +124,12 @@ class Supervisor:
         if outcome.state is JobState.CANCELLED or self.store.get(self.name).state is JobState.CANCELLING:
             return self._end_cancelled()
         return self._end(outcome.state, message=outcome.message, error=outcome.error)
+
+    def _end_succeeded(self, message: str) -> int:
+        self._raise_on_signal = False  # finished: a late SIGTERM must not unwind the bookkeeping
+        late = self.cancelled.is_set() or self.store.get(self.name).state is JobState.CANCELLING
+        note = " (a cancel arrived after they had)" if late else ""
+        return self._end(JobState.SUCCEEDED, exit_code=0, message=message + note)
 
     def _end_cancelled(self) -> int:
         state = self.store.get(self.name).state
