@@ -119,6 +119,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="chief: the chief's exit 0 is the job's success (default, TFJob's); all-workers: the "
                         "chief and every worker must exit 0 (TFJob's AllWorkers). Either way the closing line names "
                         "the tasks that did not end cleanly")
+    parser.add_argument("--max-log-bytes", type=non_negative_int, default=None, metavar="N",
+                        help="keep at most N bytes of each task run's output in its log file (default: all)")
     parser.add_argument("--dialect", choices=("tf", "cmle", "tfjob"), default="tf",
                         help="tf: the chief is chief-0 (default); cmle: it is master-0 (TF_CONFIG, logs, messages) "
                         'and TF_CONFIG has "environment": "cloud"; tfjob: Kubeflow TFJob\'s TF_CONFIG '
@@ -173,6 +175,7 @@ def _launch(args: argparse.Namespace) -> int:
     kwargs = dict(chief=args.chief, workers=args.workers, ps=args.ps, evaluator=int(args.evaluator),
                   job_dir=args.job_dir, timeout=args.timeout, max_restarts=args.max_restarts,
                   max_preemptions=args.max_preemptions, success_policy=args.success_policy,
+                  max_log_bytes=args.max_log_bytes,
                   restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
                   dialect=args.dialect, cwd=args.cwd, preload=args.preload,
                   verbose=args.show_tf_noise or args.verbose > 0, env=_serve_env(args))

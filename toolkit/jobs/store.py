@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs.errors import JobExistsError, JobNotFoundError, JobStateError
+from toolkit._owned import UnsafePathError, check_owned_dir, owned_dir
+from toolkit.jobs.errors import BackendError, JobExistsError, JobNotFoundError, JobStateError
 from toolkit.jobs.names import validate_job_name
 from toolkit.jobs.records import JobRecord, StateChange, TaskRecord
 from toolkit.jobs.states import JobState, check_transition
@@ -55,7 +56,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_dir TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, started_at REAL, ended_at REAL,
     error TEXT, exit_code INTEGER, warnings TEXT NOT NULL DEFAULT '[]', details TEXT NOT NULL DEFAULT '{}',
     supervisor_pid INTEGER, supervisor_start INTEGER, supervisor_host TEXT, heartbeat_at REAL,
-    parent_job TEXT REFERENCES jobs(name));
+    parent_job TEXT REFERENCES jobs(name), nonce TEXT);
 CREATE TABLE IF NOT EXISTS tasks (
     job TEXT NOT NULL REFERENCES jobs(name), name TEXT NOT NULL, state TEXT NOT NULL,
     pid INTEGER, pid_start INTEGER, restarts INTEGER NOT NULL DEFAULT 0, exit_code INTEGER,
@@ -81,6 +82,7 @@ class SupervisorInfo:
     start_ticks: int | None
     host: str | None
     heartbeat_at: float | None
+    nonce: str | None = None  # in the environment of the supervisor and of every task it starts
 
 
 class JobStore:
@@ -98,6 +100,8 @@ class JobStore:
             conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
             if "reason" not in {row[1] for row in conn.execute("PRAGMA table_info(tasks)")}:
                 conn.execute("ALTER TABLE tasks ADD COLUMN reason TEXT")
+            if "nonce" not in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}:
+                conn.execute("ALTER TABLE jobs ADD COLUMN nonce TEXT")
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @property
@@ -107,10 +111,11 @@ class JobStore:
 
     def job_dir(self, name: str) -> Path:
         """The job's directory; the name is validated because it becomes a path."""
-        jobs = self.home / "jobs"
-        if not jobs.is_dir():
-            jobs.mkdir(mode=0o700, exist_ok=True)
-        return jobs / validate_job_name(name)
+        name = validate_job_name(name)
+        try:
+            return owned_dir(self.home / "jobs", what="the jobs directory", parents=False) / name
+        except UnsafePathError as exc:
+            raise BackendError(str(exc)) from exc
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
@@ -207,17 +212,20 @@ class JobStore:
                 return False
             raise
 
-    def set_supervisor(self, name: str, *, pid: int, start_ticks: int | None, host: str) -> None:
+    def set_supervisor(self, name: str, *, pid: int, start_ticks: int | None, host: str,
+                       nonce: str | None = None) -> None:
+        """Who runs the job; ``nonce`` (kept when None) is what its processes carry (``_procs.is_the_jobs``)."""
         with self._write() as conn:
             conn.execute("UPDATE jobs SET supervisor_pid = ?, supervisor_start = ?, supervisor_host = ?, "
-                         "heartbeat_at = ? WHERE name = ?", (pid, start_ticks, host, time.time(), name))
+                         "heartbeat_at = ?, nonce = COALESCE(?, nonce) WHERE name = ?",
+                         (pid, start_ticks, host, time.time(), nonce, name))
 
     def heartbeat(self, name: str) -> None:
         with self._write() as conn:
             conn.execute("UPDATE jobs SET heartbeat_at = ? WHERE name = ?", (time.time(), name))
 
     def supervisor(self, name: str) -> SupervisorInfo:
-        rows = self._rows("SELECT supervisor_pid, supervisor_start, supervisor_host, heartbeat_at "
+        rows = self._rows("SELECT supervisor_pid, supervisor_start, supervisor_host, heartbeat_at, nonce "
                           "FROM jobs WHERE name = ?", name)
         if not rows:
             raise JobNotFoundError(f"no job named {name!r} in {self.path}.")
@@ -268,6 +276,11 @@ def _private_home(home: Path) -> None:
         finally:
             os.umask(old)
         return
+    try:  # another user's home (or one others can write) holds their jobs.db, their job dirs, their code
+        check_owned_dir(home, what="the tfdist home", fix=f"use a home of your own: export TFDIST_HOME=~/.tfdist "
+                        f"(or chown/chmod go-w {home} if it is yours)")
+    except UnsafePathError as exc:
+        raise BackendError(str(exc)) from exc
     mode = stat.S_IMODE(home.stat().st_mode)
     if mode & 0o077 and home not in _warned:
         _warned.add(home)

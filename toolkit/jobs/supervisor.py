@@ -31,6 +31,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from toolkit._owned import owned_dir
 from toolkit.jobs._procs import start_ticks
 from toolkit.jobs._run_parts import RunResult
 from toolkit.jobs.errors import JobStateError
@@ -96,7 +97,7 @@ class Supervisor:
         plan = LocalBackend.plan_of(record)
         if not self.store.advance(self.name, JobState.PREPARING, message="starting tasks"):
             return self._end_cancelled()
-        (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        owned_dir(self.job_dir / "logs", what="the job's logs directory", parents=False)
         if not self.store.advance(self.name, JobState.RUNNING,
                                   message=f"{len(plan.task_names)} tasks: {', '.join(plan.task_names)}"):
             return self._end_cancelled()

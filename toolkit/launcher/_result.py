@@ -128,6 +128,7 @@ class TaskResult:
         stopped: the launcher had to signal it at the end (it did not exit by itself).
         log_path: its log file; every run of the task is appended to it.
         preemptions: how many of its runs ended preempted (``is_preemption``).
+        log_problem: its log could not keep all its output (a full disk, the log cap), or None.
     """
 
     name: str
@@ -138,6 +139,7 @@ class TaskResult:
     stopped: bool
     log_path: Path
     preemptions: int = 0
+    log_problem: str | None = None
 
     @property
     def state(self) -> TaskState:

@@ -25,6 +25,7 @@ ENV_TASK_DIR = "TFDIST_TASK_DIR"          # this task's own write dir: <job_dir>
 ENV_TASK_NAME = "TFDIST_TASK_NAME"        # e.g. "worker-1"
 ENV_RESTART_COUNT = "TFDIST_RESTART_COUNT"  # times this task was started before in this job
 ENV_JOB_NONCE = "TFDIST_JOB_NONCE"        # random per job: keeps two jobs on the same ports apart
+ENV_SIGNAL_DIR = "TFDIST_SIGNAL_DIR"      # the job's private signal directory (strategies._signals reads it)
 
 _PYTHON_NAMES = ("python", "python3")
 
@@ -145,6 +146,9 @@ class LaunchSpec:
             named in the result's message; ``"all-workers"`` (TFJob's
             ``AllWorkers``): the chief and every worker must exit 0 too,
             within ``grace_period`` after the chief.
+        max_log_bytes: bytes of output each run of a task keeps in its log
+            file (None: all); past it the output is still read and shown,
+            and the task's result says how much was not kept.
         preload: modules (e.g. ``("tensorflow", "keras")``) one process
             imports once, every task then being forked from it instead of
             starting a fresh interpreter; the command must be ``python SCRIPT
@@ -169,6 +173,7 @@ class LaunchSpec:
     preload: tuple[str, ...] = ()
     max_preemptions: int = 3
     success_policy: SuccessPolicy | str = SuccessPolicy.CHIEF
+    max_log_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.success_policy not in tuple(SuccessPolicy):
@@ -204,6 +209,8 @@ class LaunchSpec:
         if self.ps and not self.workers:
             raise LaunchError(f"`workers` is 0 with ps={self.ps}: the ps would serve nobody. Pass workers=1.",
                 field="workers")
+        if self.max_log_bytes is not None:
+            _count("max_log_bytes", self.max_log_bytes)
         _seconds("timeout", self.timeout, optional=True)
         _seconds("grace_period", self.grace_period, optional=False)
         _seconds("settle_period", self.settle_period, optional=False)
@@ -239,6 +246,7 @@ class LaunchFields(TypedDict, total=False):
     preload: Sequence[str] | str
     max_preemptions: int
     success_policy: SuccessPolicy | str
+    max_log_bytes: int | None
 
 
 def make_spec(cmd: Sequence[str] | LaunchSpec, fields_given: dict[str, Any]) -> LaunchSpec:

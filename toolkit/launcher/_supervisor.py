@@ -19,13 +19,16 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from toolkit._owned import open_append, owned_dir, write_new
 from toolkit.hypertune import task_environment
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskExit
@@ -45,6 +48,7 @@ from toolkit.launcher._spec import (
     ENV_JOB_DIR,
     ENV_JOB_NONCE,
     ENV_RESTART_COUNT,
+    ENV_SIGNAL_DIR,
     ENV_TASK_DIR,
     ENV_TASK_NAME,
     LaunchError,
@@ -65,6 +69,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _POLL = 0.2
+_TAIL_CHARS = 500  # of each log line quoted in a failure message
 #: written into a task's directory just before the launcher SIGTERMs it (``strategies._server_preemption`` reads it)
 STOP_MARKER = "stop-requested"
 
@@ -78,7 +83,7 @@ def generate_configs(spec: LaunchSpec, job_dir: Path, *, hosts: Sequence[str] | 
     configs = [dialect.apply(cfg) for cfg in generate(chief=spec.chief, workers=spec.workers, ps=spec.ps,
                                                       evaluator=spec.evaluator, dialect="tf2", hosts=hosts)]
     cluster = {job: list(addrs) for job, addrs in configs[0].cluster.items()}
-    (job_dir / "cluster.json").write_text(json.dumps({"cluster": cluster}, indent=2) + "\n")
+    write_new(job_dir / "cluster.json", json.dumps({"cluster": cluster}, indent=2) + "\n")  # 0600, no symlink
     return {str(cfg.task): cfg for cfg in configs}
 
 
@@ -87,6 +92,7 @@ class Job:
 
     preloader: Preloader | None = None  # the process the tasks are forked from (``LaunchSpec.preload``)
     preload_starts = 0
+    signal_dir: str | None = None  # made by this job (removed at its end); None: the environment named one
 
     def __init__(self, spec: LaunchSpec, job_dir: Path, *, env: Mapping[str, str] | None,
                  stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None,
@@ -94,6 +100,8 @@ class Job:
         self.spec, self.job_dir = spec, job_dir
         self.policy = FailurePolicy.of(spec)
         self.base_env = {**os.environ, **(env or {})}
+        if not self.base_env.get(ENV_SIGNAL_DIR):  # a private directory no other user can create first
+            self.signal_dir = self.base_env[ENV_SIGNAL_DIR] = tempfile.mkdtemp(prefix="tfdist-signals-")
         self.wrap = wrap  # runs a task's command inside the private network namespace, if any
         self.configs = self._generate()
         self._add_tasks(self.configs, TaskProcess, stream=stream, on_task=on_task, verbose=verbose)
@@ -106,13 +114,15 @@ class Job:
         self.base_env.setdefault(ENV_JOB_NONCE, secrets.token_hex(8))
         noise = console_filter(self.base_env, verbose=verbose)
         lock = threading.Lock()
-        (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        owned_dir(self.job_dir / "logs", what="the job's logs directory", mode=0o777)
         self.tasks: dict[str, TaskProcess] = {}
         for name in names:
             task = self.tasks[name] = make(name, log_path=self.job_dir / "logs" / f"{name}.log", stream=stream,
                                            lock=lock, on_event=on_task, hide=noise() if noise is not None else None)
-            (self.job_dir / "tasks" / name).mkdir(parents=True, exist_ok=True)
-            task.log_path.write_bytes(b"")
+            task.log_limit = self.spec.max_log_bytes
+            owned_dir(self.job_dir / "tasks", what="the job's tasks directory", mode=0o777)
+            owned_dir(self.job_dir / "tasks" / name, what=f"{name}'s task directory", mode=0o777)
+            os.close(open_append(task.log_path, truncate=True))
 
     def _ready(self) -> None:
         """The chief, and the job's restart and preemption counts at zero (every kind of job keeps them)."""
@@ -163,6 +173,11 @@ class Job:
             self.preloader.close()
             self.preloader = None
 
+    def remove_signal_dir(self) -> None:
+        """Removes the job's own signal directory (``Job.__init__``), once every task is gone."""
+        if self.signal_dir is not None:
+            shutil.rmtree(self.signal_dir, ignore_errors=True)
+
     # ---- cluster ----------------------------------------------------------------
     def _generate(self) -> dict[str, TFConfig]:
         return generate_configs(self.spec, self.job_dir)
@@ -195,7 +210,7 @@ class Job:
         for task in tasks:
             if task.running:
                 with contextlib.suppress(OSError):
-                    self._marker(task).write_text("the launcher stops this task\n")
+                    write_new(self._marker(task), "the launcher stops this task\n")
         stop_all(list(tasks))
 
     def start_all(self) -> None:
@@ -250,7 +265,8 @@ class Job:
         name, code, tail = self.deaths[0]
         first = "" if name in headline else f" The first task to fail was {name}, with {describe_exit(code)}."
         log = self.tasks[name].log_path
-        lines = "\n".join(f"  {line}" for line in tail) or "  (no output)"
+        lines = "\n".join(f"  {line[:_TAIL_CHARS]}" + ("..." if len(line) > _TAIL_CHARS else "")
+                          for line in tail) or "  (no output)"
         return f"{headline}.{first} Last lines of {name}'s log ({log}):\n{lines}"
 
     def _act(self, task: TaskProcess, now: float) -> Outcome | None:
@@ -361,7 +377,7 @@ class Job:
         return tuple(
             TaskResult(name=t.name, task_type=t.task_type, index=t.index, exit_code=t.exit_code,
                        restarts=t.starts - 1, stopped=t.stopped, log_path=t.log_path,
-                       preemptions=self.task_preemptions[t.name])
+                       preemptions=self.task_preemptions[t.name], log_problem=t.log_problem)
             for t in self.tasks.values()
         )
 
@@ -408,6 +424,7 @@ def supervise(job: Job) -> LaunchResult:
             if outcome is None:  # an exception escaped: never leave processes behind
                 job.wind_down(0.0)
             job.close()
+            job.remove_signal_dir()
     log = logger.info if outcome.exit_code == 0 else logger.error
     log("job %s: %s", outcome.reason, outcome.message)
     return LaunchResult(exit_code=outcome.exit_code, reason=outcome.reason, message=outcome.message,
