@@ -83,6 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     logs.add_argument("job")
     logs.add_argument("--task", help="only this task, e.g. worker-1 or master-0")
     logs.add_argument("--no-follow", dest="follow", action="store_false", help="print what exists and stop")
+    logs.add_argument("--raw", action="store_true",
+                      help="print the tasks' lines as they are, control characters included (default: escaped)")
     _add_backend(logs, default=None)
     logs.set_defaults(handler=_guard(_stream_logs))
     cancel = verb("cancel", help="stop every process of a job")
@@ -220,9 +222,10 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _follow(job: str, task: str | None, backend: str | None, follow: bool, options: dict[str, Any], *,
-            verbose: bool) -> int:
+            verbose: bool, raw: bool = False) -> int:
     import os
 
+    from tf_config.errors import printable
     from toolkit.jobs import api
     from toolkit.launcher import console_filter
 
@@ -232,18 +235,20 @@ def _follow(job: str, task: str | None, backend: str | None, follow: bool, optio
     def sink(line: str) -> None:
         task, _, text = line.partition("] ")
         hide = filters.setdefault(task, noise()) if noise is not None else None
-        if hide is None or not hide(text):
-            print(line, flush=True)
+        if hide is None or not hide(text):  # escaped: a task's output must not drive the terminal
+            print(line if raw else printable(line), flush=True)
 
     record = api.stream_logs(job, task=task, follow=follow, backend=backend, sink=sink, **options)
     if not record.is_final:
         return EXIT_OK
-    print(f"Job [{job}] ended {record.state}" + (f": {record.error}" if record.error else "."), file=sys.stderr)
+    print(printable(f"Job [{job}] ended {record.state}" + (f": {record.error}" if record.error else ".")),
+          file=sys.stderr)
     return {"SUCCEEDED": EXIT_OK, "CANCELLED": EXIT_CANCELLED}.get(str(record.state), EXIT_FAILED)
 
 
 def _stream_logs(args: argparse.Namespace) -> int:
-    return _follow(args.job, args.task, args.backend, args.follow, _options(args), verbose=args.verbose > 0)
+    return _follow(args.job, args.task, args.backend, args.follow, _options(args), verbose=args.verbose > 0,
+                   raw=args.raw)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -94,6 +94,9 @@ def finish(result: LaunchResult, *, store: JobStore | None, job: str | None) -> 
                               restarts=task.restarts, log_path=str(task.log_path),
                               reason=None if task.exit_code == 0 else task.end)
         store.update_details(job, restarts=restart_counts(result))
+        lost = {t.name: t.log_problem for t in result.tasks if t.log_problem}
+        if lost:  # a full disk (ENOSPC) or the log cap: the logs are not the whole output
+            store.update_details(job, logProblems=lost)
     clean = result.ok and not result.unclean
     return RunResult(result.exit_code, None if result.ok else result.message, clean=clean,
                      message=None if clean or not result.ok else result.message)

@@ -1,0 +1,84 @@
+"""Hostile output stays bounded: one endless line, a full disk, a log cap, terminal escapes.
+
+A task that prints 8 MiB without a newline must not grow the launcher (lines are cut at ``MAX_LINE`` for the
+console and the failure message; the log keeps every byte); a log write that fails with ENOSPC is counted and
+the pipe still drained; ``max_log_bytes`` caps a run's log; every human view escapes control characters.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from toolkit.jobs import JobSpec
+from toolkit.jobs.errors import JobError
+from toolkit.jobs.logs import LogFollower
+from toolkit.jobs.records import JobRecord, TaskRecord
+from toolkit.jobs.states import JobState
+from toolkit.jobs.views import format_list, format_record
+from toolkit.launcher import launch
+from toolkit.launcher._lines import MAX_LINE, LineCutter, LogSink
+
+_ESCAPES = "\x1b]0;owned\x07\x1b[2J\rSUCCEEDED"
+
+
+def test_an_endless_line_is_cut_and_counted():
+    cutter = LineCutter()
+    lines = []
+    for _ in range(64):
+        lines += cutter.feed(b"x" * 65536)
+    lines += cutter.feed(b"tail\nnext line\n")
+    assert len(lines) == 2 and lines[1] == "next line"
+    assert lines[0].startswith("x" * MAX_LINE) and len(lines[0]) < MAX_LINE + 100
+    assert f"[... {64 * 65536 + 4 - MAX_LINE:,} more bytes of this line cut; the log file has them]" in lines[0]
+
+
+def test_a_full_disk_is_recorded_and_the_output_still_drained():
+    sink = LogSink(os.open("/dev/full", os.O_WRONLY), name="/dev/full")
+    for _ in range(3):
+        sink.write(b"line\n")  # never raises: the pump goes on reading the task's pipe
+    sink.close()
+    assert sink.error == "No space left on device" and sink.dropped == 15 and sink.written == 0
+
+
+def test_a_task_printing_8_mib_without_a_newline_fails_with_a_short_message(tmp_path, no_orphans):
+    script = "import sys; sys.stdout.write('y' * (8 << 20)); sys.stdout.flush(); sys.exit(3)"
+    result = launch(["python", "-c", script], job_dir=tmp_path / "job", echo=False, isolate=False)
+    assert result.exit_code == 3
+    assert len(result.message) < 2000 and "more bytes of this line cut" not in result.message  # quoted 500 chars
+    assert (tmp_path / "job" / "logs" / "worker-0.log").stat().st_size == 8 << 20  # the log has every byte
+
+
+def test_max_log_bytes_caps_a_runs_log_and_says_so(tmp_path, no_orphans):
+    script = "print('z' * 100_000)"
+    result = launch(["python", "-c", script], job_dir=tmp_path / "job", echo=False, isolate=False,
+                    max_log_bytes=1000)
+    assert result.exit_code == 0
+    log = (tmp_path / "job" / "logs" / "worker-0.log").read_bytes()
+    assert log.startswith(b"z" * 1000) and b"the log reached its cap of 1,000 bytes" in log and len(log) < 1200
+    assert result.task("worker-0").log_problem == "its log reached its cap of 1,000 bytes; 99,001 bytes were not kept"
+
+
+def test_every_view_escapes_control_characters(tmp_path):
+    record = JobRecord(name="j", backend="local", state=JobState.FAILED, spec={"args": [_ESCAPES]}, created_at=0,
+                       error=_ESCAPES, tasks=(TaskRecord(name="master-0", state="FAILED", reason=_ESCAPES),))
+    for text in (format_record(record), format_list([record])):
+        assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\rSUCCEEDED" in format_record(record)
+
+
+def test_stream_logs_reads_a_bounded_amount_and_cuts_long_lines(tmp_path):
+    (tmp_path / "worker-0.log").write_bytes(b"a" * (3 << 20) + b"\nshort\n")
+    seen: list[str] = []
+    LogFollower(tmp_path, None, seen.append).poll(final=True)
+    assert len(seen) == 2 and seen[1] == "[worker-0] short" and len(seen[0]) < MAX_LINE + 100
+
+
+def test_control_characters_in_categorical_values_are_refused_at_submit():
+    doc = {"trainingInput": {"hyperparameters": {"goal": "MAXIMIZE", "hyperparameterMetricTag": "acc",
+                                                 "maxTrials": 2, "params": [
+                                                     {"parameterName": "opt", "type": "CATEGORICAL",
+                                                      "categoricalValues": ["adam", "sgd\x1b[2J"]}]}}}
+    with pytest.raises(JobError) as info:
+        JobSpec.from_dict(doc, job_id="hp")
+    assert "categoricalValues" in str(info.value) and "without control characters" in str(info.value)
