@@ -82,3 +82,25 @@ def test_control_characters_in_categorical_values_are_refused_at_submit():
     with pytest.raises(JobError) as info:
         JobSpec.from_dict(doc, job_id="hp")
     assert "categoricalValues" in str(info.value) and "without control characters" in str(info.value)
+
+
+def test_readers_write_nothing_to_the_store(tmp_path):
+    from toolkit.jobs import JobStore
+
+    JobStore(tmp_path).create("j", backend="local", spec={})
+    files = [p for p in sorted(tmp_path.glob("jobs.db*")) if p.suffix != ".db-shm"]  # -shm is shared memory
+    before = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in files}
+    store = JobStore(tmp_path)  # a reader's start: no schema write, no WAL pragma
+    assert store.get("j").state is JobState.QUEUED and store.names() == ["j"]
+    assert {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in files} == before
+
+
+def test_a_damaged_store_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    from toolkit.cli import main
+
+    (tmp_path / "jobs.db").write_bytes(b"not a database, " * 512)
+    monkeypatch.setenv("TFDIST_HOME", str(tmp_path))
+    code = main(["jobs", "list"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"ERROR: the job store {tmp_path / 'jobs.db'} cannot be used: file is not a database" in err

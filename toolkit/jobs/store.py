@@ -93,16 +93,22 @@ class JobStore:
         self.path = self.home / "jobs.db"
         self._timeout = timeout
         _private_home(self.home)
-        _create_private(self.path)
-        with contextlib.closing(self._open()) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            _drop_placeholder_trials(conn)
-            conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
-            if "reason" not in {row[1] for row in conn.execute("PRAGMA table_info(tasks)")}:
-                conn.execute("ALTER TABLE tasks ADD COLUMN reason TEXT")
-            if "nonce" not in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}:
-                conn.execute("ALTER TABLE jobs ADD COLUMN nonce TEXT")
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        with _one_line(self.path):
+            _create_private(self.path)
+            with contextlib.closing(self._open(readonly=True)) as conn:
+                current = conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION and "nonce" in {
+                    row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+            if current:  # a reader writes nothing (not even the WAL pragma): it works on a full disk
+                return
+            with contextlib.closing(self._open()) as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
+                _drop_placeholder_trials(conn)
+                conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
+                if "reason" not in {row[1] for row in conn.execute("PRAGMA table_info(tasks)")}:
+                    conn.execute("ALTER TABLE tasks ADD COLUMN reason TEXT")
+                if "nonce" not in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}:
+                    conn.execute("ALTER TABLE jobs ADD COLUMN nonce TEXT")
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @property
     def url(self) -> str:
@@ -117,19 +123,23 @@ class JobStore:
         except UnsafePathError as exc:
             raise BackendError(str(exc)) from exc
 
-    def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+    def _open(self, *, readonly: bool = False) -> sqlite3.Connection:
+        """A connection; ``readonly`` ones (every reader's) cannot write the file, so a full disk or a
+        read-only mount does not stop ``describe`` and ``list``."""
+        target, uri = (f"file:{self.path}?mode=ro", True) if readonly else (str(self.path), False)
+        conn = sqlite3.connect(target, timeout=self._timeout, isolation_level=None, uri=uri)
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA foreign_keys=ON")
+        if not readonly:
+            conn.execute("PRAGMA foreign_keys=ON")
         return conn
 
     def _rows(self, query: str, *args: Any) -> list[sqlite3.Row]:
-        with contextlib.closing(self._open()) as conn:
+        with _one_line(self.path), contextlib.closing(self._open(readonly=True)) as conn:
             return conn.execute(query, args).fetchall()
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with contextlib.closing(self._open()) as conn, _immediate(conn):
+        with _one_line(self.path), contextlib.closing(self._open()) as conn, _immediate(conn):
             yield conn
 
     def create(self, name: str, *, backend: str, spec: Mapping[str, Any], warnings: tuple[str, ...] = (),
@@ -162,7 +172,7 @@ class JobStore:
         return self.get(name)
 
     def get(self, name: str) -> JobRecord:
-        with contextlib.closing(self._open()) as conn:
+        with _one_line(self.path), contextlib.closing(self._open(readonly=True)) as conn:
             row = conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise JobNotFoundError(f"no job named {name!r} in {self.path}. "
@@ -264,6 +274,20 @@ class JobStore:
         """``(task, pid, start_ticks)`` of every task that ever had a process."""
         rows = self._rows("SELECT name, pid, pid_start FROM tasks WHERE job = ? AND pid IS NOT NULL", job)
         return [(r["name"], r["pid"], r["pid_start"]) for r in rows]
+
+
+@contextlib.contextmanager
+def _one_line(path: Path) -> Iterator[None]:
+    """SQLite's errors (a full disk, a locked or damaged file) as one line naming the store, not a traceback.
+    A duplicate name (``IntegrityError``) passes through: ``create`` turns it into ``JobExistsError``."""
+    try:
+        yield
+    except sqlite3.IntegrityError:
+        raise
+    except sqlite3.Error as exc:
+        raise BackendError(f"the job store {path} cannot be used: {exc} ({type(exc).__name__}). Fix: free space "
+                           "under the tfdist home, or check that the file is yours and not damaged "
+                           "(sqlite3 jobs.db 'PRAGMA integrity_check').") from exc
 
 
 def _private_home(home: Path) -> None:

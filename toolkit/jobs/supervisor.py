@@ -34,7 +34,7 @@ from typing import Any
 from toolkit._owned import owned_dir
 from toolkit.jobs._procs import start_ticks
 from toolkit.jobs._run_parts import RunResult
-from toolkit.jobs.errors import JobStateError
+from toolkit.jobs.errors import BackendError, JobStateError
 from toolkit.jobs.local import HEARTBEAT_INTERVAL, LocalBackend
 from toolkit.jobs.states import JobState
 from toolkit.jobs.store import JobStore
@@ -52,7 +52,7 @@ class _Heartbeat(threading.Thread):
         while not self.stopped.wait(HEARTBEAT_INTERVAL):
             try:
                 self.store.heartbeat(self.job)
-            except sqlite3.Error:  # a missed beat must not end the job; log it and beat again
+            except (sqlite3.Error, BackendError):  # a missed beat must not end the job; log it and beat again
                 _log.exception("heartbeat failed; retrying in %.0f s", HEARTBEAT_INTERVAL)
 
 
