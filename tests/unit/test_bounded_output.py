@@ -104,3 +104,19 @@ def test_a_damaged_store_is_one_line_not_a_traceback(tmp_path, capsys, monkeypat
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1, err
     assert f"ERROR: the job store {tmp_path / 'jobs.db'} cannot be used: file is not a database" in err
+
+
+def test_arguments_that_would_not_fit_execve_are_refused_at_submit(tmp_path):
+    from toolkit.jobs import JobSpecError, JobStore, api
+
+    spec = JobSpec.from_dict({}, job_id="big-args", overrides={"pythonModule": "trainer.task",
+                                                                "args": ["a" * 60_000] * 3})
+    with pytest.raises(JobSpecError) as info:
+        api.submit(spec, home=tmp_path)
+    assert info.value.field == "trainingInput.args"
+    assert "Linux refuses an environment variable of 131,072 bytes or more" in str(info.value)
+    assert JobStore(tmp_path).names() == []  # nothing recorded, nothing started
+    small = JobSpec.from_dict({}, job_id="ok-args", overrides={"pythonModule": "trainer.task",
+                                                                "args": ["a" * 30_000]})
+    from toolkit.jobs._local_plan import plan_local
+    assert plan_local(small, cwd=tmp_path)[0].args == ("a" * 30_000,)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit._owned import UnsafePathError, check_code_dir
+from toolkit.jobs._exec_limits import exec_problems
 from toolkit.jobs.errors import JobSpecError, Problem
 from toolkit.jobs.spec import JobSpec
 
@@ -124,6 +125,9 @@ def plan_local(spec: JobSpec, *, cwd: Path, python: str = sys.executable,
     plan = LocalPlan(module=ti.python_module, args=tuple(args), counts=counts, primary=ti.primary_task_type,
                      pythonpath=tuple(pythonpath), cwd=str(run_dir), python=python,
                      timeout=ti.max_running_seconds, training_input=ti.to_dict())
+    too_big = exec_problems(plan.argv, counts, plan.training_input, environ=os.environ)
+    if too_big:  # would fail at exec with E2BIG ("Argument list too long") once the job ran
+        raise JobSpecError(too_big)
     return plan, warnings
 
 
