@@ -261,3 +261,21 @@ def test_cluster_json_is_private(tmp_path, no_orphans):
     result = launch(["python", "-c", "pass"], job_dir=tmp_path / "job", echo=False, isolate=False, workers=2)
     assert result.exit_code == 0
     assert stat.S_IMODE((tmp_path / "job" / "cluster.json").stat().st_mode) == 0o600
+
+
+def test_a_dead_supervisor_whose_clock_jumped_forward_does_not_leave_its_job_running(tmp_path, monkeypatch):
+    import sqlite3
+    import time
+
+    monkeypatch.setattr(_supervised, "HEARTBEAT_INTERVAL", 0.01)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    store = JobStore(tmp_path)
+    store.create("jumped", backend="local", spec={}, details={"tasks": ["master-0"]})
+    store.transition("jumped", JobState.PREPARING)
+    store.transition("jumped", JobState.RUNNING)
+    store.set_supervisor("jumped", pid=dead.pid, start_ticks=start_ticks(dead.pid), host=socket.gethostname())
+    with sqlite3.connect(tmp_path / "jobs.db") as conn:  # its last beat, stamped by a clock a day ahead
+        conn.execute("UPDATE jobs SET heartbeat_at = ? WHERE name = 'jumped'", (time.time() + 86400,))
+    record = api.describe("jumped", home=tmp_path)
+    assert record.state is JobState.FAILED and record.error.startswith(f"supervisor died (pid {dead.pid})")

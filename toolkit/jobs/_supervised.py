@@ -116,7 +116,10 @@ class SupervisedBackend:
         age = time.time() - (info.heartbeat_at or record.created_at)
         if info.pid is None or info.host != socket.gethostname():
             return age > _REMOTE_STALE
-        return not is_alive(info.pid, info.start_ticks) and age > HEARTBEAT_INTERVAL * _STALE_BEATS
+        # A beat from the future: the supervisor's clock jumped forward before it died, and its last beat
+        # would look fresh until the wall clock caught up. Here the pid is what counts.
+        window = HEARTBEAT_INTERVAL * _STALE_BEATS
+        return not is_alive(info.pid, info.start_ticks) and (age > window or age < -window)
 
     def describe(self, name: str) -> JobRecord:
         record = self.store.get(name)
