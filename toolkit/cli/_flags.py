@@ -32,6 +32,7 @@ JOBS_FLAGS = {
     "trainingInput.jobDir": "--job-dir", "trainingInput.scaleTier": "--scale-tier",
     "trainingInput.region": "--region", "trainingInput.runtimeVersion": "--runtime-version",
     "trainingInput.packageUris": "--packages", "partition": "--partition", "time_limit": "--time-limit",
+    "max_running": "--max-running",
 }
 
 #: `tfdist local train`: local_train's arguments

@@ -137,6 +137,9 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
                         help="kubernetes --dry-run: render a Kubeflow Trainer v2 TrainJob and its "
                              "ClusterTrainingRuntime (pods run `tfdist run`) instead of a TFJob (docs/jobs.md)")
     parser.add_argument("--stream-logs", action="store_true", help="follow the logs until the job ends")
+    parser.add_argument("--max-running", type=int, default=None, metavar="N",
+                        help="local: run at most N of this home's jobs at once; later ones wait QUEUED (default: "
+                             "from this machine's cores and memory)")
     add_isolate_flag(parser)
     parser.set_defaults(handler=_guard(_submit))
 
@@ -163,7 +166,8 @@ def _text(exc: Exception) -> str:
 
 # flag (as argparse stores it) -> the backend constructor option it sets
 _OPTION_FLAGS = {"namespace": "namespace", "image": "image", "ray_address": "address", "placement": "placement",
-                 "shared_job_dir": "shared_job_dir", "partition": "partition", "time_limit": "time_limit"}
+                 "shared_job_dir": "shared_job_dir", "partition": "partition", "time_limit": "time_limit",
+                 "max_running": "max_running"}
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -184,6 +188,10 @@ def _submit(args: argparse.Namespace) -> int:
     from toolkit.jobs import JobSpec, api, names
     names.validate_job_name(args.job)
     isolate_children(args.isolate)  # the local backend's supervisor inherits it
+    if args.max_running is not None and args.backend != "local":
+        print(f"ERROR: --max-running applies to the local backend; {args.backend} runs jobs on its own "
+              "cluster's resources.", file=sys.stderr)
+        return EXIT_USAGE
     overrides = _overrides(args)
     if args.config:
         spec = JobSpec.from_file(args.config, job_id=args.job, overrides=overrides)

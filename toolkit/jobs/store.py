@@ -212,6 +212,25 @@ class JobStore:
                          (name, new.value, now, message or error))
         return self.get(name)
 
+    def start_if_room(self, name: str, *, limit: int, message: str) -> bool | None:
+        """QUEUED -> PREPARING if fewer than ``limit`` other top-level jobs of its backend are live past QUEUED;
+        atomic across processes. True: started; False: no room yet; None: no longer QUEUED (a cancel)."""
+        with self._write() as conn:
+            row = conn.execute("SELECT state, backend FROM jobs WHERE name = ?", (name,)).fetchone()
+            if row is None or row["state"] != JobState.QUEUED.value:
+                return None
+            busy = conn.execute("SELECT COUNT(*) FROM jobs WHERE parent_job IS NULL AND backend = ? AND name != ? "
+                                "AND state IN ('PREPARING', 'RUNNING', 'CANCELLING')",
+                                (row["backend"], name)).fetchone()[0]
+            if busy >= limit:
+                return False
+            now = time.time()
+            conn.execute("UPDATE jobs SET state = ?, updated_at = ? WHERE name = ?",
+                         (JobState.PREPARING.value, now, name))
+            conn.execute("INSERT INTO history (job, state, at, message) VALUES (?, ?, ?, ?)",
+                         (name, JobState.PREPARING.value, now, message))
+        return True
+
     def advance(self, name: str, new: JobState, **fields: Any) -> bool:
         """``transition``, or False when a cancel got there first (the job is CANCELLING)."""
         try:

@@ -28,6 +28,7 @@ import sqlite3
 import stat
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from toolkit.jobs.store import JobStore
 
 _log = logging.getLogger("toolkit.jobs.supervisor")
 MAX_RESTARTS = 3  # per task, like the kubernetes backend's backoffLimit
+QUEUE_POLL = 1.0  # seconds between a queued job's looks for room
 
 
 class _Heartbeat(threading.Thread):
@@ -95,7 +97,7 @@ class Supervisor:
         if "tuning" in record.details:
             return self._run_study()
         plan = LocalBackend.plan_of(record)
-        if not self.store.advance(self.name, JobState.PREPARING, message="starting tasks"):
+        if not self._wait_for_room(record, "starting tasks"):
             return self._end_cancelled()
         owned_dir(self.job_dir / "logs", what="the job's logs directory", parents=False)
         if not self.store.advance(self.name, JobState.RUNNING,
@@ -114,7 +116,7 @@ class Supervisor:
 
     def _run_study(self) -> int:
         self._raise_on_signal = False
-        if not self.store.advance(self.name, JobState.PREPARING, message="opening the study"):
+        if not self._wait_for_room(self.store.get(self.name), "opening the study"):
             return self._end_cancelled()
         from toolkit.jobs.tuning._study import StudyRunner
         runner = StudyRunner(self.store, self.name, cancelled=self.cancelled)
@@ -125,6 +127,24 @@ class Supervisor:
         if outcome.state is JobState.CANCELLED or self.store.get(self.name).state is JobState.CANCELLING:
             return self._end_cancelled()
         return self._end(outcome.state, message=outcome.message, error=outcome.error)
+
+    def _wait_for_room(self, record: Any, message: str) -> bool:
+        """Moves the job to PREPARING once fewer than its ``maxRunning`` jobs run (it stays QUEUED until then,
+        and jobs whose supervisors died are reaped meanwhile); False if it was cancelled first."""
+        limit = record.details.get("maxRunning")
+        if not limit or record.parent_job is not None:
+            return self.store.advance(self.name, JobState.PREPARING, message=message)
+        logged = False
+        while not self.cancelled.is_set():
+            started = self.store.start_if_room(self.name, limit=int(limit), message=message)
+            if started is not False:  # True: its turn; None: a cancel came first
+                return bool(started)
+            if not logged:
+                _log.info("job %s is queued: %d local jobs run already, the most at once", self.name, limit)
+                logged = True
+            LocalBackend(self.store).list()  # a job whose supervisor died is ended, and its room freed
+            time.sleep(QUEUE_POLL)
+        return False
 
     def _end_succeeded(self, message: str) -> int:
         self._raise_on_signal = False  # finished: a late SIGTERM must not unwind the bookkeeping
