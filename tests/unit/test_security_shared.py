@@ -279,3 +279,23 @@ def test_a_dead_supervisor_whose_clock_jumped_forward_does_not_leave_its_job_run
         conn.execute("UPDATE jobs SET heartbeat_at = ? WHERE name = 'jumped'", (time.time() + 86400,))
     record = api.describe("jumped", home=tmp_path)
     assert record.state is JobState.FAILED and record.error.startswith(f"supervisor died (pid {dead.pid})")
+
+
+def test_a_port_another_user_listens_on_stops_a_job_without_isolation(tmp_path, no_orphans):
+    user = _nobody()
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3 for the second user's listener")
+    # the task plays both parts: it hands its own port to `nobody`, who listens on it, then waits
+    squatter = ("import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+                "s.bind(('0.0.0.0', int(__import__('sys').argv[1]))); s.listen(); time.sleep(30)")
+    task = textwrap.dedent(f"""
+        import json, os, subprocess, sys, time
+        port = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"][0].rpartition(":")[2]
+        subprocess.Popen(["/usr/bin/python3", "-c", {squatter!r}, port], user={user.pw_uid}, group={user.pw_gid},
+                         extra_groups=[])
+        time.sleep(30)
+    """)
+    result = launch(["python", "-c", task], job_dir=tmp_path / "job", echo=False, isolate=False, timeout=60)
+    assert result.exit_code == 1 and result.reason == "failed", result.message
+    assert f"of worker-0 is listened on by uid {user.pw_uid}, another user" in result.message
+    assert result.duration < 20

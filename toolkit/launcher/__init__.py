@@ -36,6 +36,7 @@ from toolkit.launcher._console import console_filter
 from toolkit.launcher._dialect import DIALECTS, Dialect, cmle_dialect
 from toolkit.launcher._isolation import ENV_ISOLATE, IsolationError, NetworkNamespace
 from toolkit.launcher._isolation import resolve as resolve_isolation
+from toolkit.launcher._loop import supervise
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskExit
 from toolkit.launcher._result import (
     EXIT_INTERRUPTED,
@@ -58,7 +59,7 @@ from toolkit.launcher._spec import (
     LaunchSpec,
     make_spec,
 )
-from toolkit.launcher._supervisor import Job, supervise
+from toolkit.launcher._supervisor import Job
 from toolkit.launcher._task import preemption_grace
 
 if TYPE_CHECKING:

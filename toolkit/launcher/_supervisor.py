@@ -24,25 +24,24 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from toolkit._owned import open_append, owned_dir, write_new
 from toolkit.hypertune import task_environment
 from toolkit.launcher._console import console_filter
-from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskExit
+from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskEnd, TaskExit, judge_success
+from toolkit.launcher._ports import foreign_listeners
 from toolkit.launcher._preload import ForkedTask, Preloader, PreloadError
 from toolkit.launcher._result import (
     EXIT_PREEMPTED,
     EXIT_TASK_FAILED,
     EXIT_TIMEOUT,
-    LaunchResult,
     Reason,
     SuccessPolicy,
     TaskEvent,
     TaskResult,
-    task_end,
 )
 from toolkit.launcher._spec import (
     ENV_JOB_DIR,
@@ -93,6 +92,8 @@ class Job:
     preloader: Preloader | None = None  # the process the tasks are forked from (``LaunchSpec.preload``)
     preload_starts = 0
     signal_dir: str | None = None  # made by this job (removed at its end); None: the environment named one
+    watch_ports = False  # local tasks outside a private network namespace: another user could take a port
+    _next_port_check = 0.0
 
     def __init__(self, spec: LaunchSpec, job_dir: Path, *, env: Mapping[str, str] | None,
                  stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None,
@@ -103,6 +104,7 @@ class Job:
         if not self.base_env.get(ENV_SIGNAL_DIR):  # a private directory no other user can create first
             self.signal_dir = self.base_env[ENV_SIGNAL_DIR] = tempfile.mkdtemp(prefix="tfdist-signals-")
         self.wrap = wrap  # runs a task's command inside the private network namespace, if any
+        self.watch_ports = wrap is None
         self.configs = self._generate()
         self._add_tasks(self.configs, TaskProcess, stream=stream, on_task=on_task, verbose=verbose)
         self._ready()
@@ -314,6 +316,9 @@ class Job:
             how = ("every task was told to checkpoint and exit (a preemption), then stopped" if self.preempted
                    else "every task was stopped")
             return Outcome(128 + self.signal, Reason.INTERRUPTED, f"interrupted by {name}; {how}")
+        taken = self._ports_taken(now)
+        if taken is not None:
+            return taken
         if deadline is not None and now >= deadline:
             return Outcome(EXIT_TIMEOUT, Reason.TIMEOUT,
                            f"the job ran past its timeout of {self.spec.timeout:g} s; every task was stopped")
@@ -328,6 +333,24 @@ class Job:
                     return outcome
         return None
 
+    def _ports_taken(self, now: float) -> Outcome | None:
+        """Without a network namespace: a failure once another user listens on one of the job's ports
+        (``_ports``), checked about once a second."""
+        if not self.watch_ports or now < self._next_port_check:
+            return None
+        self._next_port_check = now + 1.0
+        ports = {int(address.rpartition(":")[2]): name for name, config in self.configs.items()
+                 for address in [config.address] if address}
+        foreign = foreign_listeners(ports)
+        if not foreign:
+            return None
+        port, uid = next(iter(foreign.items()))
+        self.failures += 1
+        return Outcome(EXIT_TASK_FAILED, Reason.FAILED,
+                       f"port {port} of {ports[port]} is listened on by uid {uid}, another user: the job's gRPC "
+                       "clients could reach their socket, so every task was stopped. Run with a private network "
+                       "namespace (isolate=True, without --no-isolate) on a shared machine")
+
     def _awaiting_workers(self, now: float) -> bool:
         """Under ``SuccessPolicy.ALL_WORKERS``, a chief that exited 0 waits (``grace_period``) for the workers."""
         if self.spec.success_policy is not SuccessPolicy.ALL_WORKERS or self.chief.exit_code != 0:
@@ -337,19 +360,11 @@ class Job:
         return any(t.running for t in workers) and now - self.chief.ended_at < self.spec.grace_period
 
     def judge_success(self, outcome: Outcome) -> Outcome:
-        """A succeeded ``outcome`` once every process is gone: the tasks that did not end cleanly named in its
-        message, and under ``SuccessPolicy.ALL_WORKERS`` a failure if one of them is the chief or a worker."""
-        unclean = [t for t in self.tasks.values() if t.exit_code != 0]
-        if outcome.reason is not Reason.SUCCEEDED or not unclean:
-            return outcome
-        ends = ", ".join(f"{t.name} {task_end(t.exit_code, t.stopped)}" for t in unclean)
-        trainers = [t for t in unclean if t.task_type in ("chief", "master", "worker")]
-        if self.spec.success_policy is SuccessPolicy.ALL_WORKERS and trainers:
-            self.failures += 1
-            return Outcome(EXIT_TASK_FAILED, Reason.FAILED,
-                           f"{outcome.message}, but {ends}; the success policy all-workers needs the chief and "
-                           "every worker to exit 0")
-        return Outcome(0, Reason.SUCCEEDED, f"{outcome.message}; not every task ended cleanly: {ends}")
+        """``_policy.judge_success`` over every task, once every process is gone."""
+        judged = judge_success(outcome, [TaskEnd(t.name, t.task_type, t.exit_code, t.stopped)
+                                         for t in self.tasks.values()], self.spec.success_policy)
+        self.failures += judged.reason is not outcome.reason
+        return judged
 
     def wind_down(self, grace: float) -> None:
         """Lets the other tasks exit by themselves for ``grace`` s, then stops every process group."""
@@ -380,53 +395,3 @@ class Job:
                        preemptions=self.task_preemptions[t.name], log_problem=t.log_problem)
             for t in self.tasks.values()
         )
-
-
-@contextlib.contextmanager
-def catch_signals(job: Job) -> Iterator[None]:
-    """Turns SIGINT/SIGTERM into a request to stop the job (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _handler(signum: int, frame: object) -> None:
-        if job.signal is None and signum == signal.SIGTERM:
-            job.preempted = True
-        job.signal = signum
-
-    for sig in previous:
-        signal.signal(sig, _handler)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def supervise(job: Job) -> LaunchResult:
-    """Runs the job to its end; every process is gone when this returns."""
-    started = time.monotonic()
-    deadline = None if job.spec.timeout is None else started + job.spec.timeout
-    outcome: Outcome | None = None
-    with catch_signals(job):
-        try:
-            job.start_all()
-            while outcome is None:
-                time.sleep(_POLL)
-                outcome = job.check(deadline)
-            if job.preempted and outcome.reason is Reason.INTERRUPTED:
-                job.pass_on_preemption()
-            chief_done = job.chief.exit_code is not None and outcome.reason in (Reason.SUCCEEDED, Reason.FAILED)
-            job.wind_down(job.spec.grace_period if chief_done else 0.0)
-            outcome = job.judge_success(outcome)
-        finally:
-            if outcome is None:  # an exception escaped: never leave processes behind
-                job.wind_down(0.0)
-            job.close()
-            job.remove_signal_dir()
-    log = logger.info if outcome.exit_code == 0 else logger.error
-    log("job %s: %s", outcome.reason, outcome.message)
-    return LaunchResult(exit_code=outcome.exit_code, reason=outcome.reason, message=outcome.message,
-                        tasks=job.results(), duration=time.monotonic() - started, job_dir=job.job_dir,
-                        cluster_restarts=job.cluster_restarts, preemptions=job.preemptions, failures=job.failures)

@@ -70,7 +70,7 @@ def launch_ray(cmd: Sequence[str] | LaunchSpec, *, job_dir: str | PathLike[str] 
             (nothing is left running).
     """
     from toolkit.launcher import default_job_dir
-    from toolkit.launcher._supervisor import supervise
+    from toolkit.launcher._loop import supervise
     from toolkit.launcher._task import preemption_grace
     from toolkit.launcher.ray._job import RayJob
 
