@@ -120,3 +120,48 @@ def test_arguments_that_would_not_fit_execve_are_refused_at_submit(tmp_path):
                                                                 "args": ["a" * 30_000]})
     from toolkit.jobs._local_plan import plan_local
     assert plan_local(small, cwd=tmp_path)[0].args == ("a" * 30_000,)
+
+
+def test_a_tasks_lost_log_output_is_recorded_on_the_job(tmp_path):
+    from pathlib import Path
+
+    from toolkit.jobs import JobStore
+    from toolkit.jobs._run_parts import finish
+    from toolkit.launcher import LaunchResult, Reason, TaskResult
+
+    store = JobStore(tmp_path)
+    store.create("full", backend="local", spec={})
+    task = TaskResult(name="master-0", task_type="master", index=0, exit_code=0, restarts=0, stopped=False,
+                      log_path=Path("master-0.log"), log_problem="its log lost 4,096 bytes: No space left on device")
+    finish(LaunchResult(0, Reason.SUCCEEDED, "ok", (task,), 1.0, tmp_path, 0), store=store, job="full")
+    assert store.get("full").details["logProblems"] == {
+        "master-0": "its log lost 4,096 bytes: No space left on device"}
+
+
+def test_metric_lines_of_any_shape_parse_or_are_skipped_with_a_reason():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from toolkit.jobs.tuning._metric_file import _parse
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(10 ** 30), max_value=10 ** 30),
+                        st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+                        st.just("9" * 5000), st.just("Infinity"), st.just("1e400"))
+    records = st.dictionaries(st.sampled_from(["global_step", "timestamp", "accuracy", "loss", "trial"]), scalars,
+                              max_size=4)
+
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(records)
+    def check(record):
+        import json
+        import math
+
+        try:
+            parsed = _parse(json.dumps(record))
+        except ValueError:
+            return
+        for _, (_, step, value) in parsed:
+            assert 0 <= step <= 2 ** 63 - 1 and not math.isinf(value)
+
+    check()
