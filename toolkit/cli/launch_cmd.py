@@ -179,6 +179,10 @@ def _launch(args: argparse.Namespace) -> int:
                   restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
                   dialect=args.dialect, cwd=args.cwd, preload=args.preload,
                   verbose=args.show_tf_noise or args.verbose > 0, env=_serve_env(args))
+    if args.backend != "local" and args.max_log_bytes is not None:
+        print(f"error: --max-log-bytes applies to the local backend; {args.backend} writes its tasks' logs itself",
+              file=sys.stderr)
+        return 2
     if args.backend == "slurm" and args.success_policy != "chief":
         print("error: --success-policy all-workers applies to the local and Ray backends; a Slurm job's end is "
               "its chief's (docs/slurm.md)", file=sys.stderr)
