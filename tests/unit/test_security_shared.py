@@ -299,3 +299,20 @@ def test_a_port_another_user_listens_on_stops_a_job_without_isolation(tmp_path, 
     assert result.exit_code == 1 and result.reason == "failed", result.message
     assert f"of worker-0 is listened on by uid {user.pw_uid}, another user" in result.message
     assert result.duration < 20
+
+
+# ---- vector 8: what another user sees of a running task (docs/security.md's advice) -------------------------
+def test_another_user_sees_a_tasks_arguments_but_not_its_environment(tmp_path):
+    user = _nobody()
+    proc = subprocess.Popen(["sleep", "30"], env={"API_TOKEN": "in-the-environment"})
+    try:
+        def peek(name: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["cat", f"/proc/{proc.pid}/{name}"], user=user.pw_uid, group=user.pw_gid,
+                                  extra_groups=[], capture_output=True, timeout=30)
+
+        assert peek("cmdline").stdout == b"sleep\x0030\x00"  # arguments: public, as docs/security.md says
+        denied = peek("environ")
+        assert denied.returncode != 0 and b"in-the-environment" not in denied.stdout  # the environment: private
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
