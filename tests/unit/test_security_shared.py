@@ -226,7 +226,8 @@ def test_a_symlinked_trials_plot_is_replaced_not_written_through(tmp_path):
     victim.write_bytes(b"root's image")
     (tmp_path / "trials.png").symlink_to(victim)
     output = {"goal": "MAXIMIZE", "hyperparameterMetricTag": "accuracy",
-              "trials": [{"trialId": "1", "state": "SUCCEEDED", "finalMetric": {"objectiveValue": 0.5}}]}
+              "trials": [{"trialId": "1", "state": "SUCCEEDED", "finalMetric": {"objectiveValue": 0.5},
+                          "allMetrics": [{"trainingStep": 1, "objectiveValue": 0.5}]}]}
     plot_trials(output, tmp_path / "trials.png")
     assert victim.read_bytes() == b"root's image"
     assert (tmp_path / "trials.png").read_bytes().startswith(b"\x89PNG") and not (tmp_path / "trials.png").is_symlink()
