@@ -17,15 +17,20 @@ bring such scripts into the protocol without a tfdist call in them:
   goodbye, and a ``ParameterServerStrategy`` built by hand greets its servers
   and says goodbye at exit, as one from ``make_strategy`` does.
 
-``join()`` returns when the chief's goodbye carries 0 and exits the process
-with any other code (the chief's failure, ``EXIT_CHIEF_LOST``, ...).
+``join()`` never returns, as TF1's did: once the chief says goodbye it ends the
+process with the goodbye's code (0, the chief's failure, ``EXIT_CHIEF_LOST``,
+...), atexit handlers run. TF1 scripts such as Kubeflow's ``dist_mnist.py`` put
+the worker code right after ``if job_name == "ps": server.join()`` with no
+``return``: a ``join()`` that returned would run it on the ps.
 """
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from strategies._cluster import tf2_cluster, tf2_job
 
@@ -68,14 +73,27 @@ def prepare(server: tf.distribute.Server) -> None:
     clear_signals([signal_path(cluster, job, cfg.task_index, kind) for kind in ("exit", "hello")])
 
 
-def join(server: tf.distribute.Server) -> None:
-    """``server.join()`` in a tfdist job: serves until the chief's goodbye; returns on 0, else exits with it."""
+def join(server: tf.distribute.Server) -> NoReturn:
+    """``server.join()`` in a tfdist job: serves until the chief's goodbye, then ends the process with its code."""
     from strategies._roles import serve_until_goodbye
     from strategies._serve_options import ServeOptions
 
     code = serve_until_goodbye(task_config(server), ServeOptions.from_env(), server=server)
-    if code != 0:
+    end_process(code)
+
+
+def end_process(code: int) -> NoReturn:
+    """Exits with ``code`` as ``sys.exit`` does (atexit handlers run), from any thread: TF1's ``join()`` never
+    returned, so nothing after it may run, whichever thread called it."""
+    if threading.current_thread() is threading.main_thread():
         sys.exit(code)
+    import atexit
+
+    logging.shutdown()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def arm_trainer(server: tf.distribute.Server) -> None:
@@ -133,14 +151,14 @@ def server_class() -> type:
     import tensorflow as tf
 
     class TF1Server(tf.distribute.Server):  # type: ignore[misc, name-defined]
-        """``tf.train.Server`` for TF1 scripts: ``join()`` returns when the job's training is done."""
+        """``tf.train.Server`` for TF1 scripts: ``join()`` ends the process when the job's training is done."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             prepare(self)
             arm_trainer(self)
 
-        def join(self) -> None:
+        def join(self) -> NoReturn:
             join(self)
 
     TF1Server.__name__ = TF1Server.__qualname__ = "Server"

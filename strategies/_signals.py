@@ -4,9 +4,14 @@ A signal (the chief's hello and goodbye, a worker's "done") is a small file
 that the sender writes *inside the receiving task's process*, with a
 ``tf.io.write_file`` op run on that task's device, so the signal goes through
 the cluster itself and works across machines. The files live in a private
-directory of the job's user: ``TFDIST_SIGNAL_DIR`` if set, else
-``<temp dir>/tfdist-<uid>`` (sender and receiver compute the same path, as
-long as they agree on ``TMPDIR`` and run as the same user). The receiver
+directory of the job's user: ``TFDIST_SIGNAL_DIR`` if set (``tfdist launch``
+sets it to a new directory with a random name per job, so no other user can
+create it first), else ``$XDG_RUNTIME_DIR/tfdist-signals`` when that runtime
+directory is this user's alone, else ``<temp dir>/tfdist-<uid>`` (sender and
+receiver compute the same path, as long as they agree on those variables and
+run as the same user; another user who creates that last one first makes the
+job fail with an error naming it, so set ``TFDIST_SIGNAL_DIR`` where that
+matters). The receiver
 creates it with mode 0700 and refuses one that another user owns, that others
 can read or write, or that is a symlink, so no other local user can list the
 files, plant one, or redirect a write elsewhere with a symlink. A file is read
@@ -38,7 +43,21 @@ _MAX_SIGNAL_BYTES = 64
 def signal_dir(environ: Mapping[str, str] | None = None) -> str:
     """The private directory the signals of this user's jobs land in (not created here)."""
     environ = os.environ if environ is None else environ
-    return environ.get(ENV_SIGNAL_DIR) or os.path.join(tempfile.gettempdir(), f"tfdist-{os.getuid()}")
+    if environ.get(ENV_SIGNAL_DIR):
+        return environ[ENV_SIGNAL_DIR]
+    runtime = environ.get("XDG_RUNTIME_DIR")
+    if runtime and _private_to_me(runtime):
+        return os.path.join(runtime, "tfdist-signals")
+    return os.path.join(tempfile.gettempdir(), f"tfdist-{os.getuid()}")
+
+
+def _private_to_me(path: str) -> bool:
+    """``path`` is a real directory of this user that no one else can enter (a systemd runtime directory)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def signal_path(cluster: Mapping[str, Sequence[str]], job: str, index: int, kind: str) -> str:

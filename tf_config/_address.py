@@ -57,6 +57,9 @@ def parse_address(text: str) -> tuple[Address | None, str | None]:
             )
     if not port_text.isascii() or not port_text.isdigit():
         return None, f"has port {port_text!r} (not an integer); expected 1..65535. Fix the port."
+    if len(port_text.lstrip("0")) > 5:  # bounded before int(): 5,000 digits pass Python's own limit
+        return None, (f"has a port of {len(port_text):,} digits ({port_text[:12]}...), outside 1..65535. "
+                      "Pick a port in that range.")
     port = int(port_text)
     if port > 65535:  # port 0 parses: it is legal, and the rules warn about it
         return None, f"has port {port}, outside 1..65535. Pick a port in that range."

@@ -16,6 +16,16 @@ from .limits import MAX_FILE_BYTES
 DOC = "TF_CONFIG"
 
 
+_MAX_INT_DIGITS = 20  # an int64 has 19; int() of 5,000 digits would pass Python's digit limit
+
+
+def _small_int(text: str) -> int:
+    """JSON's integers, bounded before ``int()`` (which would refuse 4,301 digits with a traceback's words)."""
+    if len(text.lstrip("-").lstrip("0")) > _MAX_INT_DIGITS:
+        raise ValueError(f"a number of {len(text):,} digits ({text[:12]}...)")
+    return int(text)
+
+
 def parse_document(doc: Any, *, strict: bool = False) -> tuple[dict | None, list[Problem]]:
     """Return ``(top-level dict or None, problems)``; None means nothing more can be checked."""
     to_dict = getattr(doc, "to_dict", None)
@@ -63,14 +73,14 @@ def _parse_text(text: str, strict: bool) -> tuple[dict | None, list[Problem]]:
         return seen
 
     try:
-        data = json.loads(text, object_pairs_hook=_pairs)
+        data = json.loads(text, object_pairs_hook=_pairs, parse_int=_small_int)
     except json.JSONDecodeError as exc:
         return None, [_json_problem(text, exc)]
     except RecursionError:
         return None, [Problem("error", DOC, "TF_CONFIG nests too deeply to be a TF_CONFIG. Flatten it.")]
-    except ValueError as exc:  # int() refuses numbers of more than 4,300 digits
-        return None, [Problem("error", DOC, f"TF_CONFIG has a number JSON cannot read ({exc}). "
-                                            "Task indexes and ports are small integers: fix the number.")]
+    except ValueError as exc:  # _small_int refuses numbers longer than any index or port
+        return None, [Problem("error", DOC, f"TF_CONFIG has {exc}. Task indexes and ports are small integers: "
+                                            "fix the number.")]
     problems = [
         Problem(
             "error" if strict else "warning", DOC,

@@ -105,3 +105,33 @@ def test_a_real_process_prints_no_traceback_for_hostile_bytes(tmp_path):
                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONUTF8": "1"})
         out = (proc.stdout + proc.stderr).decode("utf-8")
         assert proc.returncode == 1 and "Traceback" not in out and expected in out, out
+
+
+_DIGITS = "9" * 5000
+_DIGIT_LIMIT_TF_CONFIGS = [
+    '{"cluster": {"worker": ["localhost:' + _DIGITS + '"]}, "task": {"type": "worker", "index": 0}}',
+    '{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": ' + _DIGITS + '}}',
+    '{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": -' + _DIGITS + '}}',
+]
+
+
+@pytest.mark.parametrize("text", _DIGIT_LIMIT_TF_CONFIGS, ids=["port", "index", "negative-index"])
+def test_numbers_past_pythons_digit_limit_are_refused_by_field(tmp_path, text):
+    """int() of 4,301+ digits raises ValueError with its own words: each reader bounds the digits first."""
+    problems = validate(text)
+    assert problems and "digits" in problems[0].message and "sys.set_int_max_str_digits" not in str(problems)
+    _assert_clean(outcome(lambda: explain(text)))
+    _assert_clean(outcome(lambda: TFConfig.from_json(text), (TFConfigError,)))
+    path = tmp_path / "tf_config.json"
+    write(path, text)
+    for verb in ("validate", "explain"):
+        kind, detail = cli_outcome(["tf-config", verb, str(path)])
+        assert kind == "clean" and "set_int_max_str_digits" not in detail, f"{verb}: {kind}: {detail}"
+
+
+@pytest.mark.parametrize("seconds", ["9" * 400 + "s", "1" + "0" * 30 + ".5s", "0s", "99999999999s"])
+def test_a_max_running_time_beyond_a_year_is_refused_by_field(seconds):
+    doc = {"trainingInput": {"scheduling": {"maxRunningTime": seconds}}}
+    with pytest.raises(JobError) as info:
+        JobSpec.from_dict(doc, job_id="fuzz-job")
+    assert "trainingInput.scheduling.maxRunningTime" in str(info.value) and "at most 31,622,400s" in str(info.value)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -110,8 +111,12 @@ def test_log_follower_prefixes_complete_lines_and_filters_tasks(tmp_path):
     assert only == ["[ps-0] already prefixed"]
 
 
+_NONCE = "0123456789abcdef0123456789abcdef"
+
+
 def _detached(*argv: str) -> subprocess.Popen:
-    return subprocess.Popen(list(argv), start_new_session=True)
+    """A process of the job: it carries the job's nonce, as the supervisor and its tasks do."""
+    return subprocess.Popen(list(argv), start_new_session=True, env={**os.environ, "TFDIST_JOB_NONCE": _NONCE})
 
 
 def _job_with_processes(tmp_path, supervisor: subprocess.Popen, task: subprocess.Popen) -> JobStore:
@@ -120,7 +125,7 @@ def _job_with_processes(tmp_path, supervisor: subprocess.Popen, task: subprocess
     store.transition("reap-me", JobState.PREPARING)
     store.transition("reap-me", JobState.RUNNING)
     store.set_supervisor("reap-me", pid=supervisor.pid, start_ticks=start_ticks(supervisor.pid),
-                         host=socket.gethostname())
+                         host=socket.gethostname(), nonce=_NONCE)
     store.update_task("reap-me", "master-0", state="RUNNING", pid=task.pid, pid_start=start_ticks(task.pid))
     return store
 

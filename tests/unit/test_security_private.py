@@ -62,13 +62,13 @@ def test_a_dead_supervisors_tasks_get_a_final_state_and_the_reason(tmp_path, mon
     monkeypatch.setattr(_supervised, "HEARTBEAT_INTERVAL", 0.01)
     supervisor = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
     supervisor.wait(timeout=60)
-    task = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    task = subprocess.Popen(["sleep", "120"], start_new_session=True, env={**os.environ, "TFDIST_JOB_NONCE": "n0nce"})
     store = JobStore(tmp_path)
     store.create("orphaned", backend="local", spec={}, details={"tasks": ["master-0", "worker-0"]})
     store.transition("orphaned", JobState.PREPARING)
     store.transition("orphaned", JobState.RUNNING)
     store.set_supervisor("orphaned", pid=supervisor.pid, start_ticks=start_ticks(supervisor.pid),
-                         host=socket.gethostname())
+                         host=socket.gethostname(), nonce="n0nce")
     store.update_task("orphaned", "master-0", state="RUNNING", pid=task.pid, pid_start=start_ticks(task.pid))
     store.update_task("orphaned", "worker-0", state="EXITED")
     record = wait_until(lambda: (r := api.describe("orphaned", home=tmp_path)).is_final and r, timeout=30,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import shlex
 import sys
 import time
@@ -44,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="train digits on a local parameter-server cluster",
                                    description=_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=None, metavar="DIR",
-                        help="where the run goes (default runs/demo-<date>-<time>); the model is in DIR/model")
+                        help="where the run goes (default runs/demo-<date>-<time>-<random>); the model is in DIR/model")
     parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp", help="which reference model (default mlp)")
     parser.add_argument("--epochs", type=positive_int, default=12, help="epochs of 22 steps (default 12)")
     parser.add_argument("--workers", type=positive_int, default=2, help="worker tasks (default 2)")
@@ -66,7 +67,8 @@ def _demo(args: argparse.Namespace) -> int:
     from toolkit.launcher import LaunchError, launch
     from toolkit.launcher._preload import DEFAULT_PRELOAD
 
-    run_dir = Path(args.dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
+    # a random tail: a name another user cannot guess and create first (the launcher refuses theirs anyway)
+    run_dir = Path(args.dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
     model_dir = run_dir / "model"
     cmd = ["python", "-m", "toolkit.demo", "--model-dir", str(model_dir.resolve()), "--model", args.model,
            "--epochs", str(args.epochs), *(["--between-graph"] if args.between_graph else [])]

@@ -101,6 +101,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="accepted for gcloud; local logs are read as they are written (no polling delay)")
     logs.add_argument("--allow-multiline-logs", action="store_true",
                       help="accepted for gcloud; every line of a task's output is shown as written")
+    logs.add_argument("--raw", action="store_true",
+                      help="print the tasks' lines as they are, control characters included (default: escaped)")
     _add_backend(logs, default=None)
     logs.set_defaults(handler=_guard(_stream_logs))
     cancel = verb("cancel", help="stop every process of a job")
@@ -146,6 +148,9 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
     tfdist.add_argument("--kubeflow-trainer", action="store_true",
                         help="kubernetes --dry-run: render a Kubeflow Trainer v2 TrainJob and its "
                              "ClusterTrainingRuntime (pods run `tfdist run`) instead of a TFJob (docs/jobs.md)")
+    tfdist.add_argument("--max-running", type=int, default=None, metavar="N",
+                        help="local: run at most N of this home's jobs at once; later ones wait QUEUED (default: "
+                             "from this machine's cores and memory)")
     add_isolate_flag(tfdist)
     parser.set_defaults(handler=_guard(_submit))
 
@@ -172,7 +177,8 @@ def _text(exc: Exception) -> str:
 
 # flag (as argparse stores it) -> the backend constructor option it sets
 _OPTION_FLAGS = {"namespace": "namespace", "image": "image", "ray_address": "address", "placement": "placement",
-                 "shared_job_dir": "shared_job_dir", "partition": "partition", "time_limit": "time_limit"}
+                 "shared_job_dir": "shared_job_dir", "partition": "partition", "time_limit": "time_limit",
+                 "max_running": "max_running"}
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -189,6 +195,10 @@ def _submit(args: argparse.Namespace) -> int:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_USAGE
     isolate_children(args.isolate)  # the local backend's supervisor inherits it
+    if args.max_running is not None and args.backend != "local":
+        print(f"ERROR: --max-running applies to the local backend; {args.backend} runs jobs on its own "
+              "cluster's resources.", file=sys.stderr)
+        return EXIT_USAGE
     given = {"job_id": args.job, "overrides": overrides, "labels": labels, "gcloud_flags": gcloud_flags}
     spec = JobSpec.from_file(args.config, **given) if args.config else JobSpec.from_dict({}, **given)
     for problem in spec.warnings:
@@ -224,9 +234,10 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _follow(job: str, task: str | None, backend: str | None, follow: bool, options: dict[str, Any], *,
-            verbose: bool) -> int:
+            verbose: bool, raw: bool = False) -> int:
     import os
 
+    from tf_config.errors import printable
     from toolkit.jobs import api
     from toolkit.launcher import console_filter
 
@@ -236,20 +247,22 @@ def _follow(job: str, task: str | None, backend: str | None, follow: bool, optio
     def sink(line: str) -> None:
         task, _, text = line.partition("] ")
         hide = filters.setdefault(task, noise()) if noise is not None else None
-        if hide is None or not hide(text):
-            print(line, flush=True)
+        if hide is None or not hide(text):  # escaped: a task's output must not drive the terminal
+            print(line if raw else printable(line), flush=True)
 
     record = api.stream_logs(job, task=task, follow=follow, backend=backend, sink=sink, **options)
     if not record.is_final:
         return EXIT_OK
     if record.details.get("noStrategy"):
-        print(f"WARNING: {record.details['noStrategy']['message']}", file=sys.stderr)
-    print(f"Job [{job}] ended {record.state}" + (f": {record.error}" if record.error else "."), file=sys.stderr)
+        print(printable(f"WARNING: {record.details['noStrategy']['message']}"), file=sys.stderr)
+    print(printable(f"Job [{job}] ended {record.state}" + (f": {record.error}" if record.error else ".")),
+          file=sys.stderr)
     return {"SUCCEEDED": EXIT_OK, "CANCELLED": EXIT_CANCELLED}.get(str(record.state), EXIT_FAILED)
 
 
 def _stream_logs(args: argparse.Namespace) -> int:
-    return _follow(args.job, args.task, args.backend, args.follow, _options(args), verbose=args.verbose > 0)
+    return _follow(args.job, args.task, args.backend, args.follow, _options(args), verbose=args.verbose > 0,
+                   raw=args.raw)
 
 
 def _list(args: argparse.Namespace) -> int:

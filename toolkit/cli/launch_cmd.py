@@ -83,7 +83,8 @@ Example:
 
 Exit codes:
   N    the chief's exit code (0 success; 128+S if signal S killed it)
-  1    another task failed and could not be restarted
+  1    another task failed and could not be restarted (or, with --success-policy
+       all-workers, a worker did not exit 0)
   2    usage error (bad flags, no CMD, CMD not found)
   124  the job ran past --timeout
   143  a task was preempted and the job could not restart (also: SIGTERM to tfdist launch)
@@ -114,6 +115,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="CMD resumes from its last checkpoint, so the whole cluster may be restarted")
     parser.add_argument("--grace-period", type=positive_seconds, default=LaunchSpec.grace_period, metavar="S",
                         help="seconds the other tasks get to exit after the chief ends (default %(default)g)")
+    parser.add_argument("--success-policy", choices=("chief", "all-workers"), default="chief",
+                        help="chief: the chief's exit 0 is the job's success (default, TFJob's); all-workers: the "
+                        "chief and every worker must exit 0 (TFJob's AllWorkers). Either way the closing line names "
+                        "the tasks that did not end cleanly")
+    parser.add_argument("--max-log-bytes", type=non_negative_int, default=None, metavar="N",
+                        help="keep at most N bytes of each task run's output in its log file (default: all)")
     parser.add_argument("--dialect", choices=("tf", "cmle", "tfjob"), default="tf",
                         help="tf: the chief is chief-0 (default); cmle: it is master-0 (TF_CONFIG, logs, messages) "
                         'and TF_CONFIG has "environment": "cloud"; tfjob: Kubeflow TFJob\'s TF_CONFIG '
@@ -167,10 +174,19 @@ def _launch(args: argparse.Namespace) -> int:
         return 2
     kwargs = dict(chief=args.chief, workers=args.workers, ps=args.ps, evaluator=int(args.evaluator),
                   job_dir=args.job_dir, timeout=args.timeout, max_restarts=args.max_restarts,
-                  max_preemptions=args.max_preemptions,
+                  max_preemptions=args.max_preemptions, success_policy=args.success_policy,
+                  max_log_bytes=args.max_log_bytes,
                   restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
                   dialect=args.dialect, cwd=args.cwd, preload=args.preload,
                   verbose=args.show_tf_noise or args.verbose > 0, env=_serve_env(args))
+    if args.backend != "local" and args.max_log_bytes is not None:
+        print(f"error: --max-log-bytes applies to the local backend; {args.backend} writes its tasks' logs itself",
+              file=sys.stderr)
+        return 2
+    if args.backend == "slurm" and args.success_policy != "chief":
+        print("error: --success-policy all-workers applies to the local and Ray backends; a Slurm job's end is "
+              "its chief's (docs/slurm.md)", file=sys.stderr)
+        return 2
     if args.backend != "local" and args.isolate:
         print("error: --isolate applies to the local backend only; a Ray cluster's tasks run on its nodes' "
               "networks (docs/ray.md)", file=sys.stderr)

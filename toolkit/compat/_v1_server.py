@@ -3,8 +3,11 @@
 In TF1 a ps task ends its script with ``server.join()``, which never returns
 (tensorflow#25858). Here ``Server`` is ``strategies._hand_built``'s: ``join()``
 serves until the chief (worker 0 in TF1's layout without a chief) says
-goodbye, which it does at exit once the other workers are done, and returns,
-so the ps script ends with 0. Everything else in both namespaces is
+goodbye, which it does at exit once the other workers are done, and then
+ends the process with the goodbye's code (0 when training succeeded; atexit
+handlers run), as TF1's ``join()`` never returned: the worker code a script
+like Kubeflow's ``dist_mnist.py`` puts after ``server.join()``, with no
+``return``, never runs on a ps. Everything else in both namespaces is
 ``tf.compat.v1``'s own, but ``train.MonitoredTrainingSession``, which carries
 the preemption hook (``toolkit.compat._preemption``): a preempted ps tells the
 chief and serves on until the chief has checkpointed at the step reached, then

@@ -32,6 +32,7 @@ _CONFIG_KEYS = ("imageUri", "acceleratorConfig") + _RECORDED_CONFIG_KEYS
 _NO_COMMAND = ("is not supported: every task runs `python -m <pythonModule> <args>`. Remove it and "
                "put the arguments in trainingInput.args.")
 _DURATION = re.compile(r"(\d+(\.\d+)?)s")
+MAX_RUNNING_SECONDS = 366 * 24 * 3600  # bounded before float() and ceil(): 400 digits overflow to infinity
 _VERSION = re.compile(r"\d+\.\d+")
 _ACCELERATOR = re.compile(r"[A-Z][A-Z0-9_]*")
 
@@ -210,8 +211,9 @@ def _read_scheduling(reader: FieldReader, value: object, path: str, recorded: di
         return None
     text = doc["maxRunningTime"]
     match = _DURATION.fullmatch(text) if isinstance(text, str) else None
-    if match is None or float(match.group(1)) <= 0:
-        reader.error(f"{path}.maxRunningTime", text, "a duration in seconds such as '7200s'",
+    if match is None or len(match.group(1)) > 20 or not 0 < float(match.group(1)) <= MAX_RUNNING_SECONDS:
+        reader.error(f"{path}.maxRunningTime", text[:40] if isinstance(text, str) else text,
+                     f"a duration in seconds such as '7200s', at most {MAX_RUNNING_SECONDS:,}s (a year)",
                      "Write the number of seconds followed by 's'.")
         return None
     return math.ceil(float(match.group(1)))

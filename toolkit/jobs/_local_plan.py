@@ -14,6 +14,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from toolkit._owned import UnsafePathError, check_code_dir
+from toolkit.jobs._exec_limits import exec_problems
 from toolkit.jobs.errors import JobSpecError, Problem
 from toolkit.jobs.spec import JobSpec
 
@@ -130,6 +132,9 @@ def plan_local(spec: JobSpec, *, cwd: Path, python: str = sys.executable,
     plan = LocalPlan(module=ti.python_module, args=tuple(args), counts=counts, primary=ti.primary_task_type,
                      pythonpath=tuple(pythonpath), cwd=str(run_dir), python=python,
                      timeout=ti.max_running_seconds, training_input=ti.to_dict())
+    too_big = exec_problems(plan.argv, counts, plan.training_input, environ=os.environ)
+    if too_big:  # would fail at exec with E2BIG ("Argument list too long") once the job ran
+        raise JobSpecError(too_big)
     return plan, warnings
 
 
@@ -147,6 +152,8 @@ def _package_paths(ti, cwd: Path, problems: list[Problem]) -> tuple[list[str], P
             problems.append(Problem("error", "trainingInput.pythonModule", f"received {ti.python_module!r}, "
                                     f"but packagePath is the package {package.name!r}; the module must be inside "
                                     f"it. Use pythonModule {package.name}.<module>."))
+        else:
+            _check_code_dirs("trainingInput.packagePath", [package.parent, package], problems)
         paths.append(str(package.parent))
         run_dir = package.parent
     for i, uri in enumerate(ti.package_uris):
@@ -159,11 +166,23 @@ def _package_paths(ti, cwd: Path, problems: list[Problem]) -> tuple[list[str], P
         elif not path.exists():
             problems.append(Problem("error", where, f"received {uri!r}, which does not exist (resolved to {path})."))
         elif path.is_dir() or path.suffix in (".whl", ".zip"):
+            _check_code_dirs(where, [path if path.is_dir() else path.parent], problems)
             paths.append(str(path))  # pure-Python wheels and zips import straight from the archive
         else:
             problems.append(Problem("error", where, f"received {uri!r}; a source archive must be installed "
                                     "first (pip install it) or its directory given as packagePath."))
     return paths, run_dir
+
+
+def _check_code_dirs(where: str, dirs: list[Path], problems: list[Problem]) -> None:
+    """Directories on the tasks' PYTHONPATH (and their working directory) that another user could plant a
+    module in (``sitecustomize.py``, ``json.py``) are refused (``toolkit._owned``)."""
+    for directory in dirs:
+        try:
+            check_code_dir(directory, what="the directory")
+        except UnsafePathError as exc:
+            problems.append(Problem("error", where, str(exc)))
+            return
 
 
 def _ignored_fields(spec: JobSpec, machines_given: bool) -> list[str]:

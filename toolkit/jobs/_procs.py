@@ -3,14 +3,22 @@
 A job record outlives the processes it names; by the time someone looks again
 the pid may belong to an unrelated process. Every pid is therefore stored with
 its start time (``/proc/<pid>/stat`` field 22), and a process only counts as
-"the same one" if both match. Tasks and supervisors are session leaders
+"the same one" if both match. Before a signal, it must also be proven the
+job's: it runs as this user, and its environment (``/proc/<pid>/environ``,
+which only its user and root can read) carries the job's nonce
+(``TFDIST_JOB_NONCE``, random per supervisor). A record forged in a store
+another user could write, naming some process's pid and start time, then
+makes no one signal it. Tasks and supervisors are session leaders
 (``start_new_session=True``), so their pid is also their process group id.
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
+
+_log = logging.getLogger(__name__)
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -47,9 +55,36 @@ def is_alive(pid: int | None, ticks: int | None = None) -> bool:
     return ticks is None or int(fields[19]) == ticks
 
 
-def signal_group(pid: int | None, ticks: int | None, sig: int) -> bool:
-    """Sends ``sig`` to the process group led by ``pid`` if it is still the same process."""
+ENV_JOB_NONCE = "TFDIST_JOB_NONCE"  # as toolkit.launcher's: every task of the job inherits the supervisor's
+_MAX_ENVIRON = 1 << 20
+
+
+def is_the_jobs(pid: int, nonce: str | None) -> bool:
+    """Whether process ``pid`` provably belongs to the job whose nonce is ``nonce``: this user's, with
+    ``TFDIST_JOB_NONCE=<nonce>`` in its environment. Without ``/proc`` (not Linux) nothing can be proven,
+    and the pid and start time are all there is."""
+    if not os.path.isdir("/proc"):
+        return True
+    if not nonce:
+        return False
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+            return False
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read(_MAX_ENVIRON)
+    except OSError:
+        return False
+    return f"{ENV_JOB_NONCE}={nonce}".encode() in environ.split(b"\0")
+
+
+def signal_group(pid: int | None, ticks: int | None, sig: int, *, nonce: str | None) -> bool:
+    """Sends ``sig`` to the process group led by ``pid`` if it is still the same process and provably the
+    job's (``is_the_jobs``)."""
     if pid is None or not is_alive(pid, ticks):
+        return False
+    if not is_the_jobs(pid, nonce):
+        _log.warning("not signalling pid %d: it does not carry this job's nonce in its environment, or another "
+                     "user runs it (a stale or forged record)", pid)
         return False
     try:
         os.killpg(pid, sig)
@@ -60,12 +95,12 @@ def signal_group(pid: int | None, ticks: int | None, sig: int) -> bool:
     return True
 
 
-def stop_groups(processes: list[tuple[int, int | None]], *, grace: float = 5.0) -> None:
-    """SIGTERM every live group, wait up to ``grace`` seconds, then SIGKILL the rest."""
-    live = [(p, t) for p, t in processes if signal_group(p, t, signal.SIGTERM)]
+def stop_groups(processes: list[tuple[int, int | None]], *, nonce: str | None, grace: float = 5.0) -> None:
+    """SIGTERM every live group of the job, wait up to ``grace`` seconds, then SIGKILL the rest."""
+    live = [(p, t) for p, t in processes if signal_group(p, t, signal.SIGTERM, nonce=nonce)]
     deadline = time.monotonic() + grace
     while live and time.monotonic() < deadline:
         time.sleep(0.1)
         live = [(p, t) for p, t in live if is_alive(p, t)]
     for pid, ticks in live:
-        signal_group(pid, ticks, signal.SIGKILL)
+        signal_group(pid, ticks, signal.SIGKILL, nonce=nonce)

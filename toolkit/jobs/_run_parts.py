@@ -28,8 +28,14 @@ __all__ = ["ENV_USER_JOB_DIR", "RunResult", "dialect_of", "env_of", "finish", "l
 
 @dataclass(frozen=True)
 class RunResult:
+    """How the tasks ended: the job's exit code, its error (None on success), and ``clean``: every task exited
+    0 by itself, so the job succeeded whatever a cancel racing its end asked for. ``message`` says how a
+    success ended when not every task did so cleanly (``LaunchResult.message``)."""
+
     exit_code: int
     error: str | None
+    clean: bool = False
+    message: str | None = None
 
 
 def task_name(launcher_name: str, primary: str) -> str:
@@ -111,10 +117,16 @@ def finish(result: LaunchResult, *, store: JobStore | None, job: str | None) -> 
     if store is not None and job is not None:
         for task in result.tasks:
             store.update_task(job, task.name, state=task.state, exit_code=task.exit_code,
-                              restarts=task.restarts, log_path=str(task.log_path))
+                              restarts=task.restarts, log_path=str(task.log_path),
+                              reason=None if task.exit_code == 0 else task.end)
         store.update_details(job, restarts=restart_counts(result))
         alone = no_strategy(result)
         if alone is not None:
             logger.warning("%s", alone["message"])
             store.update_details(job, noStrategy=alone)
-    return RunResult(result.exit_code, None if result.ok else result.message)
+        lost = {t.name: t.log_problem for t in result.tasks if t.log_problem}
+        if lost:  # a full disk (ENOSPC) or the log cap: the logs are not the whole output
+            store.update_details(job, logProblems=lost)
+    clean = result.ok and not result.unclean
+    return RunResult(result.exit_code, None if result.ok else result.message, clean=clean,
+                     message=None if clean or not result.ok else result.message)

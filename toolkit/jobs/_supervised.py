@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,8 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from toolkit._owned import UnsafePathError, open_append, owned_dir
 from toolkit.jobs._local_plan import LocalPlan, plan_local
-from toolkit.jobs._procs import is_alive, signal_group, start_ticks, stop_groups
+from toolkit.jobs._procs import ENV_JOB_NONCE, is_alive, signal_group, start_ticks, stop_groups
 from toolkit.jobs._run import task_name
 from toolkit.jobs.errors import BackendError, JobSpecError, JobStateError, Problem
 from toolkit.jobs.logs import follow as follow_logs
@@ -71,10 +73,10 @@ class SupervisedBackend:
                           warnings=tuple(f"{w.field}: {w.message}" for w in spec.warnings) + tuple(warnings),
                           details=details)
         job_dir = self.store.job_dir(name)
-        job_dir.mkdir(parents=True, exist_ok=True)
         try:
+            owned_dir(job_dir, what=f"job {name!r}'s directory", parents=False)
             self._spawn(name, job_dir)
-        except OSError as exc:
+        except (OSError, UnsafePathError) as exc:
             self.store.transition(name, JobState.FAILED, error=f"cannot start the supervisor: {exc}")
             raise BackendError(f"cannot start the supervisor for job {name!r}: {exc}") from exc
         return self.store.get(name)
@@ -99,20 +101,25 @@ class SupervisedBackend:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # keep tfdist importable from any cwd
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        log = os.open(job_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # private, as the home
-        with open(log, "ab") as out:
+        nonce = env[ENV_JOB_NONCE] = secrets.token_hex(16)  # the supervisor's tasks inherit it
+        log = open_append(job_dir / "supervisor.log")  # private, as the home; never through a symlink
+        with open(log, "ab") as out:  # -P: the job dir (its cwd) is not on sys.path, so nothing planted there runs
             proc = subprocess.Popen(
-                [self.python, "-m", "toolkit.jobs.supervisor", name, "--home", str(self.store.home)],
+                [self.python, "-P", "-m", "toolkit.jobs.supervisor", name, "--home", str(self.store.home)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=job_dir, env=env,
                 start_new_session=True, close_fds=True)
-        self.store.set_supervisor(name, pid=proc.pid, start_ticks=start_ticks(proc.pid), host=socket.gethostname())
+        self.store.set_supervisor(name, pid=proc.pid, start_ticks=start_ticks(proc.pid), host=socket.gethostname(),
+                                  nonce=nonce)
 
     def _supervisor_dead(self, record: JobRecord) -> bool:
         info = self.store.supervisor(record.name)
         age = time.time() - (info.heartbeat_at or record.created_at)
         if info.pid is None or info.host != socket.gethostname():
             return age > _REMOTE_STALE
-        return not is_alive(info.pid, info.start_ticks) and age > HEARTBEAT_INTERVAL * _STALE_BEATS
+        # A beat from the future: the supervisor's clock jumped forward before it died, and its last beat
+        # would look fresh until the wall clock caught up. Here the pid is what counts.
+        window = HEARTBEAT_INTERVAL * _STALE_BEATS
+        return not is_alive(info.pid, info.start_ticks) and (age > window or age < -window)
 
     def describe(self, name: str) -> JobRecord:
         record = self.store.get(name)
@@ -137,7 +144,8 @@ class SupervisedBackend:
             return self.store.get(name)
 
     def _stop_tasks(self, name: str) -> None:
-        stop_groups([(pid, ticks) for _, pid, ticks in self.store.task_processes(name)])
+        stop_groups([(pid, ticks) for _, pid, ticks in self.store.task_processes(name)],
+                    nonce=self.store.supervisor(name).nonce)
 
     def list(self) -> list[JobRecord]:
         return [self.describe(name) for name in self.store.names(backend=self.name)]
@@ -155,7 +163,7 @@ class SupervisedBackend:
             except JobStateError:
                 return self._already_over(name)
         info = self.store.supervisor(name)
-        signal_group(info.pid, info.start_ticks, signal.SIGTERM)
+        signal_group(info.pid, info.start_ticks, signal.SIGTERM, nonce=info.nonce)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             record = self.describe(name)
@@ -163,7 +171,7 @@ class SupervisedBackend:
                 return record
             time.sleep(0.2)
         _log.warning("job %s: the supervisor did not stop within %.0f s; killing its processes", name, timeout)
-        signal_group(info.pid, info.start_ticks, signal.SIGKILL)
+        signal_group(info.pid, info.start_ticks, signal.SIGKILL, nonce=info.nonce)
         self._stop_tasks(name)
         try:
             return self.store.transition(name, JobState.CANCELLED,

@@ -79,7 +79,7 @@ def _checked(entry: BackendEntry) -> Callable[..., Backend]:
             switch = " or ".join(f"`backend='{o}'`" for o in owners)
             if not owners:
                 message = f"does not apply to the {entry.name} backend; remove it."
-            elif not entry.options:
+            elif not entry.options or entry.name == "local":  # local: the default, perhaps not chosen at all
                 message = f"applies to the {where} only; remove it or pass {switch}."
             else:
                 message = (f"does not apply to the {entry.name} backend (only to the {where}); "
@@ -126,7 +126,8 @@ def _kubernetes_options() -> tuple[str, ...]:
     return tuple(f.name for f in fields(KubernetesOptions))
 
 
-register_backend("local", _local, summary="processes on this machine, under a detached supervisor")
+register_backend("local", _local, options=("max_running",),
+                 summary="processes on this machine, under a detached supervisor")
 register_backend("kubernetes", _kubernetes, options=_kubernetes_options(),
                  summary="a Kubeflow TFJob applied with kubectl")
 register_backend("ray", _ray, options=("address", "placement", "shared_job_dir"),

@@ -25,6 +25,7 @@ MEASUREMENT_SELECTIONS = {"LAST_MEASUREMENT": "FINAL", "BEST_MEASUREMENT": "BEST
 PRUNERS = ("MEDIAN", "PERCENTILE", "SUCCESSIVE_HALVING", "HYPERBAND")
 DEFAULT_MIN_MEASUREMENTS = 3
 MAX_GRID_POINTS = 10_000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 PARAM_TYPES = ("DOUBLE", "INTEGER", "CATEGORICAL", "DISCRETE")
 SCALE_TYPES = ("NONE", "UNIT_LINEAR_SCALE", "UNIT_LOG_SCALE", "UNIT_REVERSE_LOG_SCALE")
 DEFAULT_METRIC_TAG = "training/hptuning/metric"
@@ -274,6 +275,10 @@ def _read_param(reader: FieldReader, doc: Mapping[str, Any], path: str) -> Param
         if not values or len(set(values)) != len(values):
             reader.error(f"{path}.categoricalValues", doc.get("categoricalValues"),
                          "a non-empty list of distinct strings", "List each choice once.")
+        elif any(_CONTROL.search(value) for value in values):  # each value is printed by describe and list
+            reader.error(f"{path}.categoricalValues", next(v for v in values if _CONTROL.search(v)),
+                         "strings without control characters (an escape sequence would drive the terminal of "
+                         "whoever reads the job)", "Remove them.")
         fields = {"categorical_values": values}
     elif kind == "DISCRETE":
         fields = {"discrete_values": _read_discrete(reader, doc.get("discreteValues"), path)}

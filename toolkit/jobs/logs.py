@@ -3,7 +3,9 @@
 The launcher writes one file per task under ``<job dir>/logs/``. Following them
 from the files (not from the supervisor's pipes) means any number of readers,
 started at any time, see the whole output; the stream ends once the job is in
-a final state and every file has been read to its end.
+a final state and every file has been read to its end. Files are read a MiB at
+a time and a line is cut at ``toolkit.launcher._lines.MAX_LINE`` bytes (the
+file keeps it whole); a log that is not a regular file of this user is skipped.
 """
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from toolkit._owned import UnsafePathError, open_regular
 from toolkit.jobs.records import JobRecord
+from toolkit.launcher._lines import LineCutter
+
+_READ = 1 << 20
 
 
 class LogFollower:
@@ -24,7 +30,7 @@ class LogFollower:
         self.sink = sink
         self.rename = rename  # log file stem -> task name shown (the launcher's chief-0 is a job's master-0)
         self._offsets: dict[str, int] = {}
-        self._partial: dict[str, bytes] = {}
+        self._partial: dict[str, LineCutter] = {}  # each file's line in progress, cut at MAX_LINE bytes
 
     def _files(self) -> list[Path]:
         if not self.log_dir.is_dir():
@@ -37,19 +43,27 @@ class LogFollower:
         count = 0
         for path in self._files():
             task = self.rename(path.stem)
-            with path.open("rb") as fh:
+            try:
+                fh = open_regular(path)
+            except (FileNotFoundError, UnsafePathError):
+                continue
+            with fh:  # a bounded read per poll: a 64 MiB line must not become 64 MiB of memory at once
                 fh.seek(self._offsets.get(task, 0))
-                data = self._partial.pop(task, b"") + fh.read()
-                self._offsets[task] = fh.tell()
-            *lines, rest = data.split(b"\n")
-            if rest and final:
-                lines.append(rest)
-            elif rest:
-                self._partial[task] = rest
-            for raw in lines:
-                self.sink(_prefixed(task, raw.decode("utf-8", errors="replace").rstrip("\r")))
-                count += 1
+                while chunk := fh.read(_READ):
+                    self._offsets[task] = fh.tell()
+                    count += self._emit(task, chunk)
+                    if len(chunk) < _READ:
+                        break
+            if final:
+                count += self._emit(task, b"", final=True)
         return count
+
+    def _emit(self, task: str, chunk: bytes, *, final: bool = False) -> int:
+        cutter = self._partial.setdefault(task, LineCutter())
+        lines = cutter.feed(chunk) + (cutter.close() if final else [])
+        for line in lines:
+            self.sink(_prefixed(task, line))
+        return len(lines)
 
 
 def _prefixed(task: str, line: str) -> str:

@@ -36,12 +36,22 @@ class TaskRecord:
     exit_code: int | None = None
     log_path: str | None = None
     updated_at: float | None = None
-    reason: str | None = None  # why the task ended as it did, when its job's end decided it
+    reason: str | None = None  # how the task ended when not by exiting 0 (killed, stopped, why its job ended it)
+
+    @property
+    def end(self) -> str | None:
+        """How the task ended, as it was: ``exited with code 0``, ``was killed by signal SIGKILL (-9)``, the
+        store's reason for a row its job's end closed; None while it runs."""
+        if self.reason:
+            return self.reason
+        if self.exit_code is None:
+            return None
+        return "exited with code 0" if self.exit_code == 0 else f"exited with code {self.exit_code}"
 
     def to_dict(self) -> dict[str, Any]:
         doc = {"name": self.name, "state": self.state, "pid": self.pid, "restarts": self.restarts,
                "exitCode": self.exit_code, "logPath": self.log_path,
-               "updateTime": iso_time(self.updated_at)}
+               "updateTime": iso_time(self.updated_at), "end": self.end}
         if self.reason:
             doc["reason"] = self.reason
         return doc

@@ -7,7 +7,8 @@ such as CANCELLED -> SUCCEEDED: the loser gets ``JobStateError`` and re-reads.
     QUEUED ──> PREPARING ──> RUNNING ──> SUCCEEDED
        │           │            │──────> FAILED
        └───────────┴────────────┴──> CANCELLING ──> CANCELLED
-    (any live state can also end FAILED, e.g. when its supervisor dies)
+    (any live state can also end FAILED, e.g. when its supervisor dies; a CANCELLING job
+    whose every task had already exited 0 ends SUCCEEDED: a cancel never rewrites a finished job)
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     _S.QUEUED: frozenset({_S.PREPARING, _S.CANCELLING, _S.FAILED}),
     _S.PREPARING: frozenset({_S.RUNNING, _S.CANCELLING, _S.FAILED}),
     _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLING}),
-    _S.CANCELLING: frozenset({_S.CANCELLED, _S.FAILED}),
+    _S.CANCELLING: frozenset({_S.CANCELLED, _S.FAILED, _S.SUCCEEDED}),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
     _S.CANCELLED: frozenset(),
@@ -74,6 +75,8 @@ def advance_path(current: JobState | str, target: JobState | str) -> list[JobSta
         nxt = []
         for state in frontier:
             for step in sorted(TRANSITIONS[state], key=lambda s: s.value):
+                if step is _S.CANCELLING and target is not _S.CANCELLED and target is not step:
+                    continue  # only a cancel passes through CANCELLING (its SUCCEEDED is a race, not a path)
                 if step not in paths:
                     paths[step] = paths[state] + [step]
                     nxt.append(step)

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs.errors import JobExistsError, JobNotFoundError, JobStateError
+from toolkit._owned import UnsafePathError, check_owned_dir, owned_dir
+from toolkit.jobs.errors import BackendError, JobExistsError, JobNotFoundError, JobStateError
 from toolkit.jobs.names import validate_job_name
 from toolkit.jobs.records import JobRecord, StateChange, TaskRecord
 from toolkit.jobs.states import JobState, check_transition
@@ -55,7 +56,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_dir TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, started_at REAL, ended_at REAL,
     error TEXT, exit_code INTEGER, warnings TEXT NOT NULL DEFAULT '[]', details TEXT NOT NULL DEFAULT '{}',
     supervisor_pid INTEGER, supervisor_start INTEGER, supervisor_host TEXT, heartbeat_at REAL,
-    parent_job TEXT REFERENCES jobs(name));
+    parent_job TEXT REFERENCES jobs(name), nonce TEXT);
 CREATE TABLE IF NOT EXISTS tasks (
     job TEXT NOT NULL REFERENCES jobs(name), name TEXT NOT NULL, state TEXT NOT NULL,
     pid INTEGER, pid_start INTEGER, restarts INTEGER NOT NULL DEFAULT 0, exit_code INTEGER,
@@ -81,6 +82,7 @@ class SupervisorInfo:
     start_ticks: int | None
     host: str | None
     heartbeat_at: float | None
+    nonce: str | None = None  # in the environment of the supervisor and of every task it starts
 
 
 class JobStore:
@@ -91,14 +93,22 @@ class JobStore:
         self.path = self.home / "jobs.db"
         self._timeout = timeout
         _private_home(self.home)
-        _create_private(self.path)
-        with contextlib.closing(self._open()) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            _drop_placeholder_trials(conn)
-            conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
-            if "reason" not in {row[1] for row in conn.execute("PRAGMA table_info(tasks)")}:
-                conn.execute("ALTER TABLE tasks ADD COLUMN reason TEXT")
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        with _one_line(self.path):
+            _create_private(self.path)
+            with contextlib.closing(self._open(readonly=True)) as conn:
+                current = conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION and "nonce" in {
+                    row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+            if current:  # a reader writes nothing (not even the WAL pragma): it works on a full disk
+                return
+            with contextlib.closing(self._open()) as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
+                _drop_placeholder_trials(conn)
+                conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
+                if "reason" not in {row[1] for row in conn.execute("PRAGMA table_info(tasks)")}:
+                    conn.execute("ALTER TABLE tasks ADD COLUMN reason TEXT")
+                if "nonce" not in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}:
+                    conn.execute("ALTER TABLE jobs ADD COLUMN nonce TEXT")
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @property
     def url(self) -> str:
@@ -107,24 +117,29 @@ class JobStore:
 
     def job_dir(self, name: str) -> Path:
         """The job's directory; the name is validated because it becomes a path."""
-        jobs = self.home / "jobs"
-        if not jobs.is_dir():
-            jobs.mkdir(mode=0o700, exist_ok=True)
-        return jobs / validate_job_name(name)
+        name = validate_job_name(name)
+        try:
+            return owned_dir(self.home / "jobs", what="the jobs directory", parents=False) / name
+        except UnsafePathError as exc:
+            raise BackendError(str(exc)) from exc
 
-    def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+    def _open(self, *, readonly: bool = False) -> sqlite3.Connection:
+        """A connection; ``readonly`` ones (every reader's) cannot write the file, so a full disk or a
+        read-only mount does not stop ``describe`` and ``list``."""
+        target, uri = (f"file:{self.path}?mode=ro", True) if readonly else (str(self.path), False)
+        conn = sqlite3.connect(target, timeout=self._timeout, isolation_level=None, uri=uri)
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA foreign_keys=ON")
+        if not readonly:
+            conn.execute("PRAGMA foreign_keys=ON")
         return conn
 
     def _rows(self, query: str, *args: Any) -> list[sqlite3.Row]:
-        with contextlib.closing(self._open()) as conn:
+        with _one_line(self.path), contextlib.closing(self._open(readonly=True)) as conn:
             return conn.execute(query, args).fetchall()
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with contextlib.closing(self._open()) as conn, _immediate(conn):
+        with _one_line(self.path), contextlib.closing(self._open()) as conn, _immediate(conn):
             yield conn
 
     def create(self, name: str, *, backend: str, spec: Mapping[str, Any], warnings: tuple[str, ...] = (),
@@ -157,7 +172,7 @@ class JobStore:
         return self.get(name)
 
     def get(self, name: str) -> JobRecord:
-        with contextlib.closing(self._open()) as conn:
+        with _one_line(self.path), contextlib.closing(self._open(readonly=True)) as conn:
             row = conn.execute("SELECT * FROM jobs WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise JobNotFoundError(f"no job named {name!r} in {self.path}. "
@@ -197,6 +212,25 @@ class JobStore:
                          (name, new.value, now, message or error))
         return self.get(name)
 
+    def start_if_room(self, name: str, *, limit: int, message: str) -> bool | None:
+        """QUEUED -> PREPARING if fewer than ``limit`` other top-level jobs of its backend are live past QUEUED;
+        atomic across processes. True: started; False: no room yet; None: no longer QUEUED (a cancel)."""
+        with self._write() as conn:
+            row = conn.execute("SELECT state, backend FROM jobs WHERE name = ?", (name,)).fetchone()
+            if row is None or row["state"] != JobState.QUEUED.value:
+                return None
+            busy = conn.execute("SELECT COUNT(*) FROM jobs WHERE parent_job IS NULL AND backend = ? AND name != ? "
+                                "AND state IN ('PREPARING', 'RUNNING', 'CANCELLING')",
+                                (row["backend"], name)).fetchone()[0]
+            if busy >= limit:
+                return False
+            now = time.time()
+            conn.execute("UPDATE jobs SET state = ?, updated_at = ? WHERE name = ?",
+                         (JobState.PREPARING.value, now, name))
+            conn.execute("INSERT INTO history (job, state, at, message) VALUES (?, ?, ?, ?)",
+                         (name, JobState.PREPARING.value, now, message))
+        return True
+
     def advance(self, name: str, new: JobState, **fields: Any) -> bool:
         """``transition``, or False when a cancel got there first (the job is CANCELLING)."""
         try:
@@ -207,25 +241,29 @@ class JobStore:
                 return False
             raise
 
-    def set_supervisor(self, name: str, *, pid: int, start_ticks: int | None, host: str) -> None:
+    def set_supervisor(self, name: str, *, pid: int, start_ticks: int | None, host: str,
+                       nonce: str | None = None) -> None:
+        """Who runs the job; ``nonce`` (kept when None) is what its processes carry (``_procs.is_the_jobs``)."""
         with self._write() as conn:
             conn.execute("UPDATE jobs SET supervisor_pid = ?, supervisor_start = ?, supervisor_host = ?, "
-                         "heartbeat_at = ? WHERE name = ?", (pid, start_ticks, host, time.time(), name))
+                         "heartbeat_at = ?, nonce = COALESCE(?, nonce) WHERE name = ?",
+                         (pid, start_ticks, host, time.time(), nonce, name))
 
     def heartbeat(self, name: str) -> None:
         with self._write() as conn:
             conn.execute("UPDATE jobs SET heartbeat_at = ? WHERE name = ?", (time.time(), name))
 
     def supervisor(self, name: str) -> SupervisorInfo:
-        rows = self._rows("SELECT supervisor_pid, supervisor_start, supervisor_host, heartbeat_at "
+        rows = self._rows("SELECT supervisor_pid, supervisor_start, supervisor_host, heartbeat_at, nonce "
                           "FROM jobs WHERE name = ?", name)
         if not rows:
             raise JobNotFoundError(f"no job named {name!r} in {self.path}.")
         return SupervisorInfo(*rows[0])
 
     def update_task(self, job: str, task: str, *, state: str, **fields: Any) -> None:
-        """Creates or updates one task row; ``fields`` are pid, pid_start, restarts, exit_code, log_path."""
-        allowed = {"pid", "pid_start", "restarts", "exit_code", "log_path"}
+        """Creates or updates one task row; ``fields`` are pid, pid_start, restarts, exit_code, log_path and
+        reason (how it ended, when not by exiting 0)."""
+        allowed = {"pid", "pid_start", "restarts", "exit_code", "log_path", "reason"}
         unknown = set(fields) - allowed
         if unknown:
             raise TypeError(f"update_task got unknown fields {sorted(unknown)}; valid: {sorted(allowed)}")
@@ -256,7 +294,7 @@ class JobStore:
 
         For readers that show many jobs at once (``tfdist ui``'s job list); ``get`` reads one.
         """
-        with contextlib.closing(self._open()) as conn:
+        with _one_line(self.path), contextlib.closing(self._open(readonly=True)) as conn:
             conn.execute("BEGIN")  # one snapshot of the three tables (WAL: writers go on meanwhile)
             try:
                 rows = conn.execute("SELECT * FROM jobs ORDER BY created_at DESC").fetchall()
@@ -279,6 +317,20 @@ class JobStore:
         return [(r["name"], r["pid"], r["pid_start"]) for r in rows]
 
 
+@contextlib.contextmanager
+def _one_line(path: Path) -> Iterator[None]:
+    """SQLite's errors (a full disk, a locked or damaged file) as one line naming the store, not a traceback.
+    A duplicate name (``IntegrityError``) passes through: ``create`` turns it into ``JobExistsError``."""
+    try:
+        yield
+    except sqlite3.IntegrityError:
+        raise
+    except sqlite3.Error as exc:
+        raise BackendError(f"the job store {path} cannot be used: {exc} ({type(exc).__name__}). Fix: free space "
+                           "under the tfdist home, or check that the file is yours and not damaged "
+                           "(sqlite3 jobs.db 'PRAGMA integrity_check').") from exc
+
+
 def _private_home(home: Path) -> None:
     """Creates ``home`` 0700; warns (once per process) when an existing one is open to other users."""
     if not home.exists():
@@ -289,6 +341,11 @@ def _private_home(home: Path) -> None:
         finally:
             os.umask(old)
         return
+    try:  # another user's home (or one others can write) holds their jobs.db, their job dirs, their code
+        check_owned_dir(home, what="the tfdist home", fix=f"use a home of your own: export TFDIST_HOME=~/.tfdist "
+                        f"(or chown/chmod go-w {home} if it is yours)")
+    except UnsafePathError as exc:
+        raise BackendError(str(exc)) from exc
     mode = stat.S_IMODE(home.stat().st_mode)
     if mode & 0o077 and home not in _warned:
         _warned.add(home)

@@ -28,17 +28,21 @@ import sqlite3
 import stat
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from toolkit._owned import owned_dir
 from toolkit.jobs._procs import start_ticks
-from toolkit.jobs.errors import JobStateError
+from toolkit.jobs._run_parts import RunResult
+from toolkit.jobs.errors import BackendError, JobStateError
 from toolkit.jobs.local import HEARTBEAT_INTERVAL, LocalBackend
 from toolkit.jobs.states import JobState
 from toolkit.jobs.store import JobStore
 
 _log = logging.getLogger("toolkit.jobs.supervisor")
 MAX_RESTARTS = 3  # per task, like the kubernetes backend's backoffLimit
+QUEUE_POLL = 1.0  # seconds between a queued job's looks for room
 
 
 class _Heartbeat(threading.Thread):
@@ -50,7 +54,7 @@ class _Heartbeat(threading.Thread):
         while not self.stopped.wait(HEARTBEAT_INTERVAL):
             try:
                 self.store.heartbeat(self.job)
-            except sqlite3.Error:  # a missed beat must not end the job; log it and beat again
+            except (sqlite3.Error, BackendError):  # a missed beat must not end the job; log it and beat again
                 _log.exception("heartbeat failed; retrying in %.0f s", HEARTBEAT_INTERVAL)
 
 
@@ -62,6 +66,7 @@ class Supervisor:
         self.cancelled = threading.Event()
         self.job_dir = store.job_dir(name)
         self._raise_on_signal = True  # a study stops its trials itself; a plain job unwinds the launcher
+        self.result: RunResult | None = None
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         _log.info("signal %d: cancelling job %s", signum, self.name)
@@ -78,6 +83,8 @@ class Supervisor:
         try:
             return self._run()
         except _Cancelled:
+            if self.result is not None and self.result.clean:  # SIGTERM came once every task had exited 0
+                return self._end_succeeded("every task finished")
             return self._end_cancelled()
         except Exception as exc:
             self._end(JobState.FAILED, error=f"the supervisor failed: {type(exc).__name__}: {exc}")
@@ -90,23 +97,26 @@ class Supervisor:
         if "tuning" in record.details:
             return self._run_study()
         plan = LocalBackend.plan_of(record)
-        if not self.store.advance(self.name, JobState.PREPARING, message="starting tasks"):
+        if not self._wait_for_room(record, "starting tasks"):
             return self._end_cancelled()
-        (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        owned_dir(self.job_dir / "logs", what="the job's logs directory", parents=False)
         if not self.store.advance(self.name, JobState.RUNNING,
                                   message=f"{len(plan.task_names)} tasks: {', '.join(plan.task_names)}"):
             return self._end_cancelled()
         from toolkit.jobs._run import run_tasks
-        result = run_tasks(plan, self.job_dir, store=self.store, job=self.name, max_restarts=MAX_RESTARTS)
+        self.result = run_tasks(plan, self.job_dir, store=self.store, job=self.name, max_restarts=MAX_RESTARTS)
+        result = self.result
+        if result.clean:  # every task exited 0 by itself: a cancel that raced the end does not rewrite it
+            return self._end_succeeded("every task finished")
         if self.cancelled.is_set() or self.store.get(self.name).state is JobState.CANCELLING:
             return self._end_cancelled()
         if result.exit_code == 0:
-            return self._end(JobState.SUCCEEDED, exit_code=0, message="every task finished")
+            return self._end(JobState.SUCCEEDED, exit_code=0, message=result.message or "the chief finished")
         return self._end(JobState.FAILED, exit_code=result.exit_code, error=result.error)
 
     def _run_study(self) -> int:
         self._raise_on_signal = False
-        if not self.store.advance(self.name, JobState.PREPARING, message="opening the study"):
+        if not self._wait_for_room(self.store.get(self.name), "opening the study"):
             return self._end_cancelled()
         from toolkit.jobs.tuning._study import StudyRunner
         runner = StudyRunner(self.store, self.name, cancelled=self.cancelled)
@@ -117,6 +127,30 @@ class Supervisor:
         if outcome.state is JobState.CANCELLED or self.store.get(self.name).state is JobState.CANCELLING:
             return self._end_cancelled()
         return self._end(outcome.state, message=outcome.message, error=outcome.error)
+
+    def _wait_for_room(self, record: Any, message: str) -> bool:
+        """Moves the job to PREPARING once fewer than its ``maxRunning`` jobs run (it stays QUEUED until then,
+        and jobs whose supervisors died are reaped meanwhile); False if it was cancelled first."""
+        limit = record.details.get("maxRunning")
+        if not limit or record.parent_job is not None:
+            return self.store.advance(self.name, JobState.PREPARING, message=message)
+        logged = False
+        while not self.cancelled.is_set():
+            started = self.store.start_if_room(self.name, limit=int(limit), message=message)
+            if started is not False:  # True: its turn; None: a cancel came first
+                return bool(started)
+            if not logged:
+                _log.info("job %s is queued: %d local jobs run already, the most at once", self.name, limit)
+                logged = True
+            LocalBackend(self.store).list()  # a job whose supervisor died is ended, and its room freed
+            time.sleep(QUEUE_POLL)
+        return False
+
+    def _end_succeeded(self, message: str) -> int:
+        self._raise_on_signal = False  # finished: a late SIGTERM must not unwind the bookkeeping
+        late = self.cancelled.is_set() or self.store.get(self.name).state is JobState.CANCELLING
+        note = " (a cancel arrived after they had)" if late else ""
+        return self._end(JobState.SUCCEEDED, exit_code=0, message=message + note)
 
     def _end_cancelled(self) -> int:
         state = self.store.get(self.name).state

@@ -6,6 +6,7 @@ from typing import Any
 
 import yaml
 
+from tf_config.errors import printable
 from toolkit.jobs.reader import task_rows
 from toolkit.jobs.records import JobRecord, iso_time
 
@@ -14,12 +15,13 @@ __all__ = ["format_record", "format_table", "format_list", "format_trials"]
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A plain, left-aligned table; ``None`` cells print as ``-``."""
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
+    cells = [[str(h) for h in headers]] + [["-" if c is None else printable(str(c)) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in cells)
 
 
 def format_list(records: Iterable[JobRecord]) -> str:
+    """``list``'s table (control characters escaped, as in every view here: ``tf_config.errors.printable``)."""
     return format_table(("JOB_ID", "BACKEND", "STATUS", "CREATED"),
                         ((r.name, r.backend, r.state, iso_time(r.created_at)) for r in records))
 
@@ -68,7 +70,7 @@ def format_record(record: JobRecord) -> str:
                                  for h in record.history]
     if record.spec:
         lines.append(yaml.safe_dump(dict(record.spec), sort_keys=False).rstrip())
-    return "\n".join(lines)
+    return printable("\n".join(lines))  # a task's output in errorMessage must not drive the terminal
 
 
 def _places(record: JobRecord) -> list[str]:
@@ -123,4 +125,4 @@ def format_trials(output: Mapping[str, Any]) -> str:
     if best:
         params = ", ".join(f"{k}={v}" for k, v in best.get("hyperparameters", {}).items())
         lines.append(f"bestTrial: {best['trialId']} ({_number(best['finalMetric']['objectiveValue'])}): {params}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))

@@ -31,10 +31,12 @@ from os import PathLike
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from toolkit._owned import UnsafePathError, owned_dir
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._dialect import DIALECTS, Dialect, cmle_dialect
 from toolkit.launcher._isolation import ENV_ISOLATE, IsolationError, NetworkNamespace
 from toolkit.launcher._isolation import resolve as resolve_isolation
+from toolkit.launcher._loop import supervise
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskExit
 from toolkit.launcher._result import (
     EXIT_INTERRUPTED,
@@ -57,7 +59,7 @@ from toolkit.launcher._spec import (
     LaunchSpec,
     make_spec,
 )
-from toolkit.launcher._supervisor import Job, supervise
+from toolkit.launcher._supervisor import Job
 from toolkit.launcher._task import preemption_grace
 
 if TYPE_CHECKING:
@@ -149,12 +151,18 @@ def launch(cmd: Sequence[str] | LaunchSpec, *, job_dir: str | PathLike[str] | No
         raise LaunchError(str(exc), field="isolate") from exc
     preemption_grace({**os.environ, **(env or {})})  # a value the tasks would refuse stops the job here
     directory = Path(job_dir if job_dir is not None else default_job_dir()).resolve()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:  # another user's directory (or one others can write) could redirect every file the job writes
+        owned_dir(directory, what="the job directory (job_dir)", mode=0o777)
+    except UnsafePathError as exc:
+        raise LaunchError(str(exc), field="job_dir") from exc
     out = (stream if stream is not None else sys.stdout) if echo else None
     namespace = NetworkNamespace() if isolated else None
     try:
-        job = Job(spec, directory, env=env, stream=out, on_task=on_task, verbose=verbose,
-                  wrap=namespace.wrap if namespace is not None else None)
+        try:
+            job = Job(spec, directory, env=env, stream=out, on_task=on_task, verbose=verbose,
+                      wrap=namespace.wrap if namespace is not None else None)
+        except UnsafePathError as exc:
+            raise LaunchError(str(exc), field="job_dir") from exc
         logger.info("launching %s in %s%s: %s", ", ".join(job.tasks), directory,
                     " (private network namespace)" if namespace else "", " ".join(spec.cmd))
         return supervise(job)

@@ -27,10 +27,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from toolkit.launcher._result import Reason, is_preemption
+from toolkit.launcher._result import EXIT_TASK_FAILED, Reason, SuccessPolicy, is_preemption, task_end
 from toolkit.launcher._spec import LaunchError, LaunchSpec, _count, _seconds
 
-__all__ = ["Decision", "FailurePolicy", "Outcome", "TaskExit"]
+__all__ = ["Decision", "FailurePolicy", "Outcome", "TaskEnd", "TaskExit", "judge_success"]
 
 
 class Decision(str, enum.Enum):
@@ -162,3 +162,33 @@ class FailurePolicy:
 
     def _cluster_can_restart(self, ended: TaskExit) -> bool:
         return self.restartable and ended.cluster_restarts < self.max_restarts
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    """How one task ended, as ``judge_success`` reads it."""
+
+    name: str
+    task_type: str
+    exit_code: int | None
+    stopped: bool
+
+
+def judge_success(outcome: Outcome, ends: list[TaskEnd], policy: SuccessPolicy | str) -> Outcome:
+    """A succeeded ``outcome`` with the tasks that did not exit 0 named in its message; under
+    ``SuccessPolicy.ALL_WORKERS`` a failure (``EXIT_TASK_FAILED``) if one of them is the chief or a worker.
+    Any other outcome is returned as it is.
+
+        >>> ok = Outcome(0, Reason.SUCCEEDED, "the chief (worker-0) exited with code 0")
+        >>> judge_success(ok, [TaskEnd("ps-0", "ps", 1, False)], "chief").message
+        'the chief (worker-0) exited with code 0; not every task ended cleanly: ps-0 exited with code 1'
+    """
+    unclean = [end for end in ends if end.exit_code != 0]
+    if outcome.reason is not Reason.SUCCEEDED or not unclean:
+        return outcome
+    words = ", ".join(f"{end.name} {task_end(end.exit_code, end.stopped)}" for end in unclean)
+    if SuccessPolicy(policy) is SuccessPolicy.ALL_WORKERS and any(
+            end.task_type in ("chief", "master", "worker") for end in unclean):
+        return Outcome(EXIT_TASK_FAILED, Reason.FAILED, f"{outcome.message}, but {words}; the success policy "
+                                                       "all-workers needs the chief and every worker to exit 0")
+    return Outcome(0, Reason.SUCCEEDED, f"{outcome.message}; not every task ended cleanly: {words}")

@@ -7,11 +7,12 @@ compare with the enum or with its text.
 from __future__ import annotations
 
 import enum
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_PREEMPTED", "EXIT_TASK_FAILED", "EXIT_TIMEOUT", "EventKind", "LaunchResult",
-           "Reason", "TaskEvent", "TaskResult", "TaskState", "is_preemption"]
+           "Reason", "SuccessPolicy", "TaskEvent", "TaskResult", "TaskState", "is_preemption", "task_end"]
 
 # Exit codes of a launch (besides the chief's own code).
 EXIT_TASK_FAILED = 1      # a task other than the chief failed and could not be restarted
@@ -47,6 +48,33 @@ class Reason(_Words):
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
     PREEMPTED = "preempted"  # a task was preempted and the job could not restart (no budget, not restartable)
+
+
+class SuccessPolicy(_Words):
+    """When a job whose chief exited 0 has succeeded (Kubeflow TFJob's ``successPolicy``).
+
+    ``CHIEF`` (TFJob's default): the chief's exit 0 is the job's success; a task that did not end cleanly is
+    named in the result's message. ``ALL_WORKERS`` (TFJob's ``AllWorkers``): the chief and every worker must
+    exit 0 (the workers get ``grace_period`` seconds after the chief to do so); ps and evaluator tasks do not
+    count.
+    """
+
+    CHIEF = "chief"
+    ALL_WORKERS = "all-workers"
+
+
+def task_end(exit_code: int | None, stopped: bool) -> str:
+    """How a task ended, in words: ``exited with code 0``, ``exited with code 1``, ``was stopped by the launcher
+    (signal SIGTERM (-15))``, ``was killed by signal SIGKILL (-9)``, ``had not ended``."""
+    if exit_code is None:
+        return "had not ended"
+    if exit_code >= 0:
+        return f"exited with code {exit_code}"
+    try:
+        name = f"signal {signal.Signals(-exit_code).name} ({exit_code})"
+    except ValueError:
+        name = f"signal {-exit_code} ({exit_code})"
+    return f"was stopped by the launcher ({name})" if stopped else f"was killed by {name}"
 
 
 class EventKind(_Words):
@@ -100,6 +128,7 @@ class TaskResult:
         stopped: the launcher had to signal it at the end (it did not exit by itself).
         log_path: its log file; every run of the task is appended to it.
         preemptions: how many of its runs ended preempted (``is_preemption``).
+        log_problem: its log could not keep all its output (a full disk, the log cap), or None.
     """
 
     name: str
@@ -110,6 +139,7 @@ class TaskResult:
     stopped: bool
     log_path: Path
     preemptions: int = 0
+    log_problem: str | None = None
 
     @property
     def state(self) -> TaskState:
@@ -117,6 +147,11 @@ class TaskResult:
         if self.exit_code == 0:
             return TaskState.SUCCEEDED
         return TaskState.STOPPED if self.stopped else TaskState.FAILED
+
+    @property
+    def end(self) -> str:
+        """How it ended, in words (``task_end``): ``exited with code 0``, ``was killed by signal SIGKILL (-9)``..."""
+        return task_end(self.exit_code, self.stopped)
 
 
 @dataclass(frozen=True)
@@ -153,6 +188,11 @@ class LaunchResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def unclean(self) -> tuple[TaskResult, ...]:
+        """The tasks that did not exit 0 (a job can succeed under the chief's policy with some)."""
+        return tuple(task for task in self.tasks if task.exit_code != 0)
 
     def task(self, name: str) -> TaskResult:
         """The result of the task called ``name`` (e.g. ``"worker-1"``)."""

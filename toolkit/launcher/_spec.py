@@ -17,6 +17,7 @@ from tf_config.errors import FieldError
 from tf_config.limits import MAX_TASKS
 from toolkit.launcher._dialect import DIALECTS, Dialect
 from toolkit.launcher._preload import command_problem, module_problem
+from toolkit.launcher._result import SuccessPolicy
 
 # Environment variables set in every task (besides TF_CONFIG).
 ENV_JOB_DIR = "TFDIST_JOB_DIR"            # the job's directory, shared by all tasks
@@ -24,6 +25,7 @@ ENV_TASK_DIR = "TFDIST_TASK_DIR"          # this task's own write dir: <job_dir>
 ENV_TASK_NAME = "TFDIST_TASK_NAME"        # e.g. "worker-1"
 ENV_RESTART_COUNT = "TFDIST_RESTART_COUNT"  # times this task was started before in this job
 ENV_JOB_NONCE = "TFDIST_JOB_NONCE"        # random per job: keeps two jobs on the same ports apart
+ENV_SIGNAL_DIR = "TFDIST_SIGNAL_DIR"      # the job's private signal directory (strategies._signals reads it)
 
 _PYTHON_NAMES = ("python", "python3")
 
@@ -139,6 +141,14 @@ class LaunchSpec:
             ``master-0``), ``"tfjob"`` (Kubeflow TFJob's TF_CONFIG) or a
             ``Dialect`` (``_dialect`` says what each one writes).
         cwd: the directory every task runs in (default: the launcher's).
+        success_policy: ``"chief"`` (the default, TFJob's): the chief's exit 0
+            is the job's success, and tasks that did not end cleanly are
+            named in the result's message; ``"all-workers"`` (TFJob's
+            ``AllWorkers``): the chief and every worker must exit 0 too,
+            within ``grace_period`` after the chief.
+        max_log_bytes: bytes of output each run of a task keeps in its log
+            file (None: all); past it the output is still read and shown,
+            and the task's result says how much was not kept.
         preload: modules (e.g. ``("tensorflow", "keras")``) one process
             imports once, every task then being forked from it instead of
             starting a fresh interpreter; the command must be ``python SCRIPT
@@ -162,8 +172,15 @@ class LaunchSpec:
     cwd: str | os.PathLike[str] | None = None
     preload: tuple[str, ...] = ()
     max_preemptions: int = 3
+    success_policy: SuccessPolicy | str = SuccessPolicy.CHIEF
+    max_log_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        if self.success_policy not in tuple(SuccessPolicy):
+            raise LaunchError(f"`success_policy` is {self.success_policy!r}; expected one of "
+                              f"{', '.join(repr(str(p)) for p in SuccessPolicy)}. Pass 'chief' (the default) or "
+                              "'all-workers'.", field="success_policy")
+        object.__setattr__(self, "success_policy", SuccessPolicy(self.success_policy))
         object.__setattr__(self, "cmd", resolve_command(self.cmd))
         object.__setattr__(self, "dialect", resolve_dialect(self.dialect))
         object.__setattr__(self, "cwd", _directory(self.cwd))
@@ -192,6 +209,8 @@ class LaunchSpec:
         if self.ps and not self.workers:
             raise LaunchError(f"`workers` is 0 with ps={self.ps}: the ps would serve nobody. Pass workers=1.",
                 field="workers")
+        if self.max_log_bytes is not None:
+            _count("max_log_bytes", self.max_log_bytes)
         _seconds("timeout", self.timeout, optional=True)
         _seconds("grace_period", self.grace_period, optional=False)
         _seconds("settle_period", self.settle_period, optional=False)
@@ -226,6 +245,8 @@ class LaunchFields(TypedDict, total=False):
     cwd: str | os.PathLike[str] | None
     preload: Sequence[str] | str
     max_preemptions: int
+    success_policy: SuccessPolicy | str
+    max_log_bytes: int | None
 
 
 def make_spec(cmd: Sequence[str] | LaunchSpec, fields_given: dict[str, Any]) -> LaunchSpec:

@@ -19,23 +19,27 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from toolkit._owned import open_append, owned_dir, write_new
 from toolkit.hypertune import task_environment
 from toolkit.launcher._console import console_filter
-from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskExit
+from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskEnd, TaskExit, judge_success
+from toolkit.launcher._ports import foreign_listeners
 from toolkit.launcher._preload import ForkedTask, Preloader, PreloadError
 from toolkit.launcher._result import (
     EXIT_PREEMPTED,
     EXIT_TASK_FAILED,
     EXIT_TIMEOUT,
-    LaunchResult,
     Reason,
+    SuccessPolicy,
     TaskEvent,
     TaskResult,
 )
@@ -43,6 +47,7 @@ from toolkit.launcher._spec import (
     ENV_JOB_DIR,
     ENV_JOB_NONCE,
     ENV_RESTART_COUNT,
+    ENV_SIGNAL_DIR,
     ENV_TASK_DIR,
     ENV_TASK_NAME,
     LaunchError,
@@ -63,6 +68,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _POLL = 0.2
+_TAIL_CHARS = 500  # of each log line quoted in a failure message
 #: written into a task's directory just before the launcher SIGTERMs it (``strategies._server_preemption`` reads it)
 STOP_MARKER = "stop-requested"
 
@@ -76,7 +82,7 @@ def generate_configs(spec: LaunchSpec, job_dir: Path, *, hosts: Sequence[str] | 
     configs = [dialect.apply(cfg) for cfg in generate(chief=spec.chief, workers=spec.workers, ps=spec.ps,
                                                       evaluator=spec.evaluator, dialect="tf2", hosts=hosts)]
     cluster = {job: list(addrs) for job, addrs in configs[0].cluster.items()}
-    (job_dir / "cluster.json").write_text(json.dumps({"cluster": cluster}, indent=2) + "\n")
+    write_new(job_dir / "cluster.json", json.dumps({"cluster": cluster}, indent=2) + "\n")  # 0600, no symlink
     return {str(cfg.task): cfg for cfg in configs}
 
 
@@ -85,6 +91,9 @@ class Job:
 
     preloader: Preloader | None = None  # the process the tasks are forked from (``LaunchSpec.preload``)
     preload_starts = 0
+    signal_dir: str | None = None  # made by this job (removed at its end); None: the environment named one
+    watch_ports = False  # local tasks outside a private network namespace: another user could take a port
+    _next_port_check = 0.0
 
     def __init__(self, spec: LaunchSpec, job_dir: Path, *, env: Mapping[str, str] | None,
                  stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None,
@@ -92,7 +101,10 @@ class Job:
         self.spec, self.job_dir = spec, job_dir
         self.policy = FailurePolicy.of(spec)
         self.base_env = {**os.environ, **(env or {})}
+        if not self.base_env.get(ENV_SIGNAL_DIR):  # a private directory no other user can create first
+            self.signal_dir = self.base_env[ENV_SIGNAL_DIR] = tempfile.mkdtemp(prefix="tfdist-signals-")
         self.wrap = wrap  # runs a task's command inside the private network namespace, if any
+        self.watch_ports = wrap is None
         self.configs = self._generate()
         self._add_tasks(self.configs, TaskProcess, stream=stream, on_task=on_task, verbose=verbose)
         self._ready()
@@ -104,13 +116,15 @@ class Job:
         self.base_env.setdefault(ENV_JOB_NONCE, secrets.token_hex(8))
         noise = console_filter(self.base_env, verbose=verbose)
         lock = threading.Lock()
-        (self.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        owned_dir(self.job_dir / "logs", what="the job's logs directory", mode=0o777)
         self.tasks: dict[str, TaskProcess] = {}
         for name in names:
             task = self.tasks[name] = make(name, log_path=self.job_dir / "logs" / f"{name}.log", stream=stream,
                                            lock=lock, on_event=on_task, hide=noise() if noise is not None else None)
-            (self.job_dir / "tasks" / name).mkdir(parents=True, exist_ok=True)
-            task.log_path.write_bytes(b"")
+            task.log_limit = self.spec.max_log_bytes
+            owned_dir(self.job_dir / "tasks", what="the job's tasks directory", mode=0o777)
+            owned_dir(self.job_dir / "tasks" / name, what=f"{name}'s task directory", mode=0o777)
+            os.close(open_append(task.log_path, truncate=True))
 
     def _ready(self) -> None:
         """The chief, and the job's restart and preemption counts at zero (every kind of job keeps them)."""
@@ -161,6 +175,11 @@ class Job:
             self.preloader.close()
             self.preloader = None
 
+    def remove_signal_dir(self) -> None:
+        """Removes the job's own signal directory (``Job.__init__``), once every task is gone."""
+        if self.signal_dir is not None:
+            shutil.rmtree(self.signal_dir, ignore_errors=True)
+
     # ---- cluster ----------------------------------------------------------------
     def _generate(self) -> dict[str, TFConfig]:
         return generate_configs(self.spec, self.job_dir)
@@ -193,7 +212,7 @@ class Job:
         for task in tasks:
             if task.running:
                 with contextlib.suppress(OSError):
-                    self._marker(task).write_text("the launcher stops this task\n")
+                    write_new(self._marker(task), "the launcher stops this task\n")
         stop_all(list(tasks))
 
     def start_all(self) -> None:
@@ -248,7 +267,8 @@ class Job:
         name, code, tail = self.deaths[0]
         first = "" if name in headline else f" The first task to fail was {name}, with {describe_exit(code)}."
         log = self.tasks[name].log_path
-        lines = "\n".join(f"  {line}" for line in tail) or "  (no output)"
+        lines = "\n".join(f"  {line[:_TAIL_CHARS]}" + ("..." if len(line) > _TAIL_CHARS else "")
+                          for line in tail) or "  (no output)"
         return f"{headline}.{first} Last lines of {name}'s log ({log}):\n{lines}"
 
     def _act(self, task: TaskProcess, now: float) -> Outcome | None:
@@ -296,10 +316,15 @@ class Job:
             how = ("every task was told to checkpoint and exit (a preemption), then stopped" if self.preempted
                    else "every task was stopped")
             return Outcome(128 + self.signal, Reason.INTERRUPTED, f"interrupted by {name}; {how}")
+        taken = self._ports_taken(now)
+        if taken is not None:
+            return taken
         if deadline is not None and now >= deadline:
             return Outcome(EXIT_TIMEOUT, Reason.TIMEOUT,
                            f"the job ran past its timeout of {self.spec.timeout:g} s; every task was stopped")
         if self.chief.poll() is not None:
+            if self._awaiting_workers(now):
+                return None
             return self._act(self.chief, now)
         for task in self.tasks.values():
             if task is not self.chief and not task.handled and task.poll() is not None:
@@ -307,6 +332,39 @@ class Job:
                 if outcome is not None:
                     return outcome
         return None
+
+    def _ports_taken(self, now: float) -> Outcome | None:
+        """Without a network namespace: a failure once another user listens on one of the job's ports
+        (``_ports``), checked about once a second."""
+        if not self.watch_ports or now < self._next_port_check:
+            return None
+        self._next_port_check = now + 1.0
+        ports = {int(address.rpartition(":")[2]): name for name, config in self.configs.items()
+                 for address in [config.address] if address}
+        foreign = foreign_listeners(ports)
+        if not foreign:
+            return None
+        port, uid = next(iter(foreign.items()))
+        self.failures += 1
+        return Outcome(EXIT_TASK_FAILED, Reason.FAILED,
+                       f"port {port} of {ports[port]} is listened on by uid {uid}, another user: the job's gRPC "
+                       "clients could reach their socket, so every task was stopped. Run with a private network "
+                       "namespace (isolate=True, without --no-isolate) on a shared machine")
+
+    def _awaiting_workers(self, now: float) -> bool:
+        """Under ``SuccessPolicy.ALL_WORKERS``, a chief that exited 0 waits (``grace_period``) for the workers."""
+        if self.spec.success_policy is not SuccessPolicy.ALL_WORKERS or self.chief.exit_code != 0:
+            return False
+        assert self.chief.ended_at is not None
+        workers = [t for t in self.tasks.values() if t is not self.chief and t.task_type == "worker"]
+        return any(t.running for t in workers) and now - self.chief.ended_at < self.spec.grace_period
+
+    def judge_success(self, outcome: Outcome) -> Outcome:
+        """``_policy.judge_success`` over every task, once every process is gone."""
+        judged = judge_success(outcome, [TaskEnd(t.name, t.task_type, t.exit_code, t.stopped)
+                                         for t in self.tasks.values()], self.spec.success_policy)
+        self.failures += judged.reason is not outcome.reason
+        return judged
 
     def wind_down(self, grace: float) -> None:
         """Lets the other tasks exit by themselves for ``grace`` s, then stops every process group."""
@@ -334,54 +392,6 @@ class Job:
         return tuple(
             TaskResult(name=t.name, task_type=t.task_type, index=t.index, exit_code=t.exit_code,
                        restarts=t.starts - 1, stopped=t.stopped, log_path=t.log_path,
-                       preemptions=self.task_preemptions[t.name])
+                       preemptions=self.task_preemptions[t.name], log_problem=t.log_problem)
             for t in self.tasks.values()
         )
-
-
-@contextlib.contextmanager
-def catch_signals(job: Job) -> Iterator[None]:
-    """Turns SIGINT/SIGTERM into a request to stop the job (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _handler(signum: int, frame: object) -> None:
-        if job.signal is None and signum == signal.SIGTERM:
-            job.preempted = True
-        job.signal = signum
-
-    for sig in previous:
-        signal.signal(sig, _handler)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def supervise(job: Job) -> LaunchResult:
-    """Runs the job to its end; every process is gone when this returns."""
-    started = time.monotonic()
-    deadline = None if job.spec.timeout is None else started + job.spec.timeout
-    outcome: Outcome | None = None
-    with catch_signals(job):
-        try:
-            job.start_all()
-            while outcome is None:
-                time.sleep(_POLL)
-                outcome = job.check(deadline)
-            if job.preempted and outcome.reason is Reason.INTERRUPTED:
-                job.pass_on_preemption()
-            chief_done = job.chief.exit_code is not None and outcome.reason in (Reason.SUCCEEDED, Reason.FAILED)
-            job.wind_down(job.spec.grace_period if chief_done else 0.0)
-        finally:
-            if outcome is None:  # an exception escaped: never leave processes behind
-                job.wind_down(0.0)
-            job.close()
-    log = logger.info if outcome.exit_code == 0 else logger.error
-    log("job %s: %s", outcome.reason, outcome.message)
-    return LaunchResult(exit_code=outcome.exit_code, reason=outcome.reason, message=outcome.message,
-                        tasks=job.results(), duration=time.monotonic() - started, job_dir=job.job_dir,
-                        cluster_restarts=job.cluster_restarts, preemptions=job.preemptions, failures=job.failures)

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from toolkit._owned import open_append
+from toolkit.launcher._lines import CHUNK, LineCutter, LogSink
 from toolkit.launcher._preload import ForkedTask, PreloadError
 from toolkit.launcher._result import EventKind, TaskEvent
 
@@ -130,6 +132,8 @@ class TaskBase:
         self.handled = False   # its exit has been acted on (restart, accepted, or failure)
         self.stopped = False   # the launcher had to signal it
         self.recent: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self.log_limit: int | None = None  # bytes of output a run keeps in the log file (None: all)
+        self.log_problem: str | None = None  # its log could not keep everything (a full disk, the cap)
 
     def _emit(self, kind: EventKind) -> None:
         if self.on_event is None:
@@ -183,7 +187,7 @@ class TaskProcess(TaskBase):
         should that fail, it starts as ``cmd`` in a fresh interpreter instead.
         """
         env = armed_env(env)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the output pump closes it when the task ends
+        log = LogSink(open_append(self.log_path), name=str(self.log_path), max_bytes=self.log_limit)
         if self.starts:
             log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())
         self.proc = None
@@ -209,14 +213,25 @@ class TaskProcess(TaskBase):
         logger.info("started %s (pid %d)", self.name, self.proc.pid)
         self._emit(EventKind.STARTED)
 
-    def _pump(self, proc: subprocess.Popen[bytes] | ForkedTask, log: IO[bytes]) -> None:
+    def _pump(self, proc: subprocess.Popen[bytes] | ForkedTask, log: LogSink) -> None:
+        """Drains the task's output in bounded chunks into its log and the console (``_lines``)."""
         assert proc.stdout is not None  # started with stdout=PIPE
-        with log:
-            for raw in iter(proc.stdout.readline, b""):
-                log.write(raw)
-                log.flush()
-                self._show(raw.decode("utf-8", errors="replace").rstrip("\r\n"))
-        proc.stdout.close()
+        lines = LineCutter()
+        fd = proc.stdout.fileno()
+        try:
+            while chunk := os.read(fd, CHUNK):
+                log.write(chunk)
+                for line in lines.feed(chunk):
+                    self._show(line)
+            for line in lines.close():
+                self._show(line)
+        finally:
+            log.close()
+            proc.stdout.close()
+            if log.error is not None or log.dropped:
+                self.log_problem = (f"its log lost {log.dropped:,} bytes: {log.error}" if log.error else
+                                    f"its log reached its cap of {log.max_bytes:,} bytes; "
+                                    f"{log.dropped:,} bytes were not kept")
 
     def poll(self) -> int | None:
         """The exit code once the process has ended (cached), else None."""

@@ -1,11 +1,14 @@
 """A TF1 between-graph script in the style of Kubeflow's dist_mnist.py, with one changed import.
 
 ps + workers and no chief (worker 0 is the chief): every task starts a
-``tf.train.Server``; the ps calls ``server.join()`` and nothing else; each
+``tf.train.Server``; the ps calls ``server.join()`` with no ``return`` after it,
+as dist_mnist.py does, so the worker code below would run on a ps whose
+``join()`` returned (as task 0 it would even be the chief); each
 worker trains its own graph under ``replica_device_setter`` with a
 ``MonitoredTrainingSession``. A linear regression on synthetic data stands in
 for MNIST.
 """
+import atexit
 import json
 import os
 
@@ -26,10 +29,10 @@ def main(unused_argv):
     job_name, task_index = tf_config["task"]["type"], tf_config["task"]["index"]
     server = tf.train.Server(cluster, job_name=job_name, task_index=task_index)
     if job_name == "ps":
+        atexit.register(print, f"ps {task_index}: atexit ran", flush=True)
         print(f"ps {task_index}: joining", flush=True)
         server.join()
         print(f"ps {task_index}: join returned", flush=True)
-        return
     is_chief = task_index == 0
     with tf.device(tf.train.replica_device_setter(worker_device=f"/job:worker/task:{task_index}",
                                                   cluster=cluster)):

@@ -39,7 +39,7 @@ def main(_):
     cluster = tf.train.ClusterSpec(cluster_def)
     server = tf.train.Server(cluster, job_name=job_name, task_index=task_index)
     if job_name == "ps":
-        server.join()
+        server.join()  # ends the process, as TF1's never returned
         print("ps done", flush=True)
         return
 

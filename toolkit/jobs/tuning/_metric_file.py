@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from toolkit._owned import UnsafePathError, read_regular
 from toolkit.hypertune import METRIC_FILE
 
 __all__ = ["RUN", "MetricFile"]
@@ -36,6 +37,8 @@ __all__ = ["RUN", "MetricFile"]
 RUN = "hypertune"
 _log = logging.getLogger(__name__)
 _FIELDS = ("timestamp", "trial", "global_step", "checkpoint_path")
+_MAX_BYTES = 1 << 20   # the package keeps at most 100 lines
+MAX_STEP = 2 ** 63 - 1
 
 
 class MetricFile:
@@ -48,9 +51,14 @@ class MetricFile:
 
     def poll(self) -> bool:
         """Reads the file; True if it held a measurement not seen before."""
-        try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
+        try:  # a trial's file: at most 100 lines of the package's, so a bounded read; never a FIFO or symlink
+            text = read_regular(self.path, limit=_MAX_BYTES).decode("utf-8", errors="replace")
         except FileNotFoundError:
+            return False
+        except UnsafePathError as exc:
+            if (0, "unsafe") not in self._warned:
+                self._warned.add((0, "unsafe"))
+                _log.warning("%s", exc)
             return False
         lines = text.split("\n")
         complete, last = lines[:-1], lines[-1]   # ``last`` is "" when the file ends with its newline
@@ -99,10 +107,14 @@ def _parse(line: str) -> list[tuple[str, tuple[float | None, int, float]]]:
         raise ValueError(f"expected a JSON object, got {type(record).__name__}")
     timestamp = None if record.get("timestamp") is None else _number(record, "timestamp")
     step = record.get("global_step", 0)
-    try:
+    try:  # bounded before int(): "Infinity" overflows, 5,000 digits pass Python's limit
+        if isinstance(step, bool) or (isinstance(step, str) and len(step.strip()) > 19):
+            raise ValueError
         step = int(step)
-    except (TypeError, ValueError):
-        raise ValueError(f"`global_step` is {step!r}; expected an integer") from None
+        if not 0 <= step <= MAX_STEP:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"`global_step` is {str(step)[:40]!r}; expected an integer from 0 to {MAX_STEP}") from None
     metrics = {k: v for k, v in record.items() if k not in _FIELDS}
     if not metrics:
         raise ValueError("no metric in it (only " + ", ".join(sorted(record)) + ")")

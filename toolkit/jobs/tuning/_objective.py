@@ -40,6 +40,7 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.util import tensor_util
 
+from toolkit._owned import UnsafePathError, open_regular
 from toolkit.hypertune import METRIC_FILE
 from toolkit.jobs.errors import JobError
 from toolkit.jobs.tuning._metric_file import RUN as HYPERTUNE_RUN
@@ -50,6 +51,8 @@ __all__ = ["EventTail", "TuningError", "Point", "missing_tag", "read_scalars", "
 
 _PREFERRED_RUNS = (HYPERTUNE_RUN, "", "validation", "eval")
 logger = logging.getLogger(__name__)
+_warned: set[Path] = set()
+MAX_EVENT_BYTES = 64 << 20  # one event record (a summary, a graph) read into memory
 
 
 class TuningError(JobError):
@@ -80,7 +83,13 @@ def files_under(root: Path, patterns: Sequence[str]) -> list[Path]:
 def _records(path: Path, offset: int = 0) -> Iterator[tuple[bytes, int]]:
     """TFRecord payloads from ``offset``, each with the offset just past it; stops quietly at a torn
     last record (its writer may still be running), so a later call from the last offset reads it whole."""
-    with path.open("rb") as fh:
+    try:  # a regular file of this user only: a FIFO would block the study, a symlink read someone else's file
+        fh = open_regular(path)
+    except (FileNotFoundError, UnsafePathError) as exc:
+        if isinstance(exc, UnsafePathError):
+            _warn_once(path, str(exc))
+        return
+    with fh:
         fh.seek(offset)
         while True:
             header = fh.read(12)
@@ -89,10 +98,20 @@ def _records(path: Path, offset: int = 0) -> Iterator[tuple[bytes, int]]:
             length, length_crc = struct.unpack("<QI", header)
             if masked_crc32c(header[:8]) != length_crc:
                 return
+            if length > MAX_EVENT_BYTES:  # a record claiming 2^40 bytes would be read into memory whole
+                _warn_once(path, f"{path} has an event record of {length:,} bytes (at most {MAX_EVENT_BYTES:,} "
+                                 "are read); the rest of the file is skipped")
+                return
             data = fh.read(length)
             if len(data) < length or len(fh.read(4)) < 4:
                 return
             yield data, fh.tell()
+
+
+def _warn_once(path: Path, message: str) -> None:
+    if path not in _warned:
+        _warned.add(path)
+        logger.warning("%s", message)
 
 
 def _scalar(value: event_pb2.summary_pb2.Summary.Value) -> float | None:

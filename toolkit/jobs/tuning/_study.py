@@ -310,8 +310,9 @@ class StudyRunner:
     def _signal(self, run: TrialRun, since: float) -> None:
         """SIGTERM to each of the trial's process groups, SIGKILL once ``_KILL_AFTER`` seconds have passed."""
         sig = signal.SIGKILL if time.monotonic() - since > _KILL_AFTER else signal.SIGTERM
+        nonce = self.store.supervisor(run.name).nonce
         for _, pid, ticks in self.store.task_processes(run.name):
-            signal_group(pid, ticks, sig)
+            signal_group(pid, ticks, sig, nonce=nonce)
 
     def _drain(self) -> None:
         """Never returns with a trial's processes alive (an exception, or the normal end)."""

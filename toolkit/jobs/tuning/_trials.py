@@ -20,9 +20,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from toolkit._owned import UnsafePathError, owned_dir
 from toolkit.hypertune import trial_environment
 from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._procs import signal_group, start_ticks
+from toolkit.jobs._procs import ENV_JOB_NONCE, signal_group, start_ticks
 from toolkit.jobs.errors import JobStateError
 from toolkit.jobs.states import JobState
 from toolkit.jobs.store import JobStore
@@ -82,7 +83,7 @@ def register_trial(store: JobStore, trial: TrialRun) -> None:
                           "trial": {"parentJob": trial.parent, "trialId": str(trial.number),
                                     "values": dict(trial.values), "outputDir": trial.output_dir}})
     store.set_supervisor(trial.name, pid=os.getpid(), start_ticks=start_ticks(os.getpid()),
-                         host=socket.gethostname())
+                         host=socket.gethostname(), nonce=os.environ.get(ENV_JOB_NONCE))
 
 
 def run_trial(store: JobStore, trial: TrialRun, *, timeout: float | None = None) -> TrialOutcome:
@@ -91,8 +92,12 @@ def run_trial(store: JobStore, trial: TrialRun, *, timeout: float | None = None)
 
     name = trial.name
     job_dir = store.job_dir(name)
-    (job_dir / "logs").mkdir(parents=True, exist_ok=True)
-    Path(trial.output_dir).mkdir(parents=True, exist_ok=True)
+    try:  # a trial directory another user made first could hold planted metrics or symlinks
+        owned_dir(job_dir, what=f"trial {name!r}'s directory")
+        owned_dir(job_dir / "logs", what=f"trial {name!r}'s logs directory")
+        owned_dir(trial.output_dir, what=f"trial {name!r}'s output directory")
+    except UnsafePathError as exc:
+        return _finish(store, name, TrialOutcome(JobState.FAILED, None, str(exc)))
     if not (store.advance(name, JobState.PREPARING, message="starting tasks")
             and store.advance(name, JobState.RUNNING, message=_describe_values(trial.values))):
         return _finish(store, name, TrialOutcome(JobState.CANCELLED, None, "cancelled before it started"))
@@ -144,5 +149,6 @@ def _finish(store: JobStore, name: str, outcome: TrialOutcome) -> TrialOutcome:
 
 def stop_groups_once(store: JobStore, name: str) -> None:
     """SIGTERM to every process group the trial's tasks recorded (the study repeats it until they are gone)."""
+    nonce = store.supervisor(name).nonce
     for _, pid, ticks in store.task_processes(name):
-        signal_group(pid, ticks, signal.SIGTERM)
+        signal_group(pid, ticks, signal.SIGTERM, nonce=nonce)

@@ -6,11 +6,13 @@ is imported only here, with the Agg backend, so no display is ever needed.
 """
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from toolkit._owned import write_new
 from toolkit.jobs.tuning._objective import TuningError
 
 __all__ = ["plot_trials"]
@@ -53,8 +55,10 @@ def plot_trials(output: Mapping[str, Any], path: str | Path, *, goal: str | None
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png")
+    image = io.BytesIO()
+    figure.savefig(image, format="png")
     pyplot.close(figure)
+    write_new(path, image.getvalue(), mode=0o644)  # a new file renamed into place: never through a symlink
     return path
 
 

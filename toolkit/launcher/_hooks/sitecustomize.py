@@ -48,11 +48,26 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _trusted(directory, path):
+    """A directory and file only this user (or root) can write: another user's planted sitecustomize.py (in a
+    1777 dir such as /tmp, put on sys.path as a package's parent) is never run."""
+    for name in (directory, path):
+        info = os.stat(name)
+        if info.st_uid not in (os.getuid(), 0) or info.st_mode & 0o002 or (
+                info.st_mode & 0o020 and info.st_gid != os.getgid()):
+            return False
+    return True
+
+
 def _run_shadowed():
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
         candidate = os.path.join(os.path.abspath(entry or os.curdir), "sitecustomize.py")
         if os.path.dirname(candidate) != here and os.path.isfile(candidate):
+            if not _trusted(os.path.dirname(candidate), candidate):
+                sys.stderr.write(f"tfdist: not running {candidate}: another user owns it or can write its "
+                                 "directory\n")
+                return
             spec = importlib.util.spec_from_file_location("_tfdist_shadowed_sitecustomize", candidate)
             if spec is not None and spec.loader is not None:
                 spec.loader.exec_module(importlib.util.module_from_spec(spec))

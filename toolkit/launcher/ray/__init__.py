@@ -70,7 +70,7 @@ def launch_ray(cmd: Sequence[str] | LaunchSpec, *, job_dir: str | PathLike[str] 
             (nothing is left running).
     """
     from toolkit.launcher import default_job_dir
-    from toolkit.launcher._supervisor import supervise
+    from toolkit.launcher._loop import supervise
     from toolkit.launcher._task import preemption_grace
     from toolkit.launcher.ray._job import RayJob
 
@@ -78,6 +78,10 @@ def launch_ray(cmd: Sequence[str] | LaunchSpec, *, job_dir: str | PathLike[str] 
     option_fields = {k: v for k, v in fields.items() if k not in spec_names}
     options = options if options is not None else RayOptions.from_env(**option_fields)
     spec = make_spec(cmd, {k: v for k, v in fields.items() if k in spec_names})
+    if spec.max_log_bytes is not None:
+        raise LaunchError(f"`max_log_bytes` is {spec.max_log_bytes}, but a Ray task's output comes back through "
+                          "Ray, whose log files the launcher does not write. Leave `max_log_bytes` out on Ray.",
+                          field="max_log_bytes")
     if spec.preload:
         raise LaunchError(f"`preload` is {spec.preload!r}, but on Ray every task is an actor that starts its own "
                           "interpreter on its node. Preloading is for the local launcher: leave `preload` out.",
