@@ -27,6 +27,7 @@ Example:
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,8 @@ from tf_config.checks import check_number
 
 __all__ = ["SPARSE_OPTIMIZERS", "SparseAdagrad", "SparseAdam", "SparseOptimizer", "SparseSGD",
            "make_sparse_optimizer"]
+
+logger = logging.getLogger(__name__)
 
 
 def _positive(name: str, value: Any, owner: str) -> float:
@@ -108,6 +111,10 @@ class SparseOptimizer(tf.Module):
             if slots is None:
                 raise ShardingError(f"{type(self).__name__} has no slots for table {table.name!r}. "
                                     "Pass every table to build(tables) before training.", field="build")
+            if all(gradient is None for gradient in gradients):
+                # traced once: a table the loss does not reach is not trained, and says so
+                logger.warning("%s: table %r got no gradient in this step (the loss does not depend on it, or its "
+                               "shards are not watched); it is not updated", type(self).__name__, table.name)
             for i, (shard, gradient) in enumerate(zip(table.shards, gradients, strict=False)):
                 if gradient is None:
                     continue

@@ -80,6 +80,20 @@ def _check_dense_unsharded(variables: list[Any]) -> None:
                 field="partitioner")
 
 
+def _check_shards_trainable(model: Any) -> None:
+    """A trainable layer whose shards are not trainable variables would get no gradient, and never train."""
+    for layer in child_layers(model, recursive=True):
+        if isinstance(layer, ShardedEmbedding) and layer.trainable and layer.table is not None:
+            frozen = [shard.name for shard in layer.table.shards if not shard.trainable]
+            if frozen:
+                raise ShardingError((
+                    f"ShardedEmbedding {layer.name!r} ({layer.input_dim} x {layer.output_dim}) is trainable but its "
+                    f"table shards {frozen} were created as non-trainable variables, so the tape would give them no "
+                    "gradient and the table would silently stay as initialised. A variable creator around the model's "
+                    "construction turned them non-trainable: create them with trainable=True, or set "
+                    "layer.trainable = False to keep the table frozen on purpose."), field="model")
+
+
 class ShardedTrainStep(TrainStep):
     """The engine's train step for models with sharded embedding tables.
 
@@ -112,6 +126,7 @@ class ShardedTrainStep(TrainStep):
         self.sparse_optimizer = sparse_optimizer if sparse_optimizer is not None else SparseAdam()
         self.sparse_optimizer.build(self.tables)
         self.shards = [shard for table in self.tables for shard in table.shards]
+        _check_shards_trainable(state.model)
         state.extras.setdefault("sparse_optimizer", self.sparse_optimizer)
 
     def variables(self) -> list[Any]:

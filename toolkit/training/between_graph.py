@@ -78,7 +78,7 @@ class NamedVariables:
             initial = tf.convert_to_tensor(initial, dtype=kwargs.get("dtype"))
             shape = tf.TensorShape(kwargs.get("shape") or initial.shape)
             name = f"{self.prefix}/{len(self._names)}"
-            variable = named_variable(name, initial.dtype, shape, trainable=bool(kwargs.get("trainable", True)),
+            variable = named_variable(name, initial.dtype, shape, trainable=_trainable(kwargs),
                                  synchronization=kwargs.get("synchronization"),
                                  aggregation=kwargs.get("aggregation"),
                                  distribute_strategy=kwargs.get("distribute_strategy"))
@@ -99,6 +99,19 @@ class NamedVariables:
     def describe(self, variable: keras.Variable | tf.Variable) -> dict[str, Any]:
         return {"name": self.name_of(variable), "dtype": tf.as_dtype(variable.dtype).name,
                 "shape": list(variable.shape), "device": _device_of(variable)}
+
+
+def _trainable(kwargs: Mapping[str, Any]) -> bool:
+    """What ``tf.Variable`` makes of its ``trainable`` argument: None means True, unless read-synchronized.
+
+    ``tf.Variable(...)`` passes ``trainable=None`` down the creator chain (Keras passes a bool). Taken as
+    False, every variable created that way (a sharded table's shards) was invisible to the tape: its
+    gradient was None and its optimizer skipped it, so the table never trained under parameter servers.
+    """
+    trainable = kwargs.get("trainable")
+    if trainable is None:
+        return kwargs.get("synchronization") != tf.VariableSynchronization.ON_READ
+    return bool(trainable)
 
 
 def _device_of(variable: keras.Variable | tf.Variable) -> str:
