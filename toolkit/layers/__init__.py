@@ -10,6 +10,7 @@ Example:
     >>> from toolkit.layers import ShardedEmbedding, SparseAdam, make_train_step
 """
 from toolkit.layers.embedding import ShardedEmbedding, sparse_training
+from toolkit.layers.keras_sparse import SparseFtrl, sparse_optimizer_for
 from toolkit.layers.recommender import recommender
 from toolkit.layers.sparse_optimizers import (
     SPARSE_OPTIMIZERS,
@@ -33,6 +34,7 @@ __all__ = [
     "ShardedTrainStep",
     "SparseAdagrad",
     "SparseAdam",
+    "SparseFtrl",
     "SparseOptimizer",
     "SparseSGD",
     "has_sharded_tables",
@@ -41,5 +43,6 @@ __all__ = [
     "model_placement_report",
     "recommender",
     "sharded_tables",
+    "sparse_optimizer_for",
     "sparse_training",
 ]

@@ -76,6 +76,9 @@ class SparseOptimizer(tf.Module):
             the optimizer.
     """
 
+    #: True when a step updates rows that were not looked up (dense Adam): shards with no gradient still step
+    touches_every_row: bool = False
+
     def __init__(self, learning_rate: float, *, name: str) -> None:
         super().__init__(name=name)
         self.learning_rate = _positive("learning_rate", learning_rate, type(self).__name__)
@@ -116,10 +119,13 @@ class SparseOptimizer(tf.Module):
                 logger.warning("%s: table %r got no gradient in this step (the loss does not depend on it, or its "
                                "shards are not watched); it is not updated", type(self).__name__, table.name)
             for i, (shard, gradient) in enumerate(zip(table.shards, gradients, strict=False)):
-                if gradient is None:
+                if gradient is None and not self.touches_every_row:
                     continue
                 with tf.device(shard.device):
-                    rows, values = _dedupe(gradient)
+                    if gradient is None:  # no row of this shard was looked up: an empty update
+                        rows, values = tf.zeros([0], tf.int64), tf.zeros([0, *shard.shape[1:]], shard.dtype)
+                    else:
+                        rows, values = _dedupe(gradient)
                     shard_slots = {name: slot.shards[i] for name, slot in slots.items()}
                     self._update_rows(shard, rows, tf.cast(values, shard.dtype), shard_slots, step)
         self.iterations.assign_add(1)
@@ -164,11 +170,19 @@ class SparseAdagrad(SparseOptimizer):
 
 
 class SparseAdam(SparseOptimizer):
-    """Adam with Keras' formulas and defaults, lazily on the looked-up rows."""
+    """Adam with Keras' formulas and defaults.
+
+    ``lazy=True`` (the default) updates the looked-up rows only: a row's moments decay in the steps that
+    look it up. ``lazy=False`` is Keras' dense Adam: every step decays both moments of *every* row and
+    moves every row, shard by shard on each shard's device (no row travels, but each step rewrites whole
+    tables and slots, which costs in proportion to the table, not the batch).
+    """
 
     def __init__(self, learning_rate: float = 0.001, *, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, name: str = "sparse_adam") -> None:
+                 epsilon: float = 1e-7, lazy: bool = True, name: str = "sparse_adam") -> None:
         super().__init__(learning_rate, name=name)
+        self.lazy = bool(lazy)
+        self.touches_every_row = not self.lazy
         for key, value in (("beta_1", beta_1), ("beta_2", beta_2)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise ShardingError(f"SparseAdam `{key}` is {value!r}; expected a number in [0, 1), e.g. 0.9.",
@@ -181,6 +195,14 @@ class SparseAdam(SparseOptimizer):
 
     def _update_rows(self, shard, rows, grad, slots, step) -> None:
         m, v = slots["m"], slots["v"]
+        alpha = self.learning_rate * tf.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
+        if not self.lazy:  # Keras' dense maths: decay all rows, add the looked-up gradients, move all rows
+            m.assign(m * self.beta_1)
+            v.assign(v * self.beta_2)
+            _add_rows(m, rows, grad * (1 - self.beta_1))
+            _add_rows(v, rows, tf.square(grad) * (1 - self.beta_2))
+            shard.assign_sub(m * tf.cast(alpha, shard.dtype) / (tf.sqrt(v) + self.epsilon))
+            return
         # Add deltas instead of writing new values: under asynchronous workers a gather -> compute ->
         # scatter_update lets one worker overwrite another's moment update; each locked add is atomic.
         m_rows = tf.gather(m, rows)
@@ -189,7 +211,6 @@ class SparseAdam(SparseOptimizer):
         _add_rows(v, rows, (tf.square(grad) - v_rows) * (1 - self.beta_2))
         m_new = tf.gather(m, rows)  # after the adds (ops on one variable run in program order)
         v_new = tf.gather(v, rows)
-        alpha = self.learning_rate * tf.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
         _add_rows(shard, rows, -m_new * tf.cast(alpha, shard.dtype) / (tf.sqrt(v_new) + self.epsilon))
 
 

@@ -26,6 +26,7 @@ import tensorflow as tf
 from strategies.sharding import ShardedTable, ShardingError, placement_report
 from toolkit._compat.keras import child_layers
 from toolkit.layers.embedding import ShardedEmbedding, sparse_training
+from toolkit.layers.keras_sparse import sparse_optimizer_for
 from toolkit.layers.sparse_optimizers import SparseAdam, SparseOptimizer
 from toolkit.training.config import TrainingError
 from toolkit.training.extensions import register_export_state, register_model_step
@@ -107,7 +108,8 @@ class ShardedTrainStep(TrainStep):
     Args:
         state, forward, metrics, global_batch_size: as for ``TrainStep``.
         sync: must be None: synchronous replicas aggregate dense gradients only.
-        sparse_optimizer: updates the tables (default ``SparseAdam()``). Built
+        sparse_optimizer: updates the tables (default: the compiled Keras optimizer's own maths,
+            row-sparse: ``toolkit.layers.keras_sparse.sparse_optimizer_for``). Built
             here, so construct the step under the strategy's scope.
     """
 
@@ -123,7 +125,9 @@ class ShardedTrainStep(TrainStep):
         self.tables = sharded_tables(state.model)
         self.dense = list(state.model.trainable_variables)
         _check_dense_unsharded(self.dense)
-        self.sparse_optimizer = sparse_optimizer if sparse_optimizer is not None else SparseAdam()
+        if sparse_optimizer is None:
+            sparse_optimizer = sparse_optimizer_for(state.optimizer, self.tables) if self.tables else SparseAdam()
+        self.sparse_optimizer = sparse_optimizer
         self.sparse_optimizer.build(self.tables)
         self.shards = [shard for table in self.tables for shard in table.shards]
         _check_shards_trainable(state.model)
@@ -149,7 +153,7 @@ def make_train_step(
     *,
     loss: Any,
     optimizer: Any,
-    sparse_optimizer: SparseOptimizer,
+    sparse_optimizer: SparseOptimizer | None = None,
 ) -> Callable[[Any, Any], tf.Tensor]:
     """A ``tf.function`` ``step(features, labels) -> loss`` training ``model``, for hand-written loops.
 
@@ -164,7 +168,7 @@ def make_train_step(
         loss: a Keras loss (its reduction is switched off), a loss name, or a
             function returning one loss per example.
         optimizer: a Keras optimizer for the dense variables.
-        sparse_optimizer: updates the sharded tables.
+        sparse_optimizer: updates the sharded tables (None: ``optimizer``'s own maths, row-sparse).
 
     Returns:
         ``step(features, labels)``: the mean loss over this replica's batch
