@@ -30,7 +30,8 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,6 +56,8 @@ __all__ = [
     "ShardedTable",
     "ShardingError",
     "colocated_with",
+    "has_shard_source",
+    "shard_source",
     "placement_report",
     "ps_devices",
 ]
@@ -82,6 +85,37 @@ def _ps_strategy() -> tf.distribute.ParameterServerStrategy | None:
         f"sharded tables work without a strategy or under ParameterServerStrategy; the current "
         f"strategy is {type(strategy).__name__}. Build the model under "
         "make_strategy('parameter_server', ..., partitioner=...) or outside any strategy scope."), field="strategy")
+
+
+#: where ``shard_source`` keeps its function, per thread
+_SOURCE = threading.local()
+
+#: ``source(table name) -> (shards, partition)`` or None (create the table as usual)
+ShardSource = Callable[[str], "tuple[list[tf.Variable], str] | None"]
+
+
+@contextlib.contextmanager
+def shard_source(source: ShardSource) -> Iterator[None]:
+    """Inside, ``ShardedTable.create`` adopts the shards ``source(name)`` returns instead of creating them.
+
+    A between-graph worker builds the model in its own graph on the chief's tables this way.
+    """
+    previous = getattr(_SOURCE, "source", None)
+    _SOURCE.source = source
+    try:
+        yield
+    finally:
+        _SOURCE.source = previous
+
+
+def _from_source(name: str) -> tuple[list[tf.Variable], str] | None:
+    source = getattr(_SOURCE, "source", None)
+    return None if source is None else source(name)
+
+
+def has_shard_source(name: str) -> bool:
+    """Whether the active ``shard_source`` holds the table ``name``."""
+    return _from_source(name) is not None
 
 
 def colocated_with(variable: tf.Variable) -> contextlib.AbstractContextManager[None]:
@@ -182,6 +216,10 @@ class ShardedTable(Trackable):
                 are split over every ps (None: ``AUTO_SHARD_BYTES``).
         """
         ShardLayout(partition, rows, 1)  # validates partition and rows early
+        given = _from_source(name)
+        if given is not None:  # another client's shards (a between-graph worker opens the chief's)
+            shards, partition = given
+            return cls(shards, layout=ShardLayout(partition, rows, len(shards)), name=name)
         strategy = _ps_strategy()
         if strategy is not None:
             shards = cls._create_under_ps(name, rows, dim, initializer, dtype, num_shards=num_shards,

@@ -123,7 +123,8 @@ def test_adam_touches_only_looked_up_rows_of_the_table_and_its_slots():
 
 def test_sparse_optimizer_arguments_are_checked():
     with pytest.raises(ShardingError,
-                       match=r"sparse optimizer `name` is 'rmsprop'; expected one of \['adagrad', 'adam', 'ftrl', 'sgd'\]"):
+                       match=r"sparse optimizer `name` is 'rmsprop'; expected one of "
+                             r"\['adagrad', 'adam', 'ftrl', 'sgd'\]"):
         make_sparse_optimizer("rmsprop")
     with pytest.raises(ShardingError, match="SparseSGD `learning_rate` is -1; expected a positive number"):
         SparseSGD(-1)

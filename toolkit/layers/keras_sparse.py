@@ -53,6 +53,12 @@ class SparseFtrl(SparseOptimizer):
         self.l1, self.l2 = float(l1_regularization_strength), float(l2_regularization_strength)
         self.l2_shrinkage, self.beta = float(l2_shrinkage_regularization_strength), float(beta)
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "learning_rate_power": self.learning_rate_power,
+                "initial_accumulator_value": self.initial_accumulator_value,
+                "l1_regularization_strength": self.l1, "l2_regularization_strength": self.l2,
+                "l2_shrinkage_regularization_strength": self.l2_shrinkage, "beta": self.beta}
+
     def _slot_fills(self) -> Mapping[str, float]:
         return {"accumulator": self.initial_accumulator_value, "linear": 0.0}
 

@@ -99,6 +99,10 @@ class SparseOptimizer(tf.Module):
                 self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name=f"{self.name}/iterations")
         return self
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments: ``type(opt)(**opt.get_config())`` is the same optimizer, without state."""
+        return {"learning_rate": self.learning_rate, "name": self.name}
+
     def slots_by_table(self) -> dict[str, list[ShardedTable]]:
         """Slot tables by table name, as :func:`strategies.sharding.placement_report` wants."""
         return {name: list(slots.values()) for name, slots in self.slots.items()}
@@ -159,6 +163,10 @@ class SparseAdagrad(SparseOptimizer):
             "initial_accumulator_value", initial_accumulator_value, "SparseAdagrad")
         self.epsilon = _positive("epsilon", epsilon, "SparseAdagrad")
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "initial_accumulator_value": self.initial_accumulator_value,
+                "epsilon": self.epsilon}
+
     def _slot_fills(self) -> Mapping[str, float]:
         return {"accumulator": self.initial_accumulator_value}
 
@@ -189,6 +197,10 @@ class SparseAdam(SparseOptimizer):
                     field=key)
         self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
         self.epsilon = _positive("epsilon", epsilon, "SparseAdam")
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
+                "lazy": self.lazy}
 
     def _slot_fills(self) -> Mapping[str, float]:
         return {"m": 0.0, "v": 0.0}

@@ -13,9 +13,10 @@ client and runs its own graph. Here the chief keeps every duty of ``fit`` but th
   waits on the global step, so it ends exactly on epoch ends and checkpoint steps; closing the
   queue ends the workers' loops, and a worker lost mid-step has its tokens released again.
 
-``runner_for`` decides: the default ``TrainStep`` without ``sync``, with any Keras 3 optimizer,
-when every worker runs ``fit`` (each raises a flag on its own device); otherwise the chief
-coordinates and the workers only serve.
+``runner_for`` decides: the default ``TrainStep`` (or a step that says how a worker rebuilds it:
+``between_graph_spec`` on the chief, ``for_worker`` on the worker, as ``ShardedTrainStep`` does)
+without ``sync``, with any Keras 3 optimizer, when every worker runs ``fit`` (each raises a flag
+on its own device); otherwise the chief coordinates and the workers only serve.
 """
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ def _device_of(variable: keras.Variable | tf.Variable) -> str:
 
 def unsupported(step: TrainStep) -> str | None:
     """Why the workers cannot rebuild ``step`` (None: they can, with any Keras 3 optimizer)."""
-    if type(step) is not TrainStep:
+    if type(step) is not TrainStep and not callable(getattr(type(step), "for_worker", None)):
         return f"train_step ({type(step).__name__})"
     if step.sync is not None:
         return "sync="
@@ -228,6 +229,9 @@ class BetweenGraphRunner(Runner):
             "steps_per_execution": self.steps_per_execution,
             "queue": {"name": queue_name, "device": device},
         }
+        spec = getattr(step, "between_graph_spec", None)
+        if callable(spec):  # a step the workers rebuild from more than model and optimizer (sharded tables)
+            manifest.update(spec(named))
         _publish(manifest)
         self._step = self._target = int(global_step.numpy())
         self._seen = np.zeros([self.width], np.float64)
