@@ -171,10 +171,12 @@ class SparseAdagrad(SparseOptimizer):
         return {"accumulator": self.initial_accumulator_value}
 
     def _update_rows(self, shard, rows, grad, slots, step) -> None:
-        accumulator = slots["accumulator"]
-        _add_rows(accumulator, rows, tf.square(grad))
-        total = tf.gather(accumulator, rows)
-        _add_rows(shard, rows, -self.learning_rate * grad / tf.sqrt(total + self.epsilon))
+        # TensorFlow's fused kernel (what TF1's AdagradOptimizer ran): one op on the ps, under both variables'
+        # locks, instead of a scatter, a gather and a second scatter. Its epsilon is outside the square root
+        # (Keras': inside); with the accumulator at least initial_accumulator_value, they differ by < 1e-6.
+        tf.raw_ops.ResourceSparseApplyAdagradV2(
+            var=shard.handle, accum=slots["accumulator"].handle, lr=tf.constant(self.learning_rate, grad.dtype),
+            epsilon=tf.constant(self.epsilon, grad.dtype), grad=grad, indices=rows, use_locking=True)
 
 
 class SparseAdam(SparseOptimizer):
