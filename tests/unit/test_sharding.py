@@ -386,3 +386,18 @@ def test_a_table_larger_than_a_tasks_memory_is_refused_at_build(monkeypatch):
                                             r"needs 1.5 MiB per shard .* more than a task's memory \(1.0 MiB\). Add"):
         ShardedEmbedding(100_000, 8, num_shards=2, name="clicks").build()
     ShardedEmbedding(100_000, 8, num_shards=4, name="fits").build()  # 0.8 MiB shards
+
+
+def test_a_layout_restored_inside_a_traced_function_is_checked_there():
+    """Under parameter servers the restore runs traced (the tensors are symbolic): the check must not need .numpy()."""
+    from strategies._sharding_checkpoint import table_saveables
+
+    table = _table()
+    layout = table_saveables(table)["layout"]("items/layout")
+
+    def restore(signature):
+        layout.restore([tf.constant(signature)], None)  # an op; tf.function returns nothing
+
+    tf.function(lambda: restore(table.layout.signature(table.dim)))()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="'items': the checkpoint holds another layout"):
+        tf.function(lambda: restore("partition=div rows=11 dim=3 shards=2"))()
