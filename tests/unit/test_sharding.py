@@ -123,7 +123,8 @@ def test_adam_touches_only_looked_up_rows_of_the_table_and_its_slots():
 
 def test_sparse_optimizer_arguments_are_checked():
     with pytest.raises(ShardingError,
-                       match=r"sparse optimizer `name` is 'rmsprop'; expected one of \['adagrad', 'adam', 'sgd'\]"):
+                       match=r"sparse optimizer `name` is 'rmsprop'; expected one of "
+                             r"\['adagrad', 'adam', 'ftrl', 'sgd'\]"):
         make_sparse_optimizer("rmsprop")
     with pytest.raises(ShardingError, match="SparseSGD `learning_rate` is -1; expected a positive number"):
         SparseSGD(-1)
@@ -347,3 +348,31 @@ def test_sparse_adam_loses_no_moment_update_when_steps_run_concurrently():
     m, v = (optimizer.slots["race"][name].to_numpy()[0, 0] for name in ("m", "v"))
     # one lost update would leave m about 0.0003 short; a concurrent read can only push it above serial
     assert steps == 1201 and m >= serial - 1e-4 and v >= serial - 1e-4, (m, v, serial)
+
+
+def test_tables_built_under_fits_named_variables_train():
+    """Under parameter servers ``fit`` builds the model inside ``NamedVariables``; a plain ``tf.Variable`` (a shard)
+    passes ``trainable=None`` down the creators, which was once taken as False: no gradient, no update, no error."""
+    from toolkit.training.between_graph import NamedVariables
+
+    with tf.variable_creator_scope(NamedVariables("tfdist_test_sharded")):
+        model = _toy_model()
+        frozen = tf.Variable(1.0, trainable=False)
+        synced = tf.Variable(1.0, synchronization=tf.VariableSynchronization.ON_READ,
+                             aggregation=tf.VariableAggregation.SUM)
+    assert all(shard.trainable for table in sharded_tables(model) for shard in table.shards)
+    assert not frozen.trainable and not synced.trainable
+    table = sharded_tables(model)[0]
+    before = table.to_numpy()
+    step = make_train_step(model, loss="mse", optimizer=keras.optimizers.SGD(0.1), sparse_optimizer=SparseAdagrad(0.5))
+    step(tf.constant([1, 2, 3], tf.int64), tf.ones([3, 1]))
+    changed = np.flatnonzero(np.any(table.to_numpy() != before, axis=1))
+    assert changed.tolist() == [1, 2, 3]
+
+
+def test_a_trainable_table_with_frozen_shards_is_refused():
+    model = _toy_model()
+    table = sharded_tables(model)[0]
+    table.shards[0]._trainable = False  # what a creator that drops `trainable` did
+    with pytest.raises(ShardingError, match="'ids_embedding' .* is trainable but its table shards .* non-trainable"):
+        make_train_step(model, loss="mse", optimizer=keras.optimizers.SGD(0.1), sparse_optimizer=SparseSGD())
