@@ -39,6 +39,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -194,13 +195,15 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--peer", default=None, help="the TF1 click-through peer script")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per path")
+    parser.add_argument("--keep", default=None, help="work in this directory and keep it (the tasks' logs)")
     args = parser.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the data is drawn here, through toolkit.data
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
           f"{os.cpu_count()} cores, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}; "
           f"vocab {args.vocab} (tables of {26 * args.vocab:,} rows), 2 ps + 2 workers, batch {BATCH}", flush=True)
     results: dict[str, dict[str, Any] | None] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-ctr-") as tmp:
+    work = contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="bench-ctr-")
+    with work as tmp:
         if not args.only or set(args.only) - {"tf1_peer"}:
             (Path(tmp) / "data").mkdir()
             write_training_data(Path(tmp) / "data", args.vocab, workers=2)

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTO_SHARD_BYTES",
+    "TASK_MEMORY_BYTES",
     "PARTITIONS",
     "ShardLayout",
     "ShardPlacement",
@@ -67,6 +69,30 @@ logger = logging.getLogger(__name__)
 #: Under ParameterServerStrategy (with no variable partitioner), a table of at least this many bytes is split
 #: into one shard per ps; smaller ones stay whole on one ps. Override per layer (``min_shard_bytes=``) or here.
 AUTO_SHARD_BYTES = 1 << 20
+
+
+#: The memory of one task that holds shards (a ps), in bytes; None: this machine's physical memory.
+#: A table whose largest shard would not fit is refused before anything is created.
+TASK_MEMORY_BYTES: int | None = None
+
+
+def _task_memory() -> int:
+    if TASK_MEMORY_BYTES is not None:
+        return int(TASK_MEMORY_BYTES)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _check_fits(name: str, dim: int, dtype: tf.DType, layout: ShardLayout) -> None:
+    """A ``ShardingError`` for a table whose largest shard is larger than a task's memory (estimated at build)."""
+    shard_bytes = max(layout.sizes) * dim * dtype.size
+    budget = _task_memory()
+    if shard_bytes > budget:
+        raise ShardingError((
+            f"embedding table {name!r} ({layout.rows:,} x {dim}, {describe_bytes(layout.rows * dim * dtype.size)}) "
+            f"in {layout.num_shards} shard(s) needs {describe_bytes(shard_bytes)} per shard before its optimizer "
+            f"slots (Adagrad doubles it, Adam triples it), more than a task's memory ({describe_bytes(budget)}). "
+            "Add parameter servers (one shard each), hash the ids into fewer rows, or, if the ps machines have "
+            "more memory than this one, set strategies.sharding.TASK_MEMORY_BYTES."), field="input_dim")
 
 
 def ps_devices(cfg: TFConfig) -> list[str]:
@@ -273,6 +299,7 @@ class ShardedTable(Trackable):
                     field="num_shards")
         count = len(devices) if devices is not None else (num_shards or 1)
         layout = ShardLayout(partition, rows, count)
+        _check_fits(name, dim, tf.as_dtype(dtype), layout)
         shards, offset = [], 0
         for i, size in enumerate(layout.sizes):
             shard_init = shard_initializer(initializer, full_shape=[rows, dim], shard_rows=size, offset=offset)

@@ -79,3 +79,40 @@ def test_a_model_trains_its_tables_with_the_optimizer_it_was_given():
     before = table.to_numpy()
     step(tf.constant([[1, 2], [3, 1]], tf.int64), tf.ones([2, 1]))
     assert np.flatnonzero(np.any(table.to_numpy() != before, axis=1)).tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("make_keras", [lambda: keras.optimizers.Adagrad(0.1), lambda: keras.optimizers.Adam(0.1),
+                                        lambda: keras.optimizers.Ftrl(0.1), lambda: keras.optimizers.SGD(0.1)],
+                         ids=["adagrad", "adam", "ftrl", "sgd"])
+def test_no_op_of_a_training_step_holds_a_whole_table_gradient_or_slot(make_keras):
+    ids = keras.Input((3,), dtype="int64")
+    vectors = keras.layers.Flatten()(ShardedEmbedding(1000, 8, num_shards=2, name="emb")(ids))
+    model = keras.Model(ids, keras.layers.Dense(1)(vectors))
+    step = make_train_step(model, loss="mse", optimizer=make_keras())
+    graph = step.get_concrete_function(tf.TensorSpec([None, 3], tf.int64), tf.TensorSpec([None, 1])).graph
+    whole = {(1000, 8), (500, 8)}  # the table, and one shard (of the table or of a slot)
+    shapes = {(op.type, tuple(out.shape.as_list())) for op in graph.get_operations() for out in op.outputs
+              if out.shape.rank is not None and out.shape.rank == 2 and None not in out.shape.as_list()}
+    assert not [(kind, shape) for kind, shape in shapes if shape in whole]
+    step(tf.constant([[1, 2, 600]], tf.int64), tf.ones([1, 1]))  # and it runs
+
+
+def test_a_table_looked_up_twice_in_a_step_sums_its_rows_gradients_before_the_update():
+    """One lookup's rows are distinct, and go to the update as they are; two lookups may repeat rows."""
+    ids = keras.Input((2,), dtype="int64")
+    layer = ShardedEmbedding(40, 4, num_shards=2, name="twice")
+    both = keras.layers.Concatenate()([keras.layers.Flatten()(layer(ids)), keras.layers.Flatten()(layer(ids))])
+    model = keras.Model(ids, keras.layers.Dense(1, kernel_initializer="ones")(both))
+    table = sharded_tables(model)[0]
+    dense = keras.Variable(table.to_numpy())
+    keras_opt = keras.optimizers.Adagrad(0.5)
+    step = make_train_step(model, loss="mse", optimizer=keras.optimizers.Adagrad(0.5))  # tables: its twin
+    batch, labels = tf.constant([[1, 21], [1, 3]], tf.int64), tf.zeros([2, 1])
+    with tf.GradientTape() as tape:  # the same forward pass on a dense twin of the table
+        rows = tf.gather(dense, batch)
+        flat = tf.reshape(rows, [2, 8])
+        logits = tf.reduce_sum(tf.concat([flat, flat], axis=1), axis=1, keepdims=True) + model.layers[-1].bias
+        loss = tf.reduce_sum(tf.square(logits - labels)) / 2
+    keras_opt.apply_gradients([(tf.convert_to_tensor(tape.gradient(loss, dense)), dense)])
+    step(batch, labels)
+    np.testing.assert_allclose(table.to_numpy(), dense.numpy(), rtol=1e-5, atol=1e-6)

@@ -376,3 +376,28 @@ def test_a_trainable_table_with_frozen_shards_is_refused():
     table.shards[0]._trainable = False  # what a creator that drops `trainable` did
     with pytest.raises(ShardingError, match="'ids_embedding' .* is trainable but its table shards .* non-trainable"):
         make_train_step(model, loss="mse", optimizer=keras.optimizers.SGD(0.1), sparse_optimizer=SparseSGD())
+
+
+def test_a_table_larger_than_a_tasks_memory_is_refused_at_build(monkeypatch):
+    import strategies.sharding as sharding
+
+    monkeypatch.setattr(sharding, "TASK_MEMORY_BYTES", 1 << 20)  # 1 MiB per task
+    with pytest.raises(ShardingError, match=r"embedding table 'clicks' \(100,000 x 8, 3.1 MiB\) in 2 shard\(s\) "
+                                            r"needs 1.5 MiB per shard .* more than a task's memory \(1.0 MiB\). Add"):
+        ShardedEmbedding(100_000, 8, num_shards=2, name="clicks").build()
+    ShardedEmbedding(100_000, 8, num_shards=4, name="fits").build()  # 0.8 MiB shards
+
+
+def test_a_layout_restored_inside_a_traced_function_is_checked_there():
+    """Under parameter servers the restore runs traced (the tensors are symbolic): the check must not need .numpy()."""
+    from strategies._sharding_checkpoint import table_saveables
+
+    table = _table()
+    layout = table_saveables(table)["layout"]("items/layout")
+
+    def restore(signature):
+        layout.restore([tf.constant(signature)], None)  # an op; tf.function returns nothing
+
+    tf.function(lambda: restore(table.layout.signature(table.dim)))()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="'items': the checkpoint holds another layout"):
+        tf.function(lambda: restore("partition=div rows=11 dim=3 shards=2"))()

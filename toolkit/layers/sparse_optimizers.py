@@ -46,8 +46,23 @@ def _positive(name: str, value: Any, owner: str) -> float:
     return float(check_number(value, field=name, error=ShardingError, owner=owner, example=0.01))
 
 
+def _unique_already(indices: tf.Tensor) -> bool:
+    """Whether traced ``indices`` are a table lookup's own rows, distinct by construction.
+
+    ``ShardedTable.lookup`` gathers each distinct id once (``Unique``, then ``DynamicPartition``
+    by shard), and the gather's gradient reshapes those rows; a table looked up twice gets the
+    concatenation of two such lists instead, which may repeat rows.
+    """
+    op = getattr(indices, "op", None)  # eager tensors have none
+    while op is not None and op.type in ("Reshape", "Identity", "Cast"):
+        op = op.inputs[0].op
+    return op is not None and op.type in ("Unique", "DynamicPartition")
+
+
 def _dedupe(gradient: tf.IndexedSlices) -> tuple[tf.Tensor, tf.Tensor]:
     """(unique rows, summed gradient per row): an id seen twice updates once."""
+    if _unique_already(gradient.indices):  # one lookup's rows: already distinct, nothing to sum
+        return tf.cast(gradient.indices, tf.int64), gradient.values
     rows, position = tf.unique(tf.cast(gradient.indices, tf.int64))
     values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(rows)[0])
     return rows, values

@@ -116,6 +116,11 @@ def _check_shards_trainable(model: Any) -> None:
                     "layer.trainable = False to keep the table frozen on purpose."), field="model")
 
 
+def _one_row_after(shard: tf.Variable) -> tf.Tensor:
+    with tf.device(shard.device):
+        return tf.gather(shard, tf.zeros([1], tf.int64))
+
+
 class ShardedTrainStep(TrainStep):
     """The engine's train step for models with sharded embedding tables.
 
@@ -205,7 +210,11 @@ class ShardedTrainStep(TrainStep):
         if self.tables:
             sparse = iter(gradients[count:])
             self.sparse_optimizer.apply([(t, [next(sparse) for _ in t.shards]) for t in self.tables])
-        return after_updates(variables) if self.read_back else []
+        if not self.read_back:
+            return []
+        # one row of each shard, read after its updates (ops on one variable run in program order): reading
+        # whole shards, as after_updates does for dense variables, would copy every table each step
+        return [*after_updates(variables[:count]), *(_one_row_after(shard) for shard in self.shards)]
 
 
 def make_train_step(
