@@ -88,6 +88,11 @@ class _EpochMarks(tf.train.SessionRunHook):
             self.marks.append((time.time(), step))
             self.next = (step // self.per_epoch + 1) * self.per_epoch
 
+    def end(self, session):  # the other worker may have taken the last steps: the step training ended at
+        step = int(session.run(self.step))
+        if step > self.marks[-1][1]:
+            self.marks.append((time.time(), step))
+
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
