@@ -34,31 +34,36 @@ def write_training_data(data_dir: Path, vocab: int, workers: int) -> None:
             array.tofile(data_dir / f"{part}-{index}.bin")
 
 
+def examples_dataset(data_dir: str, index):
+    """Worker ``index``'s examples ``({"dense", "categorical"}, labels)``, unbatched; ``index`` may be a tensor."""
+    import tensorflow as tf
+
+    from toolkit.data.ctr import CTR_CATEGORICAL, CTR_DENSE
+
+    def read(part, dtype, width):
+        path = tf.strings.join([data_dir, f"/{part}-", tf.strings.as_string(index), ".bin"])
+        return tf.reshape(tf.io.decode_raw(tf.io.read_file(path), dtype), [-1, width])
+
+    return tf.data.Dataset.from_tensors(0).flat_map(lambda _: tf.data.Dataset.from_tensor_slices(
+        ({"dense": read("dense", tf.float32, CTR_DENSE), "categorical": read("categorical", tf.int64,
+                                                                               CTR_CATEGORICAL)},
+         read("labels", tf.float32, 1))))
+
+
 def _dataset_fn(data_dir: str):
     """Pipeline *i* reads worker *i*'s examples, shuffled as each TF1 peer worker shuffles its own."""
 
     def dataset_fn(input_context=None):
         import tensorflow as tf
 
-        from toolkit.data.ctr import CTR_CATEGORICAL, CTR_DENSE
-
         index = input_context.input_pipeline_id if input_context is not None else 0
-
-        def read(part, dtype, width):
-            path = tf.strings.join([data_dir, f"/{part}-", tf.strings.as_string(index), ".bin"])
-            return tf.reshape(tf.io.decode_raw(tf.io.read_file(path), dtype), [-1, width])
-
-        examples = tf.data.Dataset.from_tensors(0).flat_map(lambda _: tf.data.Dataset.from_tensor_slices(
-            ({"dense": read("dense", tf.float32, CTR_DENSE), "categorical": read("categorical", tf.int64,
-                                                                                   CTR_CATEGORICAL)},
-             read("labels", tf.float32, 1))))
-        shuffled = examples.shuffle(50_000, seed=tf.cast(index, tf.int64)).repeat()
+        shuffled = examples_dataset(data_dir, index).shuffle(50_000, seed=tf.cast(index, tf.int64)).repeat()
         return shuffled.batch(BATCH, drop_remainder=True).prefetch(4)
 
     return dataset_fn
 
 
-def heldout_logloss(predict_logits, vocab: int) -> tuple[float, float]:
+def heldout_logloss(predict_logits, vocab: int, *, batch: int = EVAL_BATCH) -> tuple[float, float]:
     """(mean sigmoid cross-entropy over the held-out set, the base rate's) for ``predict_logits(features)``."""
     import numpy as np
 
@@ -66,8 +71,8 @@ def heldout_logloss(predict_logits, vocab: int) -> tuple[float, float]:
 
     heldout = criteo_like(EVAL_N, vocab=vocab, seed=EVAL_SEED)
     total = 0.0
-    for start in range(0, EVAL_N, EVAL_BATCH):
-        part = slice(start, start + EVAL_BATCH)
+    for start in range(0, EVAL_N, batch):
+        part = slice(start, start + batch)
         z = np.asarray(predict_logits({"dense": heldout.dense[part], "categorical": heldout.categorical[part]}),
                        dtype=np.float64).reshape(-1, 1)
         y = heldout.labels[part].astype(np.float64)
