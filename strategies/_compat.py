@@ -26,7 +26,7 @@ import tensorflow as tf
 
 __all__ = ["SYMBOLS", "Trackable", "SaveableObject", "SaveSpec", "ResourceVariableSaveable",
            "child_layers", "keras_name_scope_stack", "keras_variable_of", "missing_symbols", "replace_method",
-           "pss_cluster", "stop_coordinator_threads", "tape_could_record"]
+           "pss_cluster", "pss_partitioning", "stop_coordinator_threads", "tape_could_record"]
 
 #: ``module:attribute`` of every private symbol below, or ``Class.member`` for private members.
 SYMBOLS = (
@@ -77,9 +77,29 @@ def missing_symbols() -> list[str]:
     missing = [symbol for symbol in SYMBOLS if _find(symbol) is None]
     if not _initializers_close_over_their_variable():
         missing.append("keras.Variable's tf.Variable initial_value closing over the keras.Variable")
+    source = inspect.getsource(_pss_extended_class().__init__)
+    for attribute in ("_variable_partitioner", "_num_ps"):
+        if f"self.{attribute} = " not in source:
+            missing.append(f"tensorflow ParameterServerStrategy.extended.{attribute}")
     if "self._cluster_resolver = " not in inspect.getsource(tf.distribute.ParameterServerStrategy.__init__):
         missing.append("tensorflow.distribute.ParameterServerStrategy()._cluster_resolver")
     return missing
+
+
+def _pss_extended_class() -> Any:
+    from tensorflow.python.distribute import parameter_server_strategy_v2
+
+    return parameter_server_strategy_v2.ParameterServerStrategyV2Extended
+
+
+def pss_partitioning(strategy: tf.distribute.Strategy) -> tuple[Any, int]:
+    """(the variable partitioner or None, the number of ps) of a ParameterServerStrategy.
+
+    TensorFlow keeps both private; sharded tables split themselves over the ps when the strategy has no
+    partitioner (one shard per ps, never the dense variables).
+    """
+    extended = strategy.extended
+    return getattr(extended, "_variable_partitioner", None), int(getattr(extended, "_num_ps", 0) or 0)
 
 
 def _initializers_close_over_their_variable() -> bool:

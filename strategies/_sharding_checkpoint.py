@@ -37,7 +37,13 @@ class _LayoutSaveable(SaveableObject):
         super().__init__(tensor, [SaveSpec(tensor, "", name)], name)
 
     def restore(self, restored_tensors: Sequence[tf.Tensor], restored_shapes: object) -> tf.Operation:
-        saved = restored_tensors[0].numpy().decode()
+        restored = restored_tensors[0]
+        if not hasattr(restored, "numpy"):  # restored inside a traced function (parameter servers): check there
+            return tf.debugging.assert_equal(restored, tf.constant(self._signature), message=(
+                f"sharded table {self._table.name!r}: the checkpoint holds another layout than this table's "
+                f"({self._signature}). To restore it, build the table as it was saved (same partition, rows and "
+                "width; a 'mod' table also the same num_shards)."))
+        saved = restored.numpy().decode()
         if saved != self._signature:
             raise ShardingError(_mismatch_message(self._table, saved, self._signature), field="checkpoint")
         return tf.no_op()

@@ -30,13 +30,15 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
 
-from strategies._compat import SaveableObject, Trackable
+from strategies._compat import SaveableObject, Trackable, pss_partitioning
 from strategies._device_map_report import render_table
 from strategies._placement import describe_bytes, resolve_device
 from strategies._sharding_checkpoint import table_saveables
@@ -48,19 +50,49 @@ if TYPE_CHECKING:
     from tf_config import TFConfig
 
 __all__ = [
+    "AUTO_SHARD_BYTES",
+    "TASK_MEMORY_BYTES",
     "PARTITIONS",
     "ShardLayout",
     "ShardPlacement",
     "ShardedTable",
     "ShardingError",
     "colocated_with",
+    "has_shard_source",
+    "shard_source",
     "placement_report",
     "ps_devices",
 ]
 
 logger = logging.getLogger(__name__)
 
-_BIG_TABLE_BYTES = 64 << 20  # a table this large left unsharded deserves a warning
+#: Under ParameterServerStrategy (with no variable partitioner), a table of at least this many bytes is split
+#: into one shard per ps; smaller ones stay whole on one ps. Override per layer (``min_shard_bytes=``) or here.
+AUTO_SHARD_BYTES = 1 << 20
+
+
+#: The memory of one task that holds shards (a ps), in bytes; None: this machine's physical memory.
+#: A table whose largest shard would not fit is refused before anything is created.
+TASK_MEMORY_BYTES: int | None = None
+
+
+def _task_memory() -> int:
+    if TASK_MEMORY_BYTES is not None:
+        return int(TASK_MEMORY_BYTES)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _check_fits(name: str, dim: int, dtype: tf.DType, layout: ShardLayout) -> None:
+    """A ``ShardingError`` for a table whose largest shard is larger than a task's memory (estimated at build)."""
+    shard_bytes = max(layout.sizes) * dim * dtype.size
+    budget = _task_memory()
+    if shard_bytes > budget:
+        raise ShardingError((
+            f"embedding table {name!r} ({layout.rows:,} x {dim}, {describe_bytes(layout.rows * dim * dtype.size)}) "
+            f"in {layout.num_shards} shard(s) needs {describe_bytes(shard_bytes)} per shard before its optimizer "
+            f"slots (Adagrad doubles it, Adam triples it), more than a task's memory ({describe_bytes(budget)}). "
+            "Add parameter servers (one shard each), hash the ids into fewer rows, or, if the ps machines have "
+            "more memory than this one, set strategies.sharding.TASK_MEMORY_BYTES."), field="input_dim")
 
 
 def ps_devices(cfg: TFConfig) -> list[str]:
@@ -79,6 +111,37 @@ def _ps_strategy() -> tf.distribute.ParameterServerStrategy | None:
         f"sharded tables work without a strategy or under ParameterServerStrategy; the current "
         f"strategy is {type(strategy).__name__}. Build the model under "
         "make_strategy('parameter_server', ..., partitioner=...) or outside any strategy scope."), field="strategy")
+
+
+#: where ``shard_source`` keeps its function, per thread
+_SOURCE = threading.local()
+
+#: ``source(table name) -> (shards, partition)`` or None (create the table as usual)
+ShardSource = Callable[[str], "tuple[list[tf.Variable], str] | None"]
+
+
+@contextlib.contextmanager
+def shard_source(source: ShardSource) -> Iterator[None]:
+    """Inside, ``ShardedTable.create`` adopts the shards ``source(name)`` returns instead of creating them.
+
+    A between-graph worker builds the model in its own graph on the chief's tables this way.
+    """
+    previous = getattr(_SOURCE, "source", None)
+    _SOURCE.source = source
+    try:
+        yield
+    finally:
+        _SOURCE.source = previous
+
+
+def _from_source(name: str) -> tuple[list[tf.Variable], str] | None:
+    source = getattr(_SOURCE, "source", None)
+    return None if source is None else source(name)
+
+
+def has_shard_source(name: str) -> bool:
+    """Whether the active ``shard_source`` holds the table ``name``."""
+    return _from_source(name) is not None
 
 
 def colocated_with(variable: tf.Variable) -> contextlib.AbstractContextManager[None]:
@@ -157,6 +220,7 @@ class ShardedTable(Trackable):
         devices: Sequence[str] | None = None,
         partition: str = "div",
         dtype: tf.dtypes.DType | str = tf.float32,
+        min_shard_bytes: int | None = None,
     ) -> ShardedTable:
         """Creates the shards where they belong.
 
@@ -166,17 +230,26 @@ class ShardedTable(Trackable):
             initializer: ``initializer(shape, dtype=...)``, called once per shard; a
                 seeded Keras initializer gets a distinct seed per shard (see
                 ``strategies._sharding_init``).
-            num_shards: without a strategy, how many shards (default: one per
-                device, or 1). Under ParameterServerStrategy the partitioner decides.
+            num_shards: how many shards. Without a strategy, default one per
+                device, or 1. Under ParameterServerStrategy with no variable
+                partitioner (the default), default one per ps for a table of at
+                least ``min_shard_bytes``, else 1; a strategy partitioner decides
+                by itself.
             devices: without a strategy, the device of each shard.
             partition: ``"div"`` or ``"mod"``.
             dtype: element type.
+            min_shard_bytes: under parameter servers, tables this large or larger
+                are split over every ps (None: ``AUTO_SHARD_BYTES``).
         """
         ShardLayout(partition, rows, 1)  # validates partition and rows early
+        given = _from_source(name)
+        if given is not None:  # another client's shards (a between-graph worker opens the chief's)
+            shards, partition = given
+            return cls(shards, layout=ShardLayout(partition, rows, len(shards)), name=name)
         strategy = _ps_strategy()
         if strategy is not None:
-            shards = cls._create_under_ps(name, rows, dim, initializer, dtype,
-                                          num_shards=num_shards, devices=devices)
+            shards = cls._create_under_ps(name, rows, dim, initializer, dtype, num_shards=num_shards,
+                                          devices=devices, partition=partition, min_shard_bytes=min_shard_bytes)
         else:
             shards = cls._create_on_devices(name, rows, dim, initializer, dtype,
                                             num_shards=num_shards, devices=devices, partition=partition)
@@ -186,23 +259,26 @@ class ShardedTable(Trackable):
         return table
 
     @staticmethod
-    def _create_under_ps(name, rows, dim, initializer, dtype, *, num_shards, devices) -> list[tf.Variable]:
+    def _create_under_ps(name, rows, dim, initializer, dtype, *, num_shards, devices, partition="div",
+                         min_shard_bytes=None) -> list[tf.Variable]:
         if devices is not None:
             raise ShardingError((
                 f"sharded table {name!r}: `devices` is {list(devices)!r}, but ParameterServerStrategy "
-                "places variables itself. Drop `devices` and pass a partitioner to the strategy, e.g. "
-                "make_strategy('parameter_server', ..., partitioner='fixed_shards', "
-                "partitioner_args={'num_shards': <number of ps>})."), field="devices")
+                "places variables itself. Drop `devices`: the table splits itself over the ps."), field="devices")
+        strategy = _ps_strategy()
+        partitioner, num_ps = pss_partitioning(strategy)
+        nbytes = rows * dim * tf.as_dtype(dtype).size
+        if partitioner is None:  # the table splits itself; the dense variables stay whole
+            threshold = AUTO_SHARD_BYTES if min_shard_bytes is None else int(min_shard_bytes)
+            count = num_shards if num_shards is not None else (num_ps if nbytes >= threshold else 1)
+            # created one after the other, the shards land on the ps in turn (the strategy's round robin)
+            return ShardedTable._create_on_devices(name, rows, dim, initializer, dtype, devices=None,
+                                                   num_shards=max(min(count, rows), 1), partition=partition)
         value = tf.Variable(
             initial_value=functools.partial(_partition_aware(initializer), shape=[rows, dim], dtype=dtype),
             shape=[rows, dim], dtype=dtype, name=name,
         )
         shards = list(getattr(value, "variables", [value]))
-        nbytes = rows * dim * tf.as_dtype(dtype).size
-        if len(shards) == 1 and nbytes >= _BIG_TABLE_BYTES:
-            logger.warning("sharded table %r (%s) is not sharded: the strategy has no variable "
-                           "partitioner. Pass partitioner='fixed_shards' to make_strategy.",
-                           name, describe_bytes(nbytes))
         if num_shards is not None and num_shards != len(shards):
             logger.warning("sharded table %r: num_shards=%d ignored; the strategy's partitioner "
                            "made %d shard(s)", name, num_shards, len(shards))
@@ -223,6 +299,7 @@ class ShardedTable(Trackable):
                     field="num_shards")
         count = len(devices) if devices is not None else (num_shards or 1)
         layout = ShardLayout(partition, rows, count)
+        _check_fits(name, dim, tf.as_dtype(dtype), layout)
         shards, offset = [], 0
         for i, size in enumerate(layout.sizes):
             shard_init = shard_initializer(initializer, full_shape=[rows, dim], shard_rows=size, offset=offset)

@@ -21,9 +21,10 @@ _REPO = Path(__file__).resolve().parents[2]
 _TESTS = _REPO / "tests"
 
 RUN = [
-    "models", "models.classifiers", "models.recommender", "toolkit.cli._flags", "toolkit.launcher._dialect",
+    "models", "models.classifiers", "models.ctr", "models.recommender", "toolkit.cli._flags",
+    "toolkit.launcher._dialect",
     "toolkit.launcher._policy", "toolkit.training.options",
-    "toolkit.compat.v1", "toolkit.data", "toolkit.data.pipeline", "toolkit.data.sources",
+    "toolkit.compat.v1", "toolkit.data", "toolkit.data.ctr", "toolkit.data.pipeline", "toolkit.data.sources",
     "toolkit.estimator.run_config", "toolkit.hypertune", "toolkit.jobs.backends", "toolkit.jobs.names",
     "toolkit.jobs.slurm_backend", "toolkit.jobs.trainjob", "toolkit.jobs.spec",
     "toolkit.jobs.tfjob", "toolkit.jobs.tiers", "toolkit.layers", "toolkit.layers.embedding",

@@ -123,7 +123,8 @@ def test_adam_touches_only_looked_up_rows_of_the_table_and_its_slots():
 
 def test_sparse_optimizer_arguments_are_checked():
     with pytest.raises(ShardingError,
-                       match=r"sparse optimizer `name` is 'rmsprop'; expected one of \['adagrad', 'adam', 'sgd'\]"):
+                       match=r"sparse optimizer `name` is 'rmsprop'; expected one of "
+                             r"\['adagrad', 'adam', 'ftrl', 'sgd'\]"):
         make_sparse_optimizer("rmsprop")
     with pytest.raises(ShardingError, match="SparseSGD `learning_rate` is -1; expected a positive number"):
         SparseSGD(-1)
@@ -347,3 +348,56 @@ def test_sparse_adam_loses_no_moment_update_when_steps_run_concurrently():
     m, v = (optimizer.slots["race"][name].to_numpy()[0, 0] for name in ("m", "v"))
     # one lost update would leave m about 0.0003 short; a concurrent read can only push it above serial
     assert steps == 1201 and m >= serial - 1e-4 and v >= serial - 1e-4, (m, v, serial)
+
+
+def test_tables_built_under_fits_named_variables_train():
+    """Under parameter servers ``fit`` builds the model inside ``NamedVariables``; a plain ``tf.Variable`` (a shard)
+    passes ``trainable=None`` down the creators, which was once taken as False: no gradient, no update, no error."""
+    from toolkit.training.between_graph import NamedVariables
+
+    with tf.variable_creator_scope(NamedVariables("tfdist_test_sharded")):
+        model = _toy_model()
+        frozen = tf.Variable(1.0, trainable=False)
+        synced = tf.Variable(1.0, synchronization=tf.VariableSynchronization.ON_READ,
+                             aggregation=tf.VariableAggregation.SUM)
+    assert all(shard.trainable for table in sharded_tables(model) for shard in table.shards)
+    assert not frozen.trainable and not synced.trainable
+    table = sharded_tables(model)[0]
+    before = table.to_numpy()
+    step = make_train_step(model, loss="mse", optimizer=keras.optimizers.SGD(0.1), sparse_optimizer=SparseAdagrad(0.5))
+    step(tf.constant([1, 2, 3], tf.int64), tf.ones([3, 1]))
+    changed = np.flatnonzero(np.any(table.to_numpy() != before, axis=1))
+    assert changed.tolist() == [1, 2, 3]
+
+
+def test_a_trainable_table_with_frozen_shards_is_refused():
+    model = _toy_model()
+    table = sharded_tables(model)[0]
+    table.shards[0]._trainable = False  # what a creator that drops `trainable` did
+    with pytest.raises(ShardingError, match="'ids_embedding' .* is trainable but its table shards .* non-trainable"):
+        make_train_step(model, loss="mse", optimizer=keras.optimizers.SGD(0.1), sparse_optimizer=SparseSGD())
+
+
+def test_a_table_larger_than_a_tasks_memory_is_refused_at_build(monkeypatch):
+    import strategies.sharding as sharding
+
+    monkeypatch.setattr(sharding, "TASK_MEMORY_BYTES", 1 << 20)  # 1 MiB per task
+    with pytest.raises(ShardingError, match=r"embedding table 'clicks' \(100,000 x 8, 3.1 MiB\) in 2 shard\(s\) "
+                                            r"needs 1.5 MiB per shard .* more than a task's memory \(1.0 MiB\). Add"):
+        ShardedEmbedding(100_000, 8, num_shards=2, name="clicks").build()
+    ShardedEmbedding(100_000, 8, num_shards=4, name="fits").build()  # 0.8 MiB shards
+
+
+def test_a_layout_restored_inside_a_traced_function_is_checked_there():
+    """Under parameter servers the restore runs traced (the tensors are symbolic): the check must not need .numpy()."""
+    from strategies._sharding_checkpoint import table_saveables
+
+    table = _table()
+    layout = table_saveables(table)["layout"]("items/layout")
+
+    def restore(signature):
+        layout.restore([tf.constant(signature)], None)  # an op; tf.function returns nothing
+
+    tf.function(lambda: restore(table.layout.signature(table.dim)))()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="'items': the checkpoint holds another layout"):
+        tf.function(lambda: restore("partition=div rows=11 dim=3 shards=2"))()

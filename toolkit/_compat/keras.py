@@ -23,7 +23,7 @@ from strategies import _compat as _strategies_compat
 
 __all__ = ["PATCHED_METHODS", "install", "uninstall", "installed", "original", "uses_base_train_step",
            "auc_from_logits", "bind_variable", "child_layers", "compile_arguments", "count_atomically",
-           "mean_metric_fn", "reraise_unchanged", "missing_symbols"]
+           "mean_metric_fn", "reraise_unchanged", "missing_symbols", "wrap_embedding_build"]
 
 #: the ``keras.Model`` methods replaced while distributed Keras is enabled.
 PATCHED_METHODS = ("compile", "fit", "evaluate", "predict")
@@ -162,9 +162,35 @@ def missing_symbols() -> list[str]:
         missing.append("keras.Variable()._value")
     if not _counts_atomically():
         missing.append("keras.optimizers.Optimizer.apply counting through iterations.assign_add")
+    if not _embedding_builds_through_its_class():
+        missing.append("keras.layers.Embedding: build bound per instance at construction, weight in _embeddings")
     if not _reraises_marked_errors():
         missing.append(f"keras.layers.Layer.__call__ honouring {_CALL_INFO_INJECTED}")
     return missing + _strategies_compat.missing_symbols()
+
+
+def wrap_embedding_build(wrapper: Callable[..., Any]) -> None:
+    """Replaces ``keras.layers.Embedding.build`` by ``wrapper(original_build, layer, input_shape)``, once.
+
+    Keras binds ``build`` on each layer when it is constructed (``Layer.__new__``), so layers made
+    after this call build through ``wrapper``; older layers keep Keras' own.
+    """
+    embedding = keras.layers.Embedding
+    if getattr(embedding.build, "_tfdist_wrapped", False):
+        return
+    original_build = embedding.build
+
+    def build(self: Any, input_shape: Any = None) -> None:
+        return wrapper(original_build, self, input_shape)
+
+    build._tfdist_wrapped = True  # type: ignore[attr-defined]
+    embedding.build = build  # type: ignore[method-assign]
+
+
+def _embedding_builds_through_its_class() -> bool:
+    layer = keras.layers.Embedding(3, 2)
+    layer.build()
+    return hasattr(layer, "_embeddings") and callable(getattr(keras.layers.Embedding, "build", None))
 
 
 def _keeps_compile_arguments() -> bool:

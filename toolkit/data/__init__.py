@@ -5,7 +5,9 @@ Example:
     >>> train = data.load("digits", split="train")
     >>> dataset_fn = train.dataset_fn(global_batch_size=64, seed=1)
 """
+from toolkit.data.ctr import CtrData, criteo_like
 from toolkit.data.pipeline import DataError, DatasetFn, make_dataset_fn
 from toolkit.data.sources import SPLITS, ArrayData, TfdsData, load, mock
 
-__all__ = ["ArrayData", "DataError", "DatasetFn", "SPLITS", "TfdsData", "load", "make_dataset_fn", "mock"]
+__all__ = ["ArrayData", "CtrData", "DataError", "DatasetFn", "SPLITS", "TfdsData", "criteo_like", "load",
+           "make_dataset_fn", "mock"]

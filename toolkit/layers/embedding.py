@@ -63,12 +63,16 @@ class ShardedEmbedding(keras.layers.Layer):
         input_dim: size of the id space (rows of the table).
         output_dim: width of each vector.
         num_shards: without a strategy, number of shards (default: one per
-            device, else 1). Under ParameterServerStrategy its partitioner decides.
+            device, else 1). Under ParameterServerStrategy: one per ps when the
+            table holds at least ``min_shard_bytes`` (else 1), unless the strategy
+            has a variable partitioner, which then decides.
         devices: without a strategy, the device of each shard, e.g.
             ``["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]``.
         partition: ``"div"`` (contiguous ranges; checkpoints restore into any
             shard count) or ``"mod"`` (id ``i`` in shard ``i % num_shards``).
         embeddings_initializer: a Keras initializer or its name.
+        min_shard_bytes: under parameter servers, the size from which the table
+            is split over every ps (None: ``strategies.sharding.AUTO_SHARD_BYTES``, 1 MiB).
     """
 
     # device maps leave this layer's variables where it put them
@@ -83,6 +87,7 @@ class ShardedEmbedding(keras.layers.Layer):
         devices: Sequence[str] | None = None,
         partition: str = "div",
         embeddings_initializer: Any = "uniform",
+        min_shard_bytes: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -96,6 +101,7 @@ class ShardedEmbedding(keras.layers.Layer):
                 field="partition")
         self.partition = partition
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.min_shard_bytes = None if min_shard_bytes is None else _positive_int("min_shard_bytes", min_shard_bytes)
         self.table: ShardedTable | None = None
 
     def build(self, input_shape: Any = None) -> None:
@@ -108,6 +114,7 @@ class ShardedEmbedding(keras.layers.Layer):
             devices=self.devices,
             partition=self.partition,
             dtype=self.variable_dtype,
+            min_shard_bytes=self.min_shard_bytes,
         )
 
     def call(self, inputs: Any, training: Any = None) -> Any:
@@ -156,5 +163,6 @@ class ShardedEmbedding(keras.layers.Layer):
             devices=None if self.devices is None else list(self.devices),
             partition=self.partition,
             embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+            min_shard_bytes=self.min_shard_bytes,
         )
         return config

@@ -27,6 +27,7 @@ Example:
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -38,13 +39,30 @@ from tf_config.checks import check_number
 __all__ = ["SPARSE_OPTIMIZERS", "SparseAdagrad", "SparseAdam", "SparseOptimizer", "SparseSGD",
            "make_sparse_optimizer"]
 
+logger = logging.getLogger(__name__)
+
 
 def _positive(name: str, value: Any, owner: str) -> float:
     return float(check_number(value, field=name, error=ShardingError, owner=owner, example=0.01))
 
 
+def _unique_already(indices: tf.Tensor) -> bool:
+    """Whether traced ``indices`` are a table lookup's own rows, distinct by construction.
+
+    ``ShardedTable.lookup`` gathers each distinct id once (``Unique``, then ``DynamicPartition``
+    by shard), and the gather's gradient reshapes those rows; a table looked up twice gets the
+    concatenation of two such lists instead, which may repeat rows.
+    """
+    op = getattr(indices, "op", None)  # eager tensors have none
+    while op is not None and op.type in ("Reshape", "Identity", "Cast"):
+        op = op.inputs[0].op
+    return op is not None and op.type in ("Unique", "DynamicPartition")
+
+
 def _dedupe(gradient: tf.IndexedSlices) -> tuple[tf.Tensor, tf.Tensor]:
     """(unique rows, summed gradient per row): an id seen twice updates once."""
+    if _unique_already(gradient.indices):  # one lookup's rows: already distinct, nothing to sum
+        return tf.cast(gradient.indices, tf.int64), gradient.values
     rows, position = tf.unique(tf.cast(gradient.indices, tf.int64))
     values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(rows)[0])
     return rows, values
@@ -73,6 +91,9 @@ class SparseOptimizer(tf.Module):
             the optimizer.
     """
 
+    #: True when a step updates rows that were not looked up (dense Adam): shards with no gradient still step
+    touches_every_row: bool = False
+
     def __init__(self, learning_rate: float, *, name: str) -> None:
         super().__init__(name=name)
         self.learning_rate = _positive("learning_rate", learning_rate, type(self).__name__)
@@ -93,6 +114,10 @@ class SparseOptimizer(tf.Module):
                 self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name=f"{self.name}/iterations")
         return self
 
+    def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments: ``type(opt)(**opt.get_config())`` is the same optimizer, without state."""
+        return {"learning_rate": self.learning_rate, "name": self.name}
+
     def slots_by_table(self) -> dict[str, list[ShardedTable]]:
         """Slot tables by table name, as :func:`strategies.sharding.placement_report` wants."""
         return {name: list(slots.values()) for name, slots in self.slots.items()}
@@ -108,11 +133,18 @@ class SparseOptimizer(tf.Module):
             if slots is None:
                 raise ShardingError(f"{type(self).__name__} has no slots for table {table.name!r}. "
                                     "Pass every table to build(tables) before training.", field="build")
+            if all(gradient is None for gradient in gradients):
+                # traced once: a table the loss does not reach is not trained, and says so
+                logger.warning("%s: table %r got no gradient in this step (the loss does not depend on it, or its "
+                               "shards are not watched); it is not updated", type(self).__name__, table.name)
             for i, (shard, gradient) in enumerate(zip(table.shards, gradients, strict=False)):
-                if gradient is None:
+                if gradient is None and not self.touches_every_row:
                     continue
                 with tf.device(shard.device):
-                    rows, values = _dedupe(gradient)
+                    if gradient is None:  # no row of this shard was looked up: an empty update
+                        rows, values = tf.zeros([0], tf.int64), tf.zeros([0, *shard.shape[1:]], shard.dtype)
+                    else:
+                        rows, values = _dedupe(gradient)
                     shard_slots = {name: slot.shards[i] for name, slot in slots.items()}
                     self._update_rows(shard, rows, tf.cast(values, shard.dtype), shard_slots, step)
         self.iterations.assign_add(1)
@@ -146,22 +178,36 @@ class SparseAdagrad(SparseOptimizer):
             "initial_accumulator_value", initial_accumulator_value, "SparseAdagrad")
         self.epsilon = _positive("epsilon", epsilon, "SparseAdagrad")
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "initial_accumulator_value": self.initial_accumulator_value,
+                "epsilon": self.epsilon}
+
     def _slot_fills(self) -> Mapping[str, float]:
         return {"accumulator": self.initial_accumulator_value}
 
     def _update_rows(self, shard, rows, grad, slots, step) -> None:
-        accumulator = slots["accumulator"]
-        _add_rows(accumulator, rows, tf.square(grad))
-        total = tf.gather(accumulator, rows)
-        _add_rows(shard, rows, -self.learning_rate * grad / tf.sqrt(total + self.epsilon))
+        # TensorFlow's fused kernel (what TF1's AdagradOptimizer ran): one op on the ps, under both variables'
+        # locks, instead of a scatter, a gather and a second scatter. Its epsilon is outside the square root
+        # (Keras': inside); with the accumulator at least initial_accumulator_value, they differ by < 1e-6.
+        tf.raw_ops.ResourceSparseApplyAdagradV2(
+            var=shard.handle, accum=slots["accumulator"].handle, lr=tf.constant(self.learning_rate, grad.dtype),
+            epsilon=tf.constant(self.epsilon, grad.dtype), grad=grad, indices=rows, use_locking=True)
 
 
 class SparseAdam(SparseOptimizer):
-    """Adam with Keras' formulas and defaults, lazily on the looked-up rows."""
+    """Adam with Keras' formulas and defaults.
+
+    ``lazy=True`` (the default) updates the looked-up rows only: a row's moments decay in the steps that
+    look it up. ``lazy=False`` is Keras' dense Adam: every step decays both moments of *every* row and
+    moves every row, shard by shard on each shard's device (no row travels, but each step rewrites whole
+    tables and slots, which costs in proportion to the table, not the batch).
+    """
 
     def __init__(self, learning_rate: float = 0.001, *, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7, name: str = "sparse_adam") -> None:
+                 epsilon: float = 1e-7, lazy: bool = True, name: str = "sparse_adam") -> None:
         super().__init__(learning_rate, name=name)
+        self.lazy = bool(lazy)
+        self.touches_every_row = not self.lazy
         for key, value in (("beta_1", beta_1), ("beta_2", beta_2)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise ShardingError(f"SparseAdam `{key}` is {value!r}; expected a number in [0, 1), e.g. 0.9.",
@@ -169,11 +215,23 @@ class SparseAdam(SparseOptimizer):
         self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
         self.epsilon = _positive("epsilon", epsilon, "SparseAdam")
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
+                "lazy": self.lazy}
+
     def _slot_fills(self) -> Mapping[str, float]:
         return {"m": 0.0, "v": 0.0}
 
     def _update_rows(self, shard, rows, grad, slots, step) -> None:
         m, v = slots["m"], slots["v"]
+        alpha = self.learning_rate * tf.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
+        if not self.lazy:  # Keras' dense maths: decay all rows, add the looked-up gradients, move all rows
+            m.assign(m * self.beta_1)
+            v.assign(v * self.beta_2)
+            _add_rows(m, rows, grad * (1 - self.beta_1))
+            _add_rows(v, rows, tf.square(grad) * (1 - self.beta_2))
+            shard.assign_sub(m * tf.cast(alpha, shard.dtype) / (tf.sqrt(v) + self.epsilon))
+            return
         # Add deltas instead of writing new values: under asynchronous workers a gather -> compute ->
         # scatter_update lets one worker overwrite another's moment update; each locked add is atomic.
         m_rows = tf.gather(m, rows)
@@ -182,7 +240,6 @@ class SparseAdam(SparseOptimizer):
         _add_rows(v, rows, (tf.square(grad) - v_rows) * (1 - self.beta_2))
         m_new = tf.gather(m, rows)  # after the adds (ops on one variable run in program order)
         v_new = tf.gather(v, rows)
-        alpha = self.learning_rate * tf.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
         _add_rows(shard, rows, -m_new * tf.cast(alpha, shard.dtype) / (tf.sqrt(v_new) + self.epsilon))
 
 

@@ -13,9 +13,10 @@ client and runs its own graph. Here the chief keeps every duty of ``fit`` but th
   waits on the global step, so it ends exactly on epoch ends and checkpoint steps; closing the
   queue ends the workers' loops, and a worker lost mid-step has its tokens released again.
 
-``runner_for`` decides: the default ``TrainStep`` without ``sync``, with any Keras 3 optimizer,
-when every worker runs ``fit`` (each raises a flag on its own device); otherwise the chief
-coordinates and the workers only serve.
+``runner_for`` decides: the default ``TrainStep`` (or a step that says how a worker rebuilds it:
+``between_graph_spec`` on the chief, ``for_worker`` on the worker, as ``ShardedTrainStep`` does)
+without ``sync``, with any Keras 3 optimizer, when every worker runs ``fit`` (each raises a flag
+on its own device); otherwise the chief coordinates and the workers only serve.
 """
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ class NamedVariables:
             initial = tf.convert_to_tensor(initial, dtype=kwargs.get("dtype"))
             shape = tf.TensorShape(kwargs.get("shape") or initial.shape)
             name = f"{self.prefix}/{len(self._names)}"
-            variable = named_variable(name, initial.dtype, shape, trainable=bool(kwargs.get("trainable", True)),
+            variable = named_variable(name, initial.dtype, shape, trainable=_trainable(kwargs),
                                  synchronization=kwargs.get("synchronization"),
                                  aggregation=kwargs.get("aggregation"),
                                  distribute_strategy=kwargs.get("distribute_strategy"))
@@ -101,6 +102,19 @@ class NamedVariables:
                 "shape": list(variable.shape), "device": _device_of(variable)}
 
 
+def _trainable(kwargs: Mapping[str, Any]) -> bool:
+    """What ``tf.Variable`` makes of its ``trainable`` argument: None means True, unless read-synchronized.
+
+    ``tf.Variable(...)`` passes ``trainable=None`` down the creator chain (Keras passes a bool). Taken as
+    False, every variable created that way (a sharded table's shards) was invisible to the tape: its
+    gradient was None and its optimizer skipped it, so the table never trained under parameter servers.
+    """
+    trainable = kwargs.get("trainable")
+    if trainable is None:
+        return kwargs.get("synchronization") != tf.VariableSynchronization.ON_READ
+    return bool(trainable)
+
+
 def _device_of(variable: keras.Variable | tf.Variable) -> str:
     inner = variable.value if isinstance(variable, keras.Variable) else variable
     return str(inner.handle.device)
@@ -108,7 +122,7 @@ def _device_of(variable: keras.Variable | tf.Variable) -> str:
 
 def unsupported(step: TrainStep) -> str | None:
     """Why the workers cannot rebuild ``step`` (None: they can, with any Keras 3 optimizer)."""
-    if type(step) is not TrainStep:
+    if type(step) is not TrainStep and not callable(getattr(type(step), "for_worker", None)):
         return f"train_step ({type(step).__name__})"
     if step.sync is not None:
         return "sync="
@@ -215,6 +229,9 @@ class BetweenGraphRunner(Runner):
             "steps_per_execution": self.steps_per_execution,
             "queue": {"name": queue_name, "device": device},
         }
+        spec = getattr(step, "between_graph_spec", None)
+        if callable(spec):  # a step the workers rebuild from more than model and optimizer (sharded tables)
+            manifest.update(spec(named))
         _publish(manifest)
         self._step = self._target = int(global_step.numpy())
         self._seen = np.zeros([self.width], np.float64)

@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Any
 import keras
 import tensorflow as tf
 
+from strategies.sharding import shard_source
 from toolkit._compat.keras import bind_variable, count_atomically
 from toolkit._compat.tensorflow import automatic_control_dependencies, named_variable
 from toolkit._graph_packing import pack_transfers, task_of
 from toolkit.training.between_graph import MANIFEST, MANIFEST_DEVICE, QUEUE_CAPACITY, WORKER_FLAG
 from toolkit.training.compiled import read_compiled
 from toolkit.training.config import TrainingError
+from toolkit.training.extensions import step_factory_for
 from toolkit.training.runners import DatasetFn, _check_batch
 from toolkit.training.state import GlobalStepSchedule, TrainState
 from toolkit.training.step import Forward, TrainStep
@@ -88,6 +90,18 @@ def _announce_and_read_manifest(target: str, config: tf.compat.v1.ConfigProto, w
                 return json.loads(session.run(value).decode())
             stop.wait(0.1)
     return None
+
+
+def _table_source(tables: Mapping[str, Mapping[str, Any]]) -> Callable[[str], Any]:
+    """``shard_source`` over the chief's tables: each shard opened by its shared name, on its ps."""
+
+    def source(name: str) -> tuple[list[tf.Variable], str] | None:
+        table = tables.get(name)
+        if table is None:
+            return None
+        return [_open(shard, trainable=True) for shard in table["shards"]], table["partition"]
+
+    return source
 
 
 def _bind(variables: Sequence[keras.Variable], specs: Sequence[Mapping[str, Any]], what: str) -> None:
@@ -186,7 +200,8 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
         if skip:
             dataset = dataset.skip(skip)
         iterator = v1.data.make_initializable_iterator(dataset)
-        model = model_fn()
+        with shard_source(_table_source(manifest.get("tables", {}))):  # the chief's sharded tables, opened
+            model = model_fn()
         if not model.built:
             with tf.control_dependencies(None):
                 model(_check_batch(iterator.get_next())[0])  # creates the variables of a model built on its first call
@@ -198,7 +213,13 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
         _bind(optimizer.variables, manifest["optimizer"]["variables"], "the optimizer")
         count_atomically(optimizer.iterations)  # workers step at once: Keras' read-and-write would lose counts
         state = TrainState(model=model, optimizer=optimizer, global_step=global_step)
-        step = _WorkerStep(state, learn.forward(), learn.metrics, global_batch_size=global_batch_size)
+        factory = step_factory_for(model, _WorkerStep)
+        if factory is _WorkerStep:
+            step = _WorkerStep(state, learn.forward(), learn.metrics, global_batch_size=global_batch_size)
+        else:  # a registered step (sharded tables): it rebinds its own state to the chief's
+            rebuild = factory.for_worker  # type: ignore[attr-defined]
+            step = rebuild(state, learn.forward(), learn.metrics, global_batch_size=global_batch_size,
+                           spec=manifest.get("step", {}), open_variable=_open)
         ops, token = _steps(step, iterator.get_next, token, count=int(manifest["steps_per_execution"]),
                             global_step=global_step, totals=_open(manifest["totals"]), worker_device=worker_device)
     with v1.device(manifest["ready"]["device"]):

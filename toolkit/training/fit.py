@@ -125,8 +125,10 @@ def _train(run: _Run, strategy: tf.distribute.Strategy) -> History:
     learn = read_compiled(state.model, strategy, forward=run.options.forward)
     forward = learn.forward()
     config = dataclasses.replace(run.config, steps_per_execution=learn.steps_per_execution)
-    step = engine.build_step(state, strategy, forward, learn.metrics, config=config, workers=task.workers,
-                             factory=run.options.train_step)  # may add checkpointed state (before the restore)
+    # may add checkpointed state (before the restore), named too: between-graph workers open it (sparse slots)
+    with tf.variable_creator_scope(named) if named is not None else contextlib.nullcontext():
+        step = engine.build_step(state, strategy, forward, learn.metrics, config=config, workers=task.workers,
+                                 factory=run.options.train_step)
     runner = None
     if named is not None:
         runner = runner_for(state, step, named, workers=task.workers, required=bool(run.between_graph),

@@ -46,7 +46,10 @@ def _needed_columns(head: Any, mode: str, *groups: Sequence[Any]) -> list[Any]:
 def _minimize(optimizer: Any, loss: tf.Tensor, var_list: list[Any], *, global_step: Any) -> Any:
     update_ops = v1.get_collection(v1.GraphKeys.UPDATE_OPS)
     with tf.control_dependencies(update_ops):
-        return optimizer.minimize(loss, global_step=global_step, var_list=var_list or None)
+        # gradients next to their forward ops: a ps's packed lookup gets its rows' gradient as one tensor
+        # and splits it there (canned._fast_columns); a Keras optimizer computes its own gradients
+        colocate = {"colocate_gradients_with_ops": True} if isinstance(optimizer, v1.train.Optimizer) else {}
+        return optimizer.minimize(loss, global_step=global_step, var_list=var_list or None, **colocate)
 
 
 def _scope_vars(scope: str) -> list[Any]:

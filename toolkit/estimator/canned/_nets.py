@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from toolkit._compat.tensorflow import parse_example_spec
 from toolkit.estimator.canned._errors import CannedError
+from toolkit.estimator.canned._fast_columns import fast_input_layer, fast_linear_logits
 
 __all__ = ["check_features", "dnn_logits", "linear_logits"]
 
@@ -80,7 +81,7 @@ def dnn_logits(features: Mapping[str, Any], mode: str, *, units: int, hidden_uni
     training = mode == _TRAIN
     with v1.variable_scope("dnn"):
         with v1.variable_scope("input_from_feature_columns", partitioner=input_layer_partitioner):
-            net = v1.feature_column.input_layer(dict(features), list(feature_columns))
+            net = fast_input_layer(features, feature_columns)
         for i, width in enumerate(hidden_units):
             net = _dense(net, width, activation_fn, f"hiddenlayer_{i}")
             if dropout is not None and training:
@@ -97,8 +98,7 @@ def linear_logits(features: Mapping[str, Any], *, units: int, feature_columns: S
                   sparse_combiner: str, partitioner: Any = None) -> tf.Tensor:
     """Logits ``[batch, units]`` of the linear model, built under variable scope ``linear``."""
     with v1.variable_scope("linear", partitioner=partitioner):
-        logits = v1.feature_column.linear_model(dict(features), list(feature_columns), units=units,
-                                                sparse_combiner=sparse_combiner)
+        logits = fast_linear_logits(features, feature_columns, units=units, sparse_combiner=sparse_combiner)
         bias = [v for v in v1.global_variables() if v.op.name.endswith("linear_model/bias_weights")
                 and v.op.name.startswith(v1.get_variable_scope().name)]
         if bias and units == 1:

@@ -1,0 +1,91 @@
+"""The canned estimators' packed lookups equal TF's feature columns: values, gradients, variables, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from toolkit.estimator.canned._fast_columns import fast_input_layer, fast_linear_logits
+
+v1 = tf.compat.v1
+fc = v1.feature_column
+_KEYS = [f"C{i}" for i in (1, 2, 10)]  # C1 and C10: TF's cols_to_vars lists C10's variables under C1's prefix
+
+
+def _features(ids: np.ndarray) -> dict[str, tf.Tensor]:
+    features = {key: tf.constant(ids[:, i:i + 1]) for i, key in enumerate(_KEYS)}
+    features["dense"] = tf.constant(np.arange(len(ids) * 2, dtype=np.float32).reshape(-1, 2))
+    return features
+
+
+def _both(build, ids: np.ndarray, partitions: int = 2):
+    """(stock, fast) outputs and their gradients w.r.t. every variable, each in a fresh graph from one seed."""
+    results = []
+    for fast in (False, True):
+        with tf.Graph().as_default():
+            v1.set_random_seed(0)
+            with v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(partitions)):
+                out = build(_features(ids), fast)
+            variables = sorted(v1.trainable_variables(), key=lambda v: v.op.name)
+            grads = tf.gradients(tf.reduce_sum(out * tf.range(1.0, 1.0 + out.shape[-1])), variables)
+            with v1.Session() as session:
+                session.run(v1.global_variables_initializer())
+                for v in variables:  # non-zero weights so that the linear sums are not trivially zero
+                    session.run(v.assign(tf.reshape(tf.range(float(np.prod(v.shape))), v.shape) / 7.0))
+                dense_grads = [tf.convert_to_tensor(g) for g in grads]
+                results.append((session.run(out), [v.op.name for v in variables], session.run(dense_grads)))
+    return results
+
+
+def test_embedding_columns_look_up_the_rows_tf_does_with_the_same_variables_and_gradients():
+    ids = np.array([[0, 3, 5], [7, -1, 2], [4, 4, 8], [9, 0, 1]], np.int64)
+    columns = [fc.numeric_column("dense", shape=(2,))] + [
+        fc.embedding_column(fc.categorical_column_with_identity(k, 10), 3) for k in _KEYS]
+
+    def build(features, fast):
+        return fast_input_layer(features, columns) if fast else fc.input_layer(features, columns)
+
+    (stock, names, stock_grads), (packed, fast_names, fast_grads) = _both(build, ids)
+    assert names == fast_names and "m/input_layer/C10_embedding/embedding_weights/part_1" in names
+    np.testing.assert_allclose(packed, stock, rtol=1e-6)
+    assert np.all(packed[1, 6:9] == 0)  # C2 (after C10, C1 by name) is missing (-1): zeros, as TF reads it
+    for a, b in zip(fast_grads, stock_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_linear_model_over_identity_columns_sums_the_weights_tf_does():
+    ids = np.array([[0, 3, 5], [7, -1, 2], [4, 4, 8]], np.int64)
+    columns = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]
+
+    def build(features, fast):
+        if fast:
+            return fast_linear_logits(features, columns, units=1, sparse_combiner="sum")
+        return fc.linear_model(features, columns, units=1, sparse_combiner="sum")
+
+    (stock, names, stock_grads), (packed, fast_names, fast_grads) = _both(build, ids)
+    assert names == fast_names and "m/linear_model/C1/weights/part_0" in names
+    np.testing.assert_allclose(packed, stock, rtol=1e-6)
+    for a, b in zip(fast_grads, stock_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_an_id_outside_the_identity_column_is_refused_naming_the_feature():
+    columns = [fc.embedding_column(fc.categorical_column_with_identity("C1", 10), 2)]
+    with tf.Graph().as_default():
+        out = fast_input_layer({"C1": tf.constant([[3], [12]], tf.int64)}, columns)
+        with v1.Session() as session:
+            session.run(v1.global_variables_initializer())
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"feature C1 has an id outside \[0, 10\), the "
+                                                                     r"num_buckets of its categorical_column_with_"
+                                                                     r"identity\. Map the ids into that range"):
+                session.run(out)
+
+
+def test_multivalent_or_sparse_ids_take_tf_s_own_path():
+    columns = [fc.embedding_column(fc.categorical_column_with_identity("C1", 10), 2, combiner="sum")]
+    with tf.Graph().as_default():
+        out = fast_input_layer({"C1": tf.constant([[3, 4], [1, 2]], tf.int64)}, columns)
+        with v1.Session() as session:
+            session.run(v1.global_variables_initializer())
+            table = session.run(v1.trainable_variables()[0])
+            np.testing.assert_allclose(session.run(out), [table[3] + table[4], table[1] + table[2]], rtol=1e-6)
