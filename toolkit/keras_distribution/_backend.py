@@ -1,6 +1,6 @@
 """Keras' TensorFlow ``distribution_lib``, as the JAX and Torch backends implement it.
 
-These functions replace the prototype's in ``keras.src.backend.distribution_lib``
+These functions replace the prototype's in Keras' TensorFlow backend
 (through ``toolkit._compat.keras``), so Keras' public ``keras.distribution``
 calls them.
 """

@@ -1,0 +1,222 @@
+"""keras.distribution on TensorFlow: DataParallel, ModelParallel and refusals, on 2 logical CPUs in a subprocess.
+
+The scenarios follow Keras' "Distributed training with Keras 3" guide (a
+mesh from ``list_devices()``, ``DataParallel(devices=...)``, a ``LayoutMap``
+splitting Dense kernels over a ``model`` axis) and what the JAX backend's
+``distribution_lib`` guarantees (variables really laid out on the mesh).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+STEPS, BATCH = 6, 16
+
+
+def _data():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(STEPS * BATCH, 8)).astype("float32")
+    return x, (x @ rng.normal(size=(8, 4))).astype("float32")
+
+
+def _model(keras, units: int = 16):
+    inputs = keras.Input((8,))
+    hidden = keras.layers.Dense(units, activation="relu", name="d1")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(4, name="d2")(hidden))
+
+
+def _fit(keras, model, x, y, optimizer):
+    model.compile(optimizer=optimizer, loss="mse")
+    return model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0).history["loss"]
+
+
+def _data_parallel(result, keras, x, y):
+    reference = _model(keras)
+    start = reference.get_weights()
+    _fit(keras, reference, x, y, keras.optimizers.SGD(0.1))
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
+    model = _model(keras)
+    model.set_weights(start)
+    _fit(keras, model, x, y, keras.optimizers.SGD(0.1))
+    result["dp_strategy"] = type(model.distribute_strategy).__name__
+    result["dp_replicas"] = model.distribute_strategy.num_replicas_in_sync
+    result["dp_max_diff"] = max(float(abs(a - b).max()) for a, b in zip(model.get_weights(),
+                                                                          reference.get_weights(), strict=True))
+    keras.distribution.set_distribution(None)
+
+
+def _layouts(keras):
+    mesh = keras.distribution.DeviceMesh((1, 2), ["batch", "model"], keras.distribution.list_devices())
+    layouts = keras.distribution.LayoutMap(mesh)
+    layouts["d1/kernel"] = (None, "model")
+    layouts["d1/bias"] = ("model",)
+    layouts["d2/kernel"] = ("model", None)
+    return layouts
+
+
+def _model_parallel(result, keras, x, y, tmp):
+    from toolkit.keras_distribution import placement_report, placement_rows
+
+    reference = _model(keras)
+    start = reference.get_weights()
+    result["mp_reference_loss"] = _fit(keras, reference, x, y, keras.optimizers.Adam(0.01))
+    keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=_layouts(keras)))
+    model = _model(keras)
+    for layer, (kernel, bias) in zip(model.layers[1:], (start[:2], start[2:]), strict=True):
+        layer.kernel.assign(kernel)  # a split kernel takes a whole value and splits it
+        layer.bias.assign(bias)
+    result["mp_loss"] = _fit(keras, model, x, y, keras.optimizers.Adam(0.01))
+    result["mp_rows"] = placement_rows(model)
+    result["mp_report"] = placement_report(model)
+    result["mp_max_diff"] = max(float(abs(a - b).max()) for a, b in zip(
+        [model.get_layer("d1").kernel.numpy(), model.get_layer("d2").kernel.numpy()],
+        [reference.get_layer("d1").kernel.numpy(), reference.get_layer("d2").kernel.numpy()], strict=True))
+    path = str(tmp / "sharded.weights.h5")
+    model.save_weights(path)
+    keras.distribution.set_distribution(None)
+    whole = _model(keras)
+    whole.load_weights(path)  # the logical tensors, into an unsplit model
+    result["ckpt_whole_diff"] = float(abs(whole.predict(x, verbose=0) - model.predict(x, verbose=0)).max())
+    keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=_layouts(keras)))
+    again = _model(keras)
+    again.load_weights(path)
+    result["ckpt_sharded_diff"] = float(abs(again.predict(x, verbose=0) - model.predict(x, verbose=0)).max())
+    result["ckpt_sharded_devices"] = [str(v.value.device)[-5:] for v in again.get_layer("d1").weights]
+    keras.distribution.set_distribution(None)
+
+
+def _errors(result, keras, x, y):
+    from toolkit.keras_distribution import KerasDistributionError
+
+    d = keras.distribution
+
+    def mesh_too_large():
+        d.set_distribution(d.DataParallel(device_mesh=d.DeviceMesh((4,), ["batch"], [f"cpu:{i}" for i in range(4)])))
+
+    def unknown_axis():
+        other = d.DeviceMesh((2,), ["data"], d.list_devices())
+        layouts = d.LayoutMap(d.DeviceMesh((1, 2), ["batch", "model"], d.list_devices()))
+        layouts["d1/kernel"] = d.TensorLayout([None, "data"], other)
+        d.set_distribution(d.ModelParallel(layout_map=layouts))
+
+    def not_dividing():
+        d.set_distribution(d.ModelParallel(layout_map=_layouts(keras)))
+        _model(keras, units=15)
+
+    def optimizer():
+        d.set_distribution(d.ModelParallel(layout_map=_layouts(keras)))
+        _fit(keras, _model(keras), x, y, keras.optimizers.Lamb(0.01))
+
+    def two_d():
+        mesh = d.DeviceMesh((2, 1), ["batch", "model"], d.list_devices())
+        layouts = d.LayoutMap(mesh)
+        layouts["d1/kernel"] = (None, "batch")  # a variable split inside the replicated batch axis
+        d.set_distribution(d.ModelParallel(layout_map=layouts, batch_dim_name="batch"))
+
+    for name, attempt in {"mesh_too_large": mesh_too_large, "unknown_axis": unknown_axis,
+                          "not_dividing": not_dividing, "optimizer": optimizer, "two_d": two_d}.items():
+        try:
+            attempt()
+            result["errors"][name] = None
+        except KerasDistributionError as exc:
+            result["errors"][name] = f"{exc.field}: {exc}"
+        finally:
+            d.set_distribution(None)
+
+
+def _scenarios(out: Path) -> None:
+    from strategies import configure_local_devices
+
+    configure_local_devices(2)
+    import keras
+
+    import toolkit
+
+    toolkit.enable_keras_distribution()
+    keras.utils.set_random_seed(1)
+    x, y = _data()
+    result: dict = {"devices": keras.distribution.list_devices(), "errors": {}}
+    _data_parallel(result, keras, x, y)
+    _model_parallel(result, keras, x, y, out.parent)
+    _errors(result, keras, x, y)
+    out.write_text(json.dumps(result, default=str))
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    out = tmp_path_factory.mktemp("keras_distribution") / "result.json"
+    run = subprocess.run([sys.executable, __file__, str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env=dict(os.environ), timeout=240, check=False)
+    assert run.returncode == 0, run.stdout[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_data_parallel_fit_makes_one_devices_updates_on_the_global_batch(ran):
+    assert ran["devices"] == ["cpu:0", "cpu:1"]
+    assert (ran["dp_strategy"], ran["dp_replicas"]) == ("MirroredStrategy", 2)
+    assert ran["dp_max_diff"] < 1e-5
+
+
+def test_model_parallel_splits_kernels_with_slots_beside_each_shard(ran):
+    rows = {(r["variable"], r["shard"]): r for r in ran["mp_rows"]}
+    assert rows[("d1/kernel", "0/2")]["shape"] == [8, 8] and rows[("d1/kernel", "1/2")]["shape"] == [8, 8]
+    assert rows[("d2/kernel", "0/2")]["shape"] == [8, 4] and rows[("d2/kernel", "1/2")]["shape"] == [8, 4]
+    for name in ("d1/kernel", "d1/bias", "d2/kernel"):
+        for shard, device in (("0/2", "CPU:0"), ("1/2", "CPU:1")):
+            assert rows[(name, shard)]["devices"] == [device]
+            assert rows[(name, shard)]["slots"] == [device]  # Adam's m and v beside the shard
+    assert rows[("d2/bias", "-")]["layout"] == "whole" and rows[("d2/bias", "-")]["shape"] == [4]
+    assert "d1/kernel  (None, 'model')  1/2    CPU:1" in ran["mp_report"]
+
+
+def test_model_parallel_trains_as_one_device_does(ran):
+    assert ran["mp_loss"] == pytest.approx(ran["mp_reference_loss"], rel=1e-4)
+    assert ran["mp_max_diff"] < 1e-4
+
+
+def test_a_sharded_checkpoint_holds_the_logical_tensors(ran):
+    assert ran["ckpt_whole_diff"] < 1e-5
+    assert ran["ckpt_sharded_diff"] < 1e-5
+    assert ran["ckpt_sharded_devices"] == ["CPU:0", "CPU:1", "CPU:0", "CPU:1"]
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("mesh_too_large", r"device_mesh: The DeviceMesh of shape (4,) needs 4 devices but this job has 2: cpu:0, cpu:1"),
+    ("unknown_axis", "layout_map['d1/kernel']: The layout 'd1/kernel' shards over mesh axis 'data', which the mesh"),
+    ("not_dividing", "splits dimension 1 of variable 'd1/kernel' (shape (8, 15)) over mesh axis 'model' of 2 "
+                     "devices, but 15 does not divide by 2"),
+    ("optimizer", "Optimizer Lamb cannot update variable 'd1/kernel', which the layout 'd1/kernel'"),
+    ("two_d", "splits variables over 'batch' while the batch axis 'batch' has 2 replicas. TensorFlow's mirrored"),
+])
+def test_bad_input_is_refused_naming_it(ran, case, expected):
+    assert ran["errors"][case] is not None and expected in ran["errors"][case], ran["errors"][case]
+
+
+def test_initialize_refuses_a_cluster_that_disagrees_with_tf_config(monkeypatch):
+    from toolkit.keras_distribution import KerasDistributionError
+    from toolkit.keras_distribution._cluster import initialize, num_processes, process_id, reset
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                                                "task": {"type": "worker", "index": 1}}))
+    with pytest.raises(KerasDistributionError, match=r"`job_addresses` is '127.0.0.1:1,127.0.0.1:9' but TF_CONFIG"):
+        initialize("127.0.0.1:1,127.0.0.1:9", 2, 1)
+    with pytest.raises(KerasDistributionError, match=r"`process_id` is 0 but TF_CONFIG says this task is worker:1"):
+        initialize("127.0.0.1:1,127.0.0.1:2", 2, 0)
+    with pytest.raises(KerasDistributionError, match="`num_processes` is 3 but TF_CONFIG's cluster has 2"):
+        initialize(None, 3, None)
+    try:
+        initialize("127.0.0.1:1,127.0.0.1:2", 2, 1)
+        assert (num_processes(), process_id()) == (2, 1)
+    finally:
+        reset()
+
+
+if __name__ == "__main__":
+    _scenarios(Path(sys.argv[1]))
