@@ -49,6 +49,23 @@ def _data_parallel(result, keras, x, y):
     result["dp_replicas"] = model.distribute_strategy.num_replicas_in_sync
     result["dp_max_diff"] = max(float(abs(a - b).max()) for a, b in zip(model.get_weights(),
                                                                           reference.get_weights(), strict=True))
+    result["dp_evaluate_diff"] = abs(model.evaluate(x, y, batch_size=BATCH, verbose=0)
+                                     - reference.evaluate(x, y, batch_size=BATCH, verbose=0))
+    result["dp_predict_diff"] = float(abs(model.predict(x, batch_size=BATCH, verbose=0)
+                                          - reference.predict(x, batch_size=BATCH, verbose=0)).max())
+    import tensorflow as tf
+
+    seen = []
+
+    class Custom(keras.Model):  # Keras' guide style: a train_step of one's own
+        def train_step(self, data):
+            seen.append(tf.distribute.get_replica_context().num_replicas_in_sync)
+            return super().train_step(data)
+
+    inputs = keras.Input((8,))
+    custom = Custom(inputs, keras.layers.Dense(4)(inputs))
+    result["dp_custom_loss"] = _fit(keras, custom, x, y, keras.optimizers.SGD(0.1))
+    result["dp_custom_replicas"] = sorted(set(seen))
     keras.distribution.set_distribution(None)
 
 
@@ -120,7 +137,13 @@ def _errors(result, keras, x, y):
         layouts["d1/kernel"] = (None, "batch")  # a variable split inside the replicated batch axis
         d.set_distribution(d.ModelParallel(layout_map=layouts, batch_dim_name="batch"))
 
-    for name, attempt in {"mesh_too_large": mesh_too_large, "unknown_axis": unknown_axis,
+    def unmatched_layout():
+        layouts = d.LayoutMap(d.DeviceMesh((1, 2), ["batch", "model"], d.list_devices()))
+        layouts["dense/kernel"] = (None, "model")  # the model's paths are d1/kernel...: matches nothing
+        d.set_distribution(d.ModelParallel(layout_map=layouts))
+        _fit(keras, _model(keras), x, y, "adam")
+
+    for name, attempt in {"mesh_too_large": mesh_too_large, "unmatched_layout": unmatched_layout, "unknown_axis": unknown_axis,
                           "not_dividing": not_dividing, "optimizer": optimizer, "two_d": two_d}.items():
         try:
             attempt()
@@ -162,6 +185,12 @@ def test_data_parallel_fit_makes_one_devices_updates_on_the_global_batch(ran):
     assert ran["devices"] == ["cpu:0", "cpu:1"]
     assert (ran["dp_strategy"], ran["dp_replicas"]) == ("MirroredStrategy", 2)
     assert ran["dp_max_diff"] < 1e-5
+    assert ran["dp_evaluate_diff"] < 1e-5 and ran["dp_predict_diff"] < 1e-5
+
+
+def test_a_custom_train_step_runs_unchanged_in_every_replica(ran):
+    assert ran["dp_custom_replicas"] == [2]
+    assert ran["dp_custom_loss"][0] > 0
 
 
 def test_model_parallel_splits_kernels_with_slots_beside_each_shard(ran):
@@ -193,6 +222,8 @@ def test_a_sharded_checkpoint_holds_the_logical_tensors(ran):
     ("not_dividing", "splits dimension 1 of variable 'd1/kernel' (shape (8, 15)) over mesh axis 'model' of 2 "
                      "devices, but 15 does not divide by 2"),
     ("optimizer", "Optimizer Lamb cannot update variable 'd1/kernel', which the layout 'd1/kernel'"),
+    ("unmatched_layout", "layout_map['dense/kernel']: The layout 'dense/kernel' splits variables, but it matches none "
+                         "of the variables being trained: d1/kernel, d1/bias, d2/kernel, d2/bias"),
     ("two_d", "splits variables over 'batch' while the batch axis 'batch' has 2 replicas. TensorFlow's mirrored"),
 ])
 def test_bad_input_is_refused_naming_it(ran, case, expected):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from typing import Any
 
 import keras
@@ -144,8 +145,27 @@ def _slots_beside_shards(optimizer: keras.optimizers.Optimizer) -> None:
     optimizer.add_variable_from_reference = add_variable_from_reference
 
 
+def _check_every_split_layout_used(plan: _plan.Plan, variables: Any) -> None:
+    """A layout that would split a variable but matches none of the model's is refused, not ignored."""
+    paths = []
+    for variable in variables:
+        weight = weight_of_shard(variable)
+        path = weight.path if weight is not None else variable.path
+        if path not in paths:
+            paths.append(path)
+    for key in _plan.splitting_keys(plan):
+        if not any(key == path or re.fullmatch(key, path) for path in paths):
+            raise KerasDistributionError(
+                f"The layout {key!r} splits variables, but it matches none of the variables being trained: "
+                f"{', '.join(paths)}. Layout keys are regular expressions matched against a variable's whole "
+                f"path: write e.g. '.*{key.rsplit('/', 2)[-2] if key.count('/') else key}/kernel' or the full "
+                "path, or remove the layout.", field=f"layout_map[{key!r}]")
+
+
 def optimizer_build(optimizer: keras.optimizers.Optimizer, variables: Any) -> Any:
     plan = current_plan()
+    if plan is not None and plan.model_parallel:
+        _check_every_split_layout_used(plan, variables)
     for variable in variables:
         weight = weight_of_shard(variable)
         if weight is not None:

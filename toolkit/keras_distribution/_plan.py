@@ -26,7 +26,7 @@ from toolkit.keras_distribution._devices import list_devices, tf_name
 from toolkit.keras_distribution._errors import KerasDistributionError
 from toolkit.keras_distribution._sharded import Split
 
-__all__ = ["Plan", "plan", "split_for"]
+__all__ = ["Plan", "plan", "split_for", "splitting_keys"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +124,13 @@ def plan(distribution: Any) -> Plan | None:
         return Plan(distribution, None, ())
     along = np.moveaxis(devices, mesh.axis_names.index(batch), 0).reshape(sizes[batch], -1)[:, 0]
     return Plan(distribution, "mirrored", tuple(tf_name(str(d)) for d in along))
+
+
+def splitting_keys(current: Plan) -> list[str]:
+    """The layout keys of variables (not '.../output' tensors) whose layout splits over a mesh axis > 1."""
+    sizes = _axis_sizes(current.distribution.device_mesh)
+    return [key for key, layout in _layouts(current.distribution) if not key.endswith("output")
+            and any(axis is not None and sizes.get(axis, 1) > 1 for axis in layout.axes)]
 
 
 def _matching_key(distribution: Any, path: str) -> str:
