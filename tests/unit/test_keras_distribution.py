@@ -78,6 +78,24 @@ def _layouts(keras):
     return layouts
 
 
+def _matmul_devices(model):
+    """How many matmuls of one training step (forward and gradients) each device runs, from the traced graph."""
+    import tensorflow as tf
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x, training=True) - y) ** 2)
+        return tape.gradient(loss, model.trainable_variables)
+
+    graph = step.get_concrete_function(tf.zeros((BATCH, 8)), tf.zeros((BATCH, 4))).graph
+    counts: dict = {}
+    for op in graph.get_operations():
+        if op.type == "MatMul":
+            counts[op.device] = counts.get(op.device, 0) + 1
+    return counts
+
+
 def _model_parallel(result, keras, x, y, tmp):
     from toolkit.keras_distribution import placement_report, placement_rows
 
@@ -90,6 +108,7 @@ def _model_parallel(result, keras, x, y, tmp):
         layer.kernel.assign(kernel)  # a split kernel takes a whole value and splits it
         layer.bias.assign(bias)
     result["mp_loss"] = _fit(keras, model, x, y, keras.optimizers.Adam(0.01))
+    result["mp_matmuls"] = _matmul_devices(model)
     result["mp_rows"] = placement_rows(model)
     result["mp_report"] = placement_report(model)
     result["mp_max_diff"] = max(float(abs(a - b).max()) for a, b in zip(
@@ -143,8 +162,9 @@ def _errors(result, keras, x, y):
         d.set_distribution(d.ModelParallel(layout_map=layouts))
         _fit(keras, _model(keras), x, y, "adam")
 
-    for name, attempt in {"mesh_too_large": mesh_too_large, "unmatched_layout": unmatched_layout, "unknown_axis": unknown_axis,
-                          "not_dividing": not_dividing, "optimizer": optimizer, "two_d": two_d}.items():
+    for name, attempt in {"mesh_too_large": mesh_too_large, "unmatched_layout": unmatched_layout,
+                          "unknown_axis": unknown_axis, "not_dividing": not_dividing, "optimizer": optimizer,
+                          "two_d": two_d}.items():
         try:
             attempt()
             result["errors"][name] = None
@@ -203,6 +223,11 @@ def test_model_parallel_splits_kernels_with_slots_beside_each_shard(ran):
             assert rows[(name, shard)]["slots"] == [device]  # Adam's m and v beside the shard
     assert rows[("d2/bias", "-")]["layout"] == "whole" and rows[("d2/bias", "-")]["shape"] == [4]
     assert "d1/kernel  (None, 'model')  1/2    CPU:1" in ran["mp_report"]
+
+
+def test_model_parallel_computes_forward_and_backward_where_the_shards_live(ran):
+    # each of d1 and d2 has one shard per device: 1 forward, 1 input-gradient and 1 kernel-gradient matmul each
+    assert ran["mp_matmuls"] == {"/device:CPU:0": 6, "/device:CPU:1": 6}
 
 
 def test_model_parallel_trains_as_one_device_does(ran):
