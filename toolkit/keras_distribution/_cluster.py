@@ -4,7 +4,9 @@ The cluster of a multi-process distribution is a ``tf_config.TFConfig``.
 It comes from TF_CONFIG (what ``tfdist launch``, TFJob or Slurm set), or,
 without one, from ``keras.distribution.initialize(job_addresses,
 num_processes, process_id)``: the addresses become ``cluster.worker`` and
-the process id the task index. When both exist they must agree.
+the process id the task index. When both exist they must agree. A cluster
+with parameter servers is one client's (``strategies.device_map.in_graph_session``
+connects it to the other tasks, whose devices ``list_devices`` then lists).
 """
 from __future__ import annotations
 
@@ -40,8 +42,8 @@ def cluster(environ: Mapping[str, str] | None = None) -> TFConfig | None:
     if _initialized:
         return _initialized[-1]
     config = TFConfig.from_env(os.environ if environ is None else environ)
-    if config.is_local or len(training_tasks(config)) < 2:
-        return None
+    if config.is_local or config.num_ps > 0 or len(training_tasks(config)) < 2:
+        return None  # with ps tasks, one client places variables on them (in-graph): one process
     return config
 
 

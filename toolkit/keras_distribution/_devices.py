@@ -21,7 +21,10 @@ def tf_name(device: str) -> str:
 
 
 def keras_name(device: str) -> str:
+    """``"/job:localhost/replica:0/task:0/device:CPU:1"`` -> ``"cpu:1"``; another task's device keeps its full name."""
     spec = tf.DeviceSpec.from_string(device)
+    if spec.job not in (None, "localhost"):
+        return spec.to_string()
     return f"{(spec.device_type or 'cpu').lower()}:{spec.device_index or 0}"
 
 
@@ -37,7 +40,9 @@ def _local_count(device_type: str) -> int:
 def list_devices(device_type: str | None = None) -> list[str]:
     """Keras' ``list_devices``: this process's devices, or every process's in a multi-process cluster.
 
-    One process: Keras-style names (``"cpu:0"``). Several: TensorFlow task
+    One process: Keras-style names (``"cpu:0"``), plus the full names of the
+    devices of tasks it is connected to (``strategies.device_map.in_graph_session``:
+    ``"/job:ps/replica:0/task:0/device:CPU:0"``). Several: TensorFlow task
     names (``"/job:worker/replica:0/task:1/device:CPU:0"``), every task
     assumed to have as many devices as this one (MultiWorkerMirrored
     requires it).
