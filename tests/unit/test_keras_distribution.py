@@ -1,4 +1,7 @@
-"""keras.distribution on TensorFlow: DataParallel, ModelParallel and refusals, on 2 logical CPUs in a subprocess.
+"""keras.distribution on TensorFlow: DataParallel, ModelParallel, a 2-D mesh and refusals, on 4 logical CPUs.
+
+Everything runs in one subprocess (logical CPUs must be set before TensorFlow
+starts); DataParallel and the 1-D ModelParallel use the first 2 devices.
 
 The scenarios follow Keras' "Distributed training with Keras 3" guide (a
 mesh from ``list_devices()``, ``DataParallel(devices=...)``, a ``LayoutMap``
@@ -41,7 +44,7 @@ def _data_parallel(result, keras, x, y):
     reference = _model(keras)
     start = reference.get_weights()
     _fit(keras, reference, x, y, keras.optimizers.SGD(0.1))
-    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()))
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=keras.distribution.list_devices()[:2]))
     model = _model(keras)
     model.set_weights(start)
     _fit(keras, model, x, y, keras.optimizers.SGD(0.1))
@@ -69,8 +72,9 @@ def _data_parallel(result, keras, x, y):
     keras.distribution.set_distribution(None)
 
 
-def _layouts(keras):
-    mesh = keras.distribution.DeviceMesh((1, 2), ["batch", "model"], keras.distribution.list_devices())
+def _layouts(keras, shape=(1, 2)):
+    devices = keras.distribution.list_devices()[:shape[0] * shape[1]]
+    mesh = keras.distribution.DeviceMesh(shape, ["batch", "model"], devices)
     layouts = keras.distribution.LayoutMap(mesh)
     layouts["d1/kernel"] = (None, "model")
     layouts["d1/bias"] = ("model",)
@@ -128,17 +132,42 @@ def _model_parallel(result, keras, x, y, tmp):
     keras.distribution.set_distribution(None)
 
 
+def _two_d(result, keras, x, y):
+    """A (batch 2 x model 2) mesh: 2 Mirrored replicas, each holding its copy of every shard on its own device."""
+    reference = _model(keras)
+    start = reference.get_weights()
+    _fit(keras, reference, x, y, keras.optimizers.Adam(0.01))
+    keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=_layouts(keras, (2, 2))))
+    model = _model(keras)
+    for layer, (kernel, bias) in zip(model.layers[1:], (start[:2], start[2:]), strict=True):
+        layer.kernel.assign(kernel)
+        layer.bias.assign(bias)
+    _fit(keras, model, x, y, keras.optimizers.Adam(0.01))
+    result["2d_replicas"] = model.distribute_strategy.num_replicas_in_sync
+    result["2d_rows"] = placement_rows_of(model)
+    result["2d_max_diff"] = max(float(abs(a - b).max()) for a, b in zip(
+        [model.get_layer("d1").kernel.numpy(), model.get_layer("d2").kernel.numpy()],
+        [reference.get_layer("d1").kernel.numpy(), reference.get_layer("d2").kernel.numpy()], strict=True))
+    keras.distribution.set_distribution(None)
+
+
+def placement_rows_of(model):
+    from toolkit.keras_distribution import placement_rows
+
+    return placement_rows(model)
+
+
 def _errors(result, keras, x, y):
     from toolkit.keras_distribution import KerasDistributionError
 
     d = keras.distribution
 
     def mesh_too_large():
-        d.set_distribution(d.DataParallel(device_mesh=d.DeviceMesh((4,), ["batch"], [f"cpu:{i}" for i in range(4)])))
+        d.set_distribution(d.DataParallel(device_mesh=d.DeviceMesh((8,), ["batch"], [f"cpu:{i}" for i in range(8)])))
 
     def unknown_axis():
-        other = d.DeviceMesh((2,), ["data"], d.list_devices())
-        layouts = d.LayoutMap(d.DeviceMesh((1, 2), ["batch", "model"], d.list_devices()))
+        other = d.DeviceMesh((2,), ["data"], d.list_devices()[:2])
+        layouts = d.LayoutMap(d.DeviceMesh((1, 2), ["batch", "model"], d.list_devices()[:2]))
         layouts["d1/kernel"] = d.TensorLayout([None, "data"], other)
         d.set_distribution(d.ModelParallel(layout_map=layouts))
 
@@ -151,13 +180,13 @@ def _errors(result, keras, x, y):
         _fit(keras, _model(keras), x, y, keras.optimizers.Lamb(0.01))
 
     def two_d():
-        mesh = d.DeviceMesh((2, 1), ["batch", "model"], d.list_devices())
+        mesh = d.DeviceMesh((2, 1), ["batch", "model"], d.list_devices()[:2])
         layouts = d.LayoutMap(mesh)
         layouts["d1/kernel"] = (None, "batch")  # a variable split inside the replicated batch axis
         d.set_distribution(d.ModelParallel(layout_map=layouts, batch_dim_name="batch"))
 
     def unmatched_layout():
-        layouts = d.LayoutMap(d.DeviceMesh((1, 2), ["batch", "model"], d.list_devices()))
+        layouts = d.LayoutMap(d.DeviceMesh((1, 2), ["batch", "model"], d.list_devices()[:2]))
         layouts["dense/kernel"] = (None, "model")  # the model's paths are d1/kernel...: matches nothing
         d.set_distribution(d.ModelParallel(layout_map=layouts))
         _fit(keras, _model(keras), x, y, "adam")
@@ -177,7 +206,7 @@ def _errors(result, keras, x, y):
 def _scenarios(out: Path) -> None:
     from strategies import configure_local_devices
 
-    configure_local_devices(2)
+    configure_local_devices(4)
     import keras
 
     import toolkit
@@ -188,6 +217,7 @@ def _scenarios(out: Path) -> None:
     result: dict = {"devices": keras.distribution.list_devices(), "errors": {}}
     _data_parallel(result, keras, x, y)
     _model_parallel(result, keras, x, y, out.parent)
+    _two_d(result, keras, x, y)
     _errors(result, keras, x, y)
     out.write_text(json.dumps(result, default=str))
 
@@ -202,7 +232,7 @@ def ran(tmp_path_factory):
 
 
 def test_data_parallel_fit_makes_one_devices_updates_on_the_global_batch(ran):
-    assert ran["devices"] == ["cpu:0", "cpu:1"]
+    assert ran["devices"] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
     assert (ran["dp_strategy"], ran["dp_replicas"]) == ("MirroredStrategy", 2)
     assert ran["dp_max_diff"] < 1e-5
     assert ran["dp_evaluate_diff"] < 1e-5 and ran["dp_predict_diff"] < 1e-5
@@ -235,6 +265,17 @@ def test_model_parallel_trains_as_one_device_does(ran):
     assert ran["mp_max_diff"] < 1e-4
 
 
+def test_a_two_d_mesh_mirrors_each_shard_over_the_batch_axis_and_trains_as_one_device(ran):
+    assert ran["2d_replicas"] == 2
+    rows = {(r["variable"], r["shard"]): r for r in ran["2d_rows"]}
+    for name in ("d1/kernel", "d2/kernel"):  # mesh [[cpu:0, cpu:1], [cpu:2, cpu:3]]: replica i, shard k on [i, k]
+        assert rows[(name, "0/2")]["devices"] == rows[(name, "0/2")]["slots"] == ["CPU:0", "CPU:2"]
+        assert rows[(name, "1/2")]["devices"] == rows[(name, "1/2")]["slots"] == ["CPU:1", "CPU:3"]
+    assert rows[("d1/kernel", "1/2")]["shape"] == [8, 8]
+    assert rows[("d2/bias", "-")]["devices"] == ["CPU:0", "CPU:2"]  # whole, mirrored over the batch axis
+    assert ran["2d_max_diff"] < 1e-4
+
+
 def test_a_sharded_checkpoint_holds_the_logical_tensors(ran):
     assert ran["ckpt_whole_diff"] < 1e-5
     assert ran["ckpt_sharded_diff"] < 1e-5
@@ -242,14 +283,14 @@ def test_a_sharded_checkpoint_holds_the_logical_tensors(ran):
 
 
 @pytest.mark.parametrize(("case", "expected"), [
-    ("mesh_too_large", r"device_mesh: The DeviceMesh of shape (4,) needs 4 devices but this job has 2: cpu:0, cpu:1"),
+    ("mesh_too_large", "device_mesh: The DeviceMesh of shape (8,) needs 8 devices but this job has 4: cpu:0, cpu:1"),
     ("unknown_axis", "layout_map['d1/kernel']: The layout 'd1/kernel' shards over mesh axis 'data', which the mesh"),
     ("not_dividing", "splits dimension 1 of variable 'd1/kernel' (shape (8, 15)) over mesh axis 'model' of 2 "
                      "devices, but 15 does not divide by 2"),
     ("optimizer", "Optimizer Lamb cannot update variable 'd1/kernel', which the layout 'd1/kernel'"),
     ("unmatched_layout", "layout_map['dense/kernel']: The layout 'dense/kernel' splits variables, but it matches none "
                          "of the variables being trained: d1/kernel, d1/bias, d2/kernel, d2/bias"),
-    ("two_d", "splits variables over 'batch' while the batch axis 'batch' has 2 replicas. TensorFlow's mirrored"),
+    ("two_d", "splits variables over the batch axis 'batch' (2 replicas). TensorFlow's mirrored strategies"),
 ])
 def test_bad_input_is_refused_naming_it(ran, case, expected):
     assert ran["errors"][case] is not None and expected in ran["errors"][case], ran["errors"][case]

@@ -45,10 +45,11 @@ def current_plan() -> _plan.Plan | None:
 def _strategy(plan: _plan.Plan) -> tf.distribute.Strategy | None:
     if plan.strategy_kind is None:
         return None
-    key = (plan.strategy_kind, plan.replica_devices)
+    key = (plan.strategy_kind, plan.replica_devices, plan.reduce_to_one)
     if key not in _strategies:
         if plan.strategy_kind == "mirrored":
-            _strategies[key] = make_strategy("mirrored", devices=list(plan.replica_devices))
+            _strategies[key] = make_strategy("mirrored", devices=list(plan.replica_devices),
+                                             cross_device_ops="reduce_to_one" if plan.reduce_to_one else None)
         else:
             _strategies[key] = make_strategy("multi_worker_mirrored", tf_config=_cluster.cluster())
         logger.info("keras.distribution %s runs on %s over %s", type(plan.distribution).__name__,
@@ -136,7 +137,9 @@ def _slots_beside_shards(optimizer: keras.optimizers.Optimizer) -> None:
         return
 
     def add_variable_from_reference(reference_variable: Any, *args: Any, **kwargs: Any) -> Any:
-        if weight_of_shard(reference_variable) is None:
+        if weight_of_shard(reference_variable) is None or isinstance(reference_variable.value,
+                                                                      tf.distribute.DistributedValues):
+            # a mirrored shard: Keras' optimizer already colocates its slots with every copy
             return original(reference_variable, *args, **kwargs)
         with tf.device(reference_variable.value.device):
             return original(reference_variable, *args, **kwargs)

@@ -7,9 +7,10 @@ the cluster, and picks the tf.distribute strategy the batch axis maps to:
 * batch axis over several local devices, one process: ``MirroredStrategy``;
 * several processes (TF_CONFIG or ``initialize``): ``MultiWorkerMirroredStrategy``.
 
-Layouts that split variables over another axis are done by ``_sharded``
-(one replica only: TensorFlow's mirrored strategies keep every variable whole
-on each replica, so a split variable inside a replicated batch axis is refused).
+Layouts that split variables over another axis are done by ``_sharded``. On a
+2-D mesh each shard is mirrored over the batch axis: replica *i*'s copy of
+shard *k* lives on mesh device [*i*, *k*]. A split over the batch axis itself
+(a variable split across replicas) cannot be expressed and is refused.
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ class Plan:
     distribution: Any
     strategy_kind: str | None  # None, "mirrored" or "multi_worker_mirrored"
     replica_devices: tuple[str, ...]
+    #: a 2-D mesh: shards mirrored on other devices than the replicas', which TF's collective
+    #: all-reduce (its default on several CPUs) cannot group; gradients go through one device instead
+    reduce_to_one: bool = False
 
     @property
     def model_parallel(self) -> bool:
@@ -79,12 +83,19 @@ def _check_layout(key: str, layout: Any, sizes: dict[str, int], batch: str) -> N
                 f"{', '.join(sizes)}). Use one of those names, or None to keep that dimension whole.",
                 field=f"layout_map[{key!r}]")
     split = [a for a in layout.axes if a is not None and sizes[a] > 1]
-    if split and sizes[batch] > 1:
+    if batch in split:
         raise KerasDistributionError(
-            f"The layout {key!r} {tuple(layout.axes)} splits variables over {split[0]!r} while the batch axis "
-            f"{batch!r} has {sizes[batch]} replicas. TensorFlow's mirrored strategies keep each variable whole on "
-            "every replica, so a variable cannot be split inside a replicated batch axis. Make the batch axis "
-            "size 1 (model parallel only), or drop the split (data parallel only).", field=f"layout_map[{key!r}]")
+            f"The layout {key!r} {tuple(layout.axes)} splits variables over the batch axis {batch!r} "
+            f"({sizes[batch]} replicas). TensorFlow's mirrored strategies keep a copy of each variable (or of "
+            "each shard) on every replica; they cannot split a variable over the replicas themselves (JAX's "
+            "FSDP-style layout). Split over another mesh axis, or use None for that dimension.",
+            field=f"layout_map[{key!r}]")
+    if split and _cluster.num_processes() > 1:
+        raise KerasDistributionError(
+            f"The layout {key!r} {tuple(layout.axes)} splits variables over {split[0]!r} in a "
+            f"{_cluster.num_processes()}-process job. tfdist splits variables within one process (or across the "
+            "ps of an in-graph session); MultiWorkerMirrored keeps each variable whole on every worker. Drop the "
+            "split (data parallel), or run one process.", field=f"layout_map[{key!r}]")
     if len(split) > 1:
         raise KerasDistributionError(
             f"The layout {key!r} {tuple(layout.axes)} splits two dimensions; tfdist splits a variable along one "
@@ -123,7 +134,9 @@ def plan(distribution: Any) -> Plan | None:
     if sizes[batch] == 1:
         return Plan(distribution, None, ())
     along = np.moveaxis(devices, mesh.axis_names.index(batch), 0).reshape(sizes[batch], -1)[:, 0]
-    return Plan(distribution, "mirrored", tuple(tf_name(str(d)) for d in along))
+    two_d = any(axis is not None and axis != batch and sizes[axis] > 1 for _, layout in layouts
+                for axis in layout.axes)
+    return Plan(distribution, "mirrored", tuple(tf_name(str(d)) for d in along), reduce_to_one=two_d)
 
 
 def splitting_keys(current: Plan) -> list[str]:
@@ -169,8 +182,11 @@ def split_for(current: Plan, path: str, shape: tuple[int, ...]) -> Split | None:
             f"divides, a mesh axis of a size that divides {shape[dim]}, or None for that dimension.",
             field=f"layout_map[{key!r}]")
     devices = np.asarray(mesh.devices)
-    along = np.moveaxis(devices, mesh.axis_names.index(axis), 0).reshape(count, -1)[:, 0]
+    batch = distribution.batch_dim_name or mesh.axis_names[0]
+    grid = np.moveaxis(devices, (mesh.axis_names.index(batch), mesh.axis_names.index(axis)), (0, 1))
+    grid = grid.reshape(sizes[batch], count, -1)[:, :, 0]  # [replica, shard]
     step = shape[dim] // count
+    replicas = () if sizes[batch] == 1 else tuple(tuple(tf_name(str(d)) for d in grid[:, k]) for k in range(count))
     return Split(path=path, layout_key=key, axes=axes, dim=dim, mesh_axis=axis,
-                 devices=tuple(tf_name(str(d)) for d in along),
-                 bounds=tuple((i * step, (i + 1) * step) for i in range(count)))
+                 devices=tuple(tf_name(str(d)) for d in grid[0]),
+                 bounds=tuple((i * step, (i + 1) * step) for i in range(count)), replicas=replicas)

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from toolkit._compat import keras as _compat
+from toolkit._compat import tensorflow as tf_compat
 
 __all__ = ["Split", "ShardedWeight", "sharded_weights", "weight_of_shard", "install_layer_hooks"]
 
@@ -42,6 +43,8 @@ class Split:
     mesh_axis: str
     devices: tuple[str, ...]
     bounds: tuple[tuple[int, int], ...]
+    #: on a 2-D mesh, each shard's device in every replica of the batch axis (empty: one replica)
+    replicas: tuple[tuple[str, ...], ...] = ()
 
 
 class ShardedWeight:
@@ -109,19 +112,29 @@ def shard_variables(split: Split, *, create: Callable[..., Any], shape: Sequence
     with tf.device("/device:CPU:0"):
         whole = tf.convert_to_tensor(initializer(tuple(shape), dtype))  # drawn once, as for the whole variable
     shards = []
-    for index, (device, (start, stop)) in enumerate(zip(split.devices, split.bounds, strict=True)):
+    for index, (start, stop) in enumerate(split.bounds):
         part = [slice(None)] * len(shape)
         part[split.dim] = slice(start, stop)
         piece = whole[tuple(part)]
         shard_shape = list(shape)
         shard_shape[split.dim] = stop - start
-        with tf.device(device):
+        with _placed(split, index):
             shards.append(create(shape=tuple(shard_shape), initializer=lambda s, dtype=None, v=piece: v,
                                  dtype=dtype, name=f"{name}_shard{index}"))
     weight = ShardedWeight(split, shape, dtype, shards)
     for shard in shards:
         _by_shard[id(shard)] = (weakref.ref(shard), weight)
     return weight
+
+
+def _placed(split: Split, index: int) -> Any:
+    """Where shard ``index`` is created: its device, or (2-D mesh) its device in every replica."""
+    return tf_compat.mirrored_on(split.replicas[index]) if split.replicas else tf.device(split.devices[index])
+
+
+def _device_of(shard: Any, split: Split, index: int) -> str:
+    """The device shard ``index`` is read on here: on a 2-D mesh, the current replica's copy's."""
+    return str(shard.value.device) if split.replicas else split.devices[index]
 
 
 def _logical_variables(layer: keras.layers.Layer) -> list[Any]:
@@ -183,8 +196,9 @@ def _dense_call(layer: keras.layers.Dense, kernel: ShardedWeight) -> Callable[..
         inputs = tf.convert_to_tensor(inputs) if not isinstance(inputs, keras.KerasTensor) else inputs
         bias = sharded_weights(layer).get("bias")
         parts = []
-        for index, (device, (start, stop)) in enumerate(zip(split.devices, split.bounds, strict=True)):
+        for index, (start, stop) in enumerate(split.bounds):
             shard = kernel.shards[index]
+            device = _device_of(shard, split, index)
             bias_shard = bias.shards[index] if bias is not None and split.dim == 1 else None
             if split.dim == 1:
                 def column(x: tf.Tensor, shard: Any = shard, bias_shard: Any = bias_shard) -> tf.Tensor:
