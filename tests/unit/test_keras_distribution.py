@@ -315,5 +315,24 @@ def test_initialize_refuses_a_cluster_that_disagrees_with_tf_config(monkeypatch)
         reset()
 
 
+
+def test_initialize_without_tf_config_takes_keras_arguments(monkeypatch):
+    from toolkit.keras_distribution import KerasDistributionError
+    from toolkit.keras_distribution._cluster import cluster, initialize, num_processes, process_id, reset
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(KerasDistributionError, match=r"`process_id` is 2; expected 0..1"):
+        initialize("127.0.0.1:1,127.0.0.1:2", 2, 2)
+    with pytest.raises(KerasDistributionError, match="no TF_CONFIG, so the processes cannot find each other"):
+        initialize(None, None, None)
+    try:
+        initialize("127.0.0.1:1, 127.0.0.1:2", 2, 1)
+        assert (num_processes(), process_id()) == (2, 1)
+        assert dict(cluster().cluster) == {"worker": ("127.0.0.1:1", "127.0.0.1:2")}
+    finally:
+        reset()
+    assert (num_processes(), process_id()) == (1, 0)
+
+
 if __name__ == "__main__":
     _scenarios(Path(sys.argv[1]))
