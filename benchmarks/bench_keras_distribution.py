@@ -23,6 +23,7 @@ learned (final loss below a quarter of the first). Single runs on a shared
 
 Usage:
     python benchmarks/bench_keras_distribution.py [--part mirrored|multi_worker|model_parallel] [--rounds 2]
+                                                  [--steps 200] [--control]
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ if str(_REPO) not in sys.path:  # run as a plain script from a checkout
     sys.path.insert(0, str(_REPO))
 
 BATCH, FEATURES, EXAMPLES, EPOCHS, SPE = 64, 32, 8192, 3, 10
+_CONTROL = os.environ.get("BENCH_CONTROL") == "1"  # A/A: B runs A's side too, so its ratio is the noise alone
 
 
 def _data():
@@ -114,7 +116,7 @@ def _mirrored(rounds, steps, out):
             assert model.distribute_strategy.num_replicas_in_sync == 2
             return _keras_fit(keras, model, dataset, steps)
 
-    Path(out).write_text(json.dumps(_abba(rounds, peer, ours)))
+    Path(out).write_text(json.dumps(_abba(rounds, peer, peer if _CONTROL else ours)))
 
 
 def _multi_worker(rounds, steps, out):
@@ -152,7 +154,7 @@ def _multi_worker(rounds, steps, out):
         model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse", steps_per_execution=SPE)
         return _keras_fit(keras, model, dataset_fn, steps)
 
-    rates = _abba(rounds, peer, ours)
+    rates = _abba(rounds, peer, peer if _CONTROL else ours)
     if chief[0]:
         Path(out).write_text(json.dumps(rates))
 
@@ -219,8 +221,9 @@ def _ratio(name, rates):
     mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
     ratio = mean_b / mean_a
     runs = "  ".join(f"A {x:6.1f} B {z:6.1f}" for x, z in zip(a, b, strict=True))
-    print(f"{name:15s} {runs}   mean A {mean_a:6.1f} B {mean_b:6.1f}   B / A {ratio:.2f}x, target >= 0.95x: "
-          f"{'met' if ratio >= 0.95 else 'NOT met'}", flush=True)
+    verdict = ("A/A control: any distance from 1.00x is noise" if _CONTROL or os.environ.get("BENCH_CONTROL_PARENT")
+               else f"target >= 0.95x: {'met' if ratio >= 0.95 else 'NOT met'}")
+    print(f"{name:15s} {runs}   mean A {mean_a:6.1f} B {mean_b:6.1f}   B / A {ratio:.2f}x, {verdict}", flush=True)
 
 
 def main() -> None:
@@ -230,8 +233,13 @@ def main() -> None:
     parser.add_argument("--part", choices=sorted(_PARTS), action="append", help="only this part (repeatable)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=200, help="steps per epoch (default 200)")
+    parser.add_argument("--control", action="store_true",
+                        help="A/A control of the throughput parts: B runs A's side too (the ratio is the noise)")
     args = parser.parse_args()
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(_REPO))
+    control = {"BENCH_CONTROL": "1"} if args.control else {}
+    if args.control:
+        os.environ["BENCH_CONTROL_PARENT"] = "1"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(_REPO), **control)
     with tempfile.TemporaryDirectory(prefix="bench-keras-distribution-") as tmp:
         for part in _PARTS:
             if args.part and part not in args.part:
@@ -241,7 +249,7 @@ def main() -> None:
                    str(out)]
             if part == "multi_worker":
                 result = launch(cmd, job_dir=Path(tmp) / "job", timeout=900, echo=False, workers=2, ps=0,
-                                env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(_REPO)})
+                                env={"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(_REPO), **control})
                 ok = result.ok
             else:
                 ok = subprocess.run(cmd, env=env, timeout=900, check=False).returncode == 0
