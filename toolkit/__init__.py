@@ -25,6 +25,8 @@ _EXPORTS: dict[str, str] = {
     "LaunchSpec": "toolkit.launcher",
     "enable_distributed_keras": "toolkit._entry",
     "disable_distributed_keras": "toolkit._entry",
+    "enable_keras_distribution": "toolkit.keras_distribution",
+    "disable_keras_distribution": "toolkit.keras_distribution",
     "ShardedEmbedding": "toolkit.layers",
     "make_sparse_optimizer": "toolkit.layers",
     "report_metric": "toolkit.hypertune",

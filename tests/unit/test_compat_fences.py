@@ -17,7 +17,7 @@ FENCES = {"strategies/_compat.py", "toolkit/_compat/keras.py", "toolkit/_compat/
 # What only a fence may write: private modules and the private attributes the fences wrap.
 PRIVATE = re.compile(r"keras\.src|tensorflow\.python|tf_keras\.src|[.'\"](_flatten_layers|_fn|_fn_kwargs|"
                      r"_keras_call_info_injected|_parse_example_spec|_variable_shape|_sync_optimizer|_from_logits|"
-                     r"_update_input|_get_control_flow_context|_cluster_coordinator|_preemption_handler_thread|"
+                     r"_update_input|_layout_map|_trainable_variables|_non_trainable_variables|_get_control_flow_context|_cluster_coordinator|_preemption_handler_thread|"
                      r"_value|_momentums|_velocities|_learning_rate|_compile_config)\b")
 
 
@@ -105,3 +105,25 @@ def test_no_private_internals_outside_the_fences():
                 if PRIVATE.search(line):
                     offenders.append(f"{relative}:{number}: {line.strip()}")
     assert offenders == [], "private TensorFlow/Keras internals belong in a _compat module:\n" + "\n".join(offenders)
+
+
+def test_the_distribution_lib_fence_replaces_keras_functions_and_puts_them_back():
+    own_set, own_list = keras.distribution.set_distribution, keras.distribution.list_devices
+
+    def replaced_set(value):
+        keras_compat.original_set_distribution()(value)
+
+    functions = {name: (lambda *a, _n=name, **k: _n) for name in keras_compat.DISTRIBUTION_LIB_FUNCTIONS}
+    keras_compat.install_distribution_lib(functions, set_distribution=replaced_set,
+                                          add_weight=keras_compat.original_add_weight(),
+                                          optimizer_build=keras_compat.original_optimizer_build())
+    try:
+        assert keras.distribution.list_devices() == "list_devices"  # Keras' frontend calls the backend module's
+        assert keras.distribution.set_distribution is replaced_set
+        assert keras_compat.distribution_lib_installed()
+    finally:
+        keras_compat.uninstall_distribution_lib()
+    assert keras.distribution.set_distribution is own_set and keras.distribution.list_devices is own_list
+    assert keras.distribution.list_devices() != "list_devices"
+    with keras.name_scope("outer"):
+        assert keras_compat.current_name_path() == "outer"

@@ -52,6 +52,7 @@ SHOWN = {
     "toolkit.jobs.api": "cluster/test_jobs_cluster.py",
     "toolkit.jobs.tuning": "cluster/test_tuning_digits.py",
     "toolkit.keras_dist": "cluster/test_keras_fit_cluster.py",
+    "toolkit.keras_distribution": "unit/test_keras_distribution.py",
     "toolkit.layers.sparse_optimizers": "unit/test_sharding.py",
     "toolkit.layers.train_step": "cluster/test_sharding_ps.py",
     "toolkit.training.evaluation": "unit/test_training_fit.py",

@@ -23,7 +23,11 @@ from strategies import _compat as _strategies_compat
 
 __all__ = ["PATCHED_METHODS", "install", "uninstall", "installed", "original", "uses_base_train_step",
            "auc_from_logits", "bind_variable", "child_layers", "compile_arguments", "count_atomically",
-           "mean_metric_fn", "reraise_unchanged", "missing_symbols", "wrap_embedding_build"]
+           "mean_metric_fn", "reraise_unchanged", "missing_symbols", "wrap_embedding_build",
+           "DISTRIBUTION_LIB_FUNCTIONS",
+           "install_distribution_lib", "uninstall_distribution_lib", "original_set_distribution",
+           "current_name_path", "own_variables", "original_add_weight", "original_optimizer_build",
+           "layout_map_of", "distribution_lib_installed"]
 
 #: the ``keras.Model`` methods replaced while distributed Keras is enabled.
 PATCHED_METHODS = ("compile", "fit", "evaluate", "predict")
@@ -132,6 +136,93 @@ def reraise_unchanged(error: BaseException) -> BaseException:
     return error
 
 
+# --- keras.distribution on the TensorFlow backend (toolkit.keras_distribution) -----------------------------
+#: the functions of Keras' TensorFlow ``distribution_lib`` that ``install_distribution_lib`` provides.
+DISTRIBUTION_LIB_FUNCTIONS = ("list_devices", "get_device_count", "initialize", "num_processes", "process_id",
+                              "distribute_tensor", "distribute_variable", "distribute_data_input",
+                              "_to_backend_mesh", "_to_backend_layout")
+_distribution_originals: dict[tuple[object, str], Any] = {}
+
+
+def _distribution_modules() -> tuple[Any, Any, Any]:
+    import keras.distribution as public
+    from keras.src.backend import distribution_lib as backend_lib
+    from keras.src.distribution import distribution_lib as frontend
+
+    return backend_lib, frontend, public
+
+
+def original_set_distribution() -> Callable[[Any], None]:
+    """Keras' own ``set_distribution`` (whether or not it is currently replaced)."""
+    _, frontend, _ = _distribution_modules()
+    return _distribution_originals.get((frontend, "set_distribution"), frontend.set_distribution)
+
+
+def original_add_weight() -> Callable[..., Any]:
+    return _distribution_originals.get((keras.layers.Layer, "add_weight"), keras.layers.Layer.add_weight)
+
+
+def original_optimizer_build() -> Callable[..., Any]:
+    return _distribution_originals.get((keras.optimizers.Optimizer, "build"), keras.optimizers.Optimizer.build)
+
+
+def _replace(owner: object, name: str, value: Any) -> None:
+    _distribution_originals.setdefault((owner, name), getattr(owner, name, None))
+    setattr(owner, name, value)
+
+
+def install_distribution_lib(functions: Mapping[str, Callable[..., Any]], *,
+                             set_distribution: Callable[[Any], None], add_weight: Callable[..., Any],
+                             optimizer_build: Callable[..., Any]) -> None:
+    """Puts tfdist's TensorFlow ``distribution_lib`` behind ``keras.distribution``.
+
+    Keras' frontend (``keras.src.distribution.distribution_lib``) calls its
+    backend module's functions by attribute, so replacing them there is
+    enough; ``set_distribution`` is replaced in the frontend (which
+    ``Distribution.scope()`` calls) and in the public ``keras.distribution``.
+    ``Layer.add_weight`` and ``Optimizer.build`` are replaced on the classes.
+    """
+    if _distribution_originals:
+        return
+    backend_lib, frontend, public = _distribution_modules()
+    for name in DISTRIBUTION_LIB_FUNCTIONS:
+        _replace(backend_lib, name, functions[name])
+    _replace(frontend, "set_distribution", set_distribution)
+    _replace(public, "set_distribution", set_distribution)
+    _replace(keras.layers.Layer, "add_weight", add_weight)
+    _replace(keras.optimizers.Optimizer, "build", optimizer_build)
+
+
+def uninstall_distribution_lib() -> None:
+    for (owner, name), value in _distribution_originals.items():
+        if value is None:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, value)
+    _distribution_originals.clear()
+
+
+def distribution_lib_installed() -> bool:
+    return bool(_distribution_originals)
+
+
+def current_name_path() -> str:
+    """The path Keras gives a variable created here (without its own name): its open ``name_scope``s."""
+    from keras.src.backend.common.name_scope import current_path
+
+    return str(current_path())
+
+
+def own_variables(layer: keras.layers.Layer) -> list[keras.Variable]:
+    """The variables ``layer`` itself created (not its sublayers'), in creation order per kind."""
+    return list(layer._trainable_variables) + list(layer._non_trainable_variables)
+
+
+def layout_map_of(distribution: Any) -> Any:
+    """A ``ModelParallel``'s ``LayoutMap`` (Keras keeps it in ``_layout_map``; None for other distributions)."""
+    return getattr(distribution, "_layout_map", None)
+
+
 def missing_symbols() -> list[str]:
     """The Keras (and, through ``strategies._compat``, TensorFlow) symbols fenced here that are gone."""
     missing = [f"keras.Model.{name}" for name in (*PATCHED_METHODS, "train_step") if not hasattr(keras.Model, name)]
@@ -164,6 +255,7 @@ def missing_symbols() -> list[str]:
         missing.append("keras.optimizers.Optimizer.apply counting through iterations.assign_add")
     if not _embedding_builds_through_its_class():
         missing.append("keras.layers.Embedding: build bound per instance at construction, weight in _embeddings")
+    missing += _missing_distribution_symbols()
     if not _reraises_marked_errors():
         missing.append(f"keras.layers.Layer.__call__ honouring {_CALL_INFO_INJECTED}")
     return missing + _strategies_compat.missing_symbols()
@@ -247,3 +339,30 @@ def _reraises_marked_errors() -> bool:
     except Exception:  # any other exception means Keras wrapped ours
         return False
     return False
+
+
+def _missing_distribution_symbols() -> list[str]:
+    try:
+        backend_lib, frontend, public = _distribution_modules()
+    except ImportError:
+        return ["keras.src.backend.distribution_lib", "keras.src.distribution.distribution_lib"]
+    missing = [f"keras.src.distribution.distribution_lib.{name}" for name in ("set_distribution", "distribution")
+               if not hasattr(frontend, name)]
+    if not hasattr(public, "set_distribution"):
+        missing.append("keras.distribution.set_distribution")
+    if not hasattr(backend_lib, "list_devices"):
+        missing.append("keras.src.backend.distribution_lib.list_devices")
+    mesh = keras.distribution.DeviceMesh((1,), ("model",), ["cpu:0"])
+    layouts = keras.distribution.LayoutMap(mesh)
+    if layout_map_of(keras.distribution.ModelParallel(layout_map=layouts)) is not layouts:
+        missing.append("keras.distribution.ModelParallel()._layout_map")
+    layer = keras.layers.Dense(1)
+    if not all(hasattr(layer, name) for name in ("_trainable_variables", "_non_trainable_variables")):
+        missing.append("keras.layers.Layer()._trainable_variables/_non_trainable_variables")
+    try:
+        with keras.name_scope("outer"):
+            if current_name_path() != "outer":
+                missing.append("keras.src.backend.common.name_scope.current_path")
+    except ImportError:
+        missing.append("keras.src.backend.common.name_scope.current_path")
+    return missing

@@ -24,10 +24,11 @@ internals ``strategies`` uses are fenced in ``strategies._compat``.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "in_control_flow", "is_dense_column",
+__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "mirrored_on", "in_control_flow", "is_dense_column",
            "is_feature_column", "missing_symbols",
            "named_variable", "parse_example_spec", "sync_optimizers", "update_input"]
 
@@ -100,6 +101,34 @@ def automatic_control_dependencies() -> Any:
     from tensorflow.python.framework import auto_control_deps
 
     return auto_control_deps.AutomaticControlDependencies()
+
+
+class _Devices:
+    """What MirroredStrategy reads from a ``colocate_with`` variable: the devices of its copies."""
+
+    def __init__(self, devices: Iterable[str]) -> None:
+        self._devices = tuple(devices)
+
+
+@contextlib.contextmanager
+def mirrored_on(devices: Iterable[str]) -> Iterator[None]:
+    """Inside a MirroredStrategy's scope, variables created here get one copy on each of ``devices``.
+
+    MirroredStrategy puts a variable's copies on the devices of its
+    ``colocate_with`` variable's ``_devices`` (its own replica devices
+    otherwise); the copy for replica *i* is on ``devices[i]``. That is how a
+    shard of a 2-D mesh lives on its model-axis device in every replica.
+    """
+    import tensorflow as tf
+
+    placement = _Devices(devices)
+
+    def creator(next_creator: Any, **kwargs: Any) -> Any:
+        kwargs["colocate_with"] = placement
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        yield
 
 
 def missing_symbols() -> list[str]:

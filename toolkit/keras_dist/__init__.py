@@ -54,12 +54,18 @@ def _current_multi_worker() -> tf.distribute.Strategy | None:
     return strategy if isinstance(strategy, _MULTI_WORKER) else None
 
 
-def _placed_by_strategy(variable: keras.Variable) -> bool:
-    """Whether a Keras variable was created by a multi-worker strategy (mirrored, or on a ps)."""
+def _placed_by_strategy(model: keras.Model, variable: keras.Variable) -> bool:
+    """Whether a Keras variable was created by a multi-worker strategy (mirrored, or on a ps).
+
+    A variable on a ps counts only when the model was created under a strategy: a model
+    placed on ps devices by hand (a device map or a ModelParallel mesh over an in-graph
+    session) trains with Keras' own fit.
+    """
     value = getattr(variable, "value", variable)
     if isinstance(value, tf.distribute.DistributedValues):
         return isinstance(getattr(value, "distribute_strategy", None), _MULTI_WORKER)
-    return "/job:ps" in str(getattr(value, "device", ""))
+    created_under = getattr(model, "distribute_strategy", None)
+    return "/job:ps" in str(getattr(value, "device", "")) and isinstance(created_under, _MULTI_WORKER)
 
 
 def _in_scope(strategy: tf.distribute.Strategy, variable: keras.Variable) -> bool:
@@ -105,7 +111,7 @@ def _record(model: keras.Model, method: str) -> CompileRecord | None:
     record = _records.get(model)
     if record is not None:
         return record
-    if _current_multi_worker() is not None or any(_placed_by_strategy(v) for v in model.weights):
+    if _current_multi_worker() is not None or any(_placed_by_strategy(model, v) for v in model.weights):
         raise TrainingError(
             f"model.{method}() of model {model.name!r}, whose variables belong to a ParameterServerStrategy or "
             "MultiWorkerMirroredStrategy, but the model was not compiled inside that strategy's scope after "
