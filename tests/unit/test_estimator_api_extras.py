@@ -1,7 +1,6 @@
-"""Local ``train_and_evaluate`` evaluates as tf.estimator's ``run_local``: after checkpoints, throttled.
-
-Also: a ``tf.estimator.StopAtStepHook`` (one of the re-exported session-run hooks) stops training,
-and the boosted-trees names refuse with the reason while TensorFlow ships no kernels for them.
+"""tf.estimator behaviour the API walk does not see: local ``train_and_evaluate`` evaluates as TF's ``run_local``
+(after checkpoints, throttled); ``experimental_export_all_saved_models``; a re-exported ``StopAtStepHook``
+stops training; the boosted-trees names refuse with the reason while TensorFlow ships no kernels for them.
 """
 from __future__ import annotations
 
@@ -19,6 +18,8 @@ tf1 = tf.compat.v1
 
 def _model_fn(features, labels, mode):
     w = tf1.get_variable("w", [], initializer=tf1.zeros_initializer())
+    if mode == "infer":
+        return EstimatorSpec(mode, predictions={"y": features["x"] * w})
     loss = tf.reduce_mean(tf.square(features["x"] * w - labels))
     train_op = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=tf1.train.get_global_step())
     return EstimatorSpec(mode, loss=loss, train_op=train_op, predictions={"y": features["x"] * w})
@@ -65,3 +66,34 @@ def test_boosted_trees_refuse_with_the_missing_kernels_named():
     assert "TensorFlow Decision Forests" in str(info.value)
     with pytest.raises(CannedError, match="BoostedTreesRegressor"):
         estimator_lib.BoostedTreesRegressor([column], n_batches_per_layer=1)
+
+
+def test_export_all_saved_models_writes_one_graph_per_mode_over_one_set_of_variables(tmp_path):
+    from toolkit.estimator import ModeKeys, experimental
+    from toolkit.estimator.export import build_raw_serving_input_receiver_fn
+
+    est = Estimator(_model_fn, model_dir=str(tmp_path / "model"), config=RunConfig(tf_config={}))
+    est.train(_input_fn, max_steps=20)
+    trained_w = est.get_variable_value("w")
+    features, labels = {"x": tf.zeros([4], tf.float32)}, tf.zeros([4], tf.float32)
+    path = est.experimental_export_all_saved_models(tmp_path / "export", {
+        ModeKeys.TRAIN: experimental.build_raw_supervised_input_receiver_fn(features, labels),
+        ModeKeys.EVAL: experimental.build_raw_supervised_input_receiver_fn(features, labels),
+        ModeKeys.PREDICT: build_raw_serving_input_receiver_fn(features)})
+    for tags, signature in ((["train"], "train"), (["eval"], "eval"), (["serve"], "serving_default")):
+        with tf.Graph().as_default(), tf1.Session() as session:
+            meta = tf1.saved_model.loader.load(session, tags, path)
+            assert signature in meta.signature_def
+            w = [v for v in tf1.global_variables() if v.op.name == "w"][0]
+            assert session.run(w) == pytest.approx(trained_w)
+            if tags == ["train"]:  # the train op is kept, and it trains the restored variables
+                inputs = meta.signature_def["train"].inputs
+                assert sorted(inputs) == ["label", "x"]
+                session.run(tf1.get_collection("saved_model_train_op")[0],
+                            {inputs["x"].name: np.ones([4], np.float32),
+                             inputs["label"].name: np.full([4], 2.0, np.float32)})
+                assert session.run(w) != pytest.approx(trained_w)
+    served = tf.saved_model.load(path, tags=["serve"]).signatures["serving_default"]
+    assert served(x=tf.ones([4]))["y"].numpy() == pytest.approx(np.full(4, trained_w))
+    with pytest.raises(estimator_lib.EstimatorError, match="No valid modes for exporting found"):
+        est.experimental_export_all_saved_models(tmp_path / "export", {})
