@@ -1,6 +1,6 @@
 """tf.estimator behaviour the API walk does not see: local ``train_and_evaluate`` evaluates as TF's ``run_local``
 (after checkpoints, throttled); ``experimental_export_all_saved_models``; a re-exported ``StopAtStepHook``
-stops training; the boosted-trees names refuse with the reason while TensorFlow ships no kernels for them.
+stops training.
 """
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import tensorflow as tf
 
 import toolkit.estimator as estimator_lib
 from toolkit.estimator import Estimator, EstimatorSpec, EvalSpec, RunConfig, TrainSpec, train_and_evaluate
-from toolkit.estimator.canned._errors import CannedError
 from toolkit.estimator.hooks.early_stopping import read_eval_metrics
 
 tf1 = tf.compat.v1
@@ -53,19 +52,6 @@ def test_the_re_exported_stop_at_step_hook_stops_training(tmp_path):
     est = Estimator(_model_fn, model_dir=str(tmp_path), config=RunConfig(tf_config={}))
     est.train(_input_fn, hooks=[estimator_lib.StopAtStepHook(last_step=7)], max_steps=1000)
     assert est.get_variable_value("global_step") == 7
-
-
-def test_boosted_trees_refuse_with_the_missing_kernels_named():
-    from toolkit.estimator.canned.boosted_trees import kernels_available
-
-    # TF 2.21 declares the BoostedTrees* ops without kernels; when a TensorFlow brings them back, this fails
-    assert not kernels_available()
-    column = tf.feature_column.numeric_column("x")
-    with pytest.raises(CannedError, match="BoostedTreesClassifier needs TensorFlow's BoostedTrees\\* kernels") as info:
-        estimator_lib.BoostedTreesClassifier([column], n_batches_per_layer=1)
-    assert "TensorFlow Decision Forests" in str(info.value)
-    with pytest.raises(CannedError, match="BoostedTreesRegressor"):
-        estimator_lib.BoostedTreesRegressor([column], n_batches_per_layer=1)
 
 
 def test_export_all_saved_models_writes_one_graph_per_mode_over_one_set_of_variables(tmp_path):

@@ -20,8 +20,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from toolkit.estimator._construct import EstimatorError
 from toolkit.estimator._export_outputs import EvalOutput, TrainOutput
-from toolkit.estimator.estimator import EstimatorError
 from toolkit.estimator.spec import ModeKeys
 
 __all__ = ["export_all_saved_models"]
