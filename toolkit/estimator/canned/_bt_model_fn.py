@@ -17,7 +17,7 @@ the logits. What the step then does depends on the phase the variables record:
 
 The phases are predicates, not branches: each step computes every candidate
 update and assigns the one its phase selects, so the graph has no control flow.
-The global step counts steps, as upstream's.
+As upstream, the global step counts the bias and grow steps, not the quantile ones.
 """
 from __future__ import annotations
 
@@ -192,10 +192,11 @@ def _train_op(graph: _Graph, features: Any, columns: Sequence[Any], loss: tf.Ten
     new[stats] = tf.where(layer_done, tf.zeros_like(s_total), s_total)
     new[stat_batches] = tf.where(layer_done, 0.0, s_count)
 
-    with tf.control_dependencies(new.values()):
+    counted = tf.cast(tf.logical_not(quantile_phase), tf.int64)  # as upstream, a quantile step is not counted
+    with tf.control_dependencies([*new.values(), counted]):
         assigns = [variable.assign(value).op for variable, value in new.items()]
     with tf.control_dependencies(assigns):
-        step_op = v1.assign_add(v1.train.get_global_step(), 1).op
+        step_op = v1.assign_add(v1.train.get_global_step(), counted).op
     v1.summary.scalar("ensemble/num_finalized_trees", t)
     return tf.group(step_op, name="grow_op"), tree
 
