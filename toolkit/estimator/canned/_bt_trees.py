@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-__all__ = ["Ensemble", "TreeParams", "best_splits", "make_ensemble", "newton", "traverse"]
+__all__ = ["Ensemble", "TreeParams", "best_splits", "logits_of", "make_ensemble", "newton", "traverse"]
 
 v1 = tf.compat.v1
 
