@@ -72,6 +72,34 @@ _EXPORTS: dict[str, str] = {
     "BaselineEstimator": "toolkit.estimator.canned",
 }
 
+# the session-run hooks tf.estimator re-exported from tf.compat.v1.train
+_EXPORTS.update({name: "toolkit.estimator.hooks.session_run" for name in (
+    "SessionRunHook",
+    "SessionRunArgs",
+    "SessionRunContext",
+    "SessionRunValues",
+    "StopAtStepHook",
+    "LoggingTensorHook",
+    "CheckpointSaverHook",
+    "CheckpointSaverListener",
+    "StepCounterHook",
+    "SummarySaverHook",
+    "NanTensorHook",
+    "NanLossDuringTrainingError",
+    "GlobalStepWaiterHook",
+    "FinalOpsHook",
+    "FeedFnHook",
+    "ProfilerHook",
+    "SecondOrStepTimer",
+)})
+
+# the boosted-trees canned estimators (TF's BoostedTrees* kernels)
+_EXPORTS.update({name: "toolkit.estimator.canned.boosted_trees" for name in (
+    "BoostedTreesClassifier",
+    "BoostedTreesRegressor",
+    "BoostedTreesEstimator",
+)})
+
 _MODULES = ("export", "experimental", "inputs", "tpu")
 
 __all__ = sorted([*_EXPORTS, *_MODULES])

@@ -27,19 +27,26 @@ class EvaluateOnNewCheckpoint(tf.compat.v1.train.CheckpointSaverListener):
     Args:
         evaluate_and_export: ``(checkpoint_path, global_step) -> (eval result, export paths)``.
         throttle_secs: at most one evaluation per this many seconds.
+        skip_first: skip the first save of a ``train`` call (the untrained model's checkpoint), as
+            tf.estimator's local ``train_and_evaluate`` did.
     """
 
     def __init__(self, evaluate_and_export: Callable[[str, int], tuple[Any, list[str]]], latest: Callable[[], Any],
-                 throttle_secs: float) -> None:
+                 throttle_secs: float, *, skip_first: bool = False) -> None:
         self._evaluate_and_export, self._latest = evaluate_and_export, latest
+        self._skip_first = self._skip_next = skip_first
         self._timer = tf.compat.v1.train.SecondOrStepTimer(every_secs=throttle_secs)
         self.eval_result: Any = None
         self.export_results: list[str] = []
 
     def begin(self) -> None:
         self._timer.reset()
+        self._skip_next = self._skip_first
 
     def after_save(self, session: Any, global_step_value: int) -> None:
+        if self._skip_next:
+            self._skip_next = False
+            return
         if self._timer.should_trigger_for_step(global_step_value):
             self._evaluate(global_step_value)
         else:

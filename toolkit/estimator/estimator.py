@@ -365,6 +365,17 @@ class Estimator:
             return export_graph(spec, receiver, self._saver_scaffold(spec), path, os.fspath(export_dir_base),
                                 as_text=as_text, assets_extra=assets_extra, error=_restore_error)
 
+    def experimental_export_all_saved_models(self, export_dir_base: str | os.PathLike,
+                                             input_receiver_fn_map: Mapping[str, Any],
+                                             assets_extra: Mapping[str, str] | None = None, as_text: bool = False,
+                                             checkpoint_path: str | None = None) -> str:
+        """One SavedModel with a graph per mode of ``input_receiver_fn_map`` (tags ``train``/``eval``/``serve``)."""
+        from toolkit.estimator._export_all import export_all_saved_models
+
+        return export_all_saved_models(self, os.fspath(export_dir_base), input_receiver_fn_map,
+                                       checkpoint=self._export_checkpoint(checkpoint_path), assets_extra=assets_extra,
+                                       as_text=as_text, error=_restore_error)
+
     def _export_checkpoint(self, checkpoint_path: str | None) -> str:
         path = self._checkpoint_or_none(checkpoint_path, "export", fresh=True) if checkpoint_path else \
             self.latest_checkpoint()

@@ -2,7 +2,10 @@
 
 The role comes from TF_CONFIG (through ``RunConfig``), as in ``tf.estimator``:
 
-* ``local`` (no TF_CONFIG): train to ``max_steps``, evaluate, run the exporters;
+* ``local`` (no TF_CONFIG): train to ``max_steps``; as tf.estimator's ``run_local``, evaluate and run
+  the exporters after each checkpoint save once ``throttle_secs`` have passed since the last
+  evaluation (the first checkpoint, of the untrained model, is skipped), and the last checkpoint
+  at the end if it was not evaluated yet;
 * ``ps``: serve the variables, then exit 0 when the chief says goodbye;
 * ``chief``: train (between-graph, its own client), wait for the workers to
   leave, then end the ps tasks (the toolkit's goodbye);
@@ -57,8 +60,24 @@ def _train(estimator: Any, train_spec: TrainSpec, saving_listeners: list[Any] | 
 
 
 def _run_local(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
-    _train(estimator, train_spec)
-    return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), None, final=True)
+    from toolkit.estimator._master import EvaluateOnNewCheckpoint
+
+    if not any(estimator.config.checkpoint_every.values()):  # no checkpoint saves: evaluate once, at the end
+        _train(estimator, train_spec)
+        return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), None, final=True)
+
+    last: list[tuple[Any, list[str]]] = []
+
+    def evaluate_and_export(path: str, step: int) -> tuple[Any, list[str]]:
+        last[:] = [_evaluate_and_export(estimator, eval_spec, path, train_spec.max_steps)]
+        return last[0]
+
+    listener = EvaluateOnNewCheckpoint(evaluate_and_export, estimator.latest_checkpoint, eval_spec.throttle_secs,
+                                       skip_first=True)
+    _train(estimator, train_spec, [listener])
+    if not last:  # training saved no checkpoint after the first one
+        return _evaluate_and_export(estimator, eval_spec, estimator.latest_checkpoint(), None, final=True)
+    return last[0]  # as TF: the last evaluation's metrics and the exports it made
 
 
 def _run_ps(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
