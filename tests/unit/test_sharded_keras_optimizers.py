@@ -116,3 +116,27 @@ def test_a_table_looked_up_twice_in_a_step_sums_its_rows_gradients_before_the_up
     keras_opt.apply_gradients([(tf.convert_to_tensor(tape.gradient(loss, dense)), dense)])
     step(batch, labels)
     np.testing.assert_allclose(table.to_numpy(), dense.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_keras_embedding_adopts_given_shards_and_saves_as_keras_does(tmp_path):
+    """What a between-graph worker does (``shard_source``: the chief's shards); weight files keep Keras' format."""
+    from strategies.sharding import shard_source
+    from toolkit.layers import has_sharded_tables
+
+    shards = ShardedTable.create("emb", 10, 3, initializer=_INIT, num_shards=2).shards
+
+    def model_fn():
+        ids = keras.Input((2,), dtype="int64")
+        return keras.Model(ids, keras.layers.Embedding(10, 3, name="emb")(ids))
+
+    with shard_source(lambda name: (list(shards), "div") if name == "emb" else None):
+        model = model_fn()
+    assert has_sharded_tables(model) and model.weights == []
+    table = sharded_tables(model)[0]
+    assert table.shards == shards
+    np.testing.assert_array_equal(model(np.array([[9, 0]])).numpy()[0], table.to_numpy()[[9, 0]])
+    model.save_weights(str(tmp_path / "m.weights.h5"))
+    plain = model_fn()  # no source, no parameter servers: one Keras variable
+    assert not has_sharded_tables(plain)
+    plain.load_weights(str(tmp_path / "m.weights.h5"))
+    np.testing.assert_array_equal(plain.get_layer("emb").embeddings.numpy(), table.to_numpy())
