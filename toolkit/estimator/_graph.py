@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from toolkit.estimator.spec import EstimatorSpec, SpecError
 
-__all__ = ["call_input_fn", "call_model_fn", "metric_ops"]
+__all__ = ["call_input_fn", "call_model_fn", "input_fn_result", "metric_ops"]
 
 v1 = tf.compat.v1
 
@@ -30,9 +30,9 @@ def _reads_a_dataset_or_queue(result: Any) -> bool:
         v1.get_collection(v1.GraphKeys.QUEUE_RUNNERS))
 
 
-def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
-                  input_context: Any = None) -> tuple[Any, Any]:
-    """``(features, labels or None)`` from ``input_fn``'s Dataset, tensors or plain values."""
+def input_fn_result(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
+                    input_context: Any = None) -> Any:
+    """What ``input_fn`` returns, called with the subset of (mode, params, config, input_context) it names."""
     if not callable(input_fn):
         raise SpecError(f"`input_fn` is {type(input_fn).__name__}; expected a function returning a "
                         "tf.data.Dataset of (features, labels), or a (features, labels) tuple of tensors.",
@@ -42,7 +42,13 @@ def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, confi
     kwargs = {k: v for k, v in offered.items() if k in names or (var_kw and k != "input_context")}
     if "input_context" in kwargs and input_context is None:
         kwargs["input_context"] = tf.distribute.InputContext()
-    result = input_fn(**kwargs)
+    return input_fn(**kwargs)
+
+
+def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
+                  input_context: Any = None) -> tuple[Any, Any]:
+    """``(features, labels or None)`` from ``input_fn``'s Dataset, tensors or plain values."""
+    result = input_fn_result(input_fn, mode, params=params, config=config, input_context=input_context)
     if isinstance(result, tf.data.Dataset):
         result = v1.data.make_one_shot_iterator(result).get_next()
     elif mode == "infer" and not _reads_a_dataset_or_queue(result):
