@@ -14,7 +14,7 @@ Estimator's held-out loss after training (it must learn: below the labels' varia
 Estimator figure >= 0.9x its toolkit.fit peer. Not a test; compare ratios from one run.
 
 Usage:
-    python benchmarks/bench_estimator_distribute.py [--steps 300]
+    python benchmarks/bench_estimator_distribute.py [--steps 300] [--only mirrored multi_worker_mirrored]
 """
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _child(kind: str, steps: int, model_dir: str, out: str) -> None:
     est.train(input_fn, hooks=[clock], max_steps=CHUNKS * steps)
     if not est.config.is_chief:
         return
-    held_out = tf_estimator.Estimator(model_fn, model_dir=model_dir).evaluate(
+    held_out = est.evaluate(
         lambda: tf.data.Dataset.from_tensor_slices((x[-1024:], y[-1024:])).batch(256))
     Path(out).write_text(json.dumps({"steps_per_sec": max(clock.rates[1:]), "loss": held_out["loss"],
                                      "label_variance": float(np.var(y))}))
@@ -115,6 +115,7 @@ def _estimator(kind: str, steps: int, work: Path) -> dict | None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--only", nargs="*", default=["mirrored", "multi_worker_mirrored"])
     parser.add_argument("--child")
     parser.add_argument("--model-dir")
     parser.add_argument("--out")
@@ -129,7 +130,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cases = bench_training._cases(args.steps)
-        for kind in ("mirrored", "multi_worker_mirrored"):
+        for kind in args.only:
             peer_name = f"toolkit/{kind}/spe1"
             peer = bench_training._measure(peer_name, *cases[peer_name], args.steps, work)
             mine = _estimator(kind, args.steps, work)

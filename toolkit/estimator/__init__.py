@@ -71,6 +71,7 @@ _EXPORTS: dict[str, str] = {
     "BaselineRegressor": "toolkit.estimator.canned",
     "BaselineEstimator": "toolkit.estimator.canned",
 }
+_EXPORTS["model_to_estimator"] = "toolkit.estimator.keras_lib"  # issue 40: Keras model -> Estimator
 
 _MODULES = ("export", "experimental", "inputs", "tpu")
 
