@@ -72,6 +72,18 @@ def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, confi
     return features, labels
 
 
+def _fresh_keras_names() -> Any:
+    """Keras 3 names layers by a process-wide count; each graph counts afresh (as Keras 2 did per graph)."""
+    import contextlib
+    import sys
+
+    if "keras" not in sys.modules:
+        return contextlib.nullcontext()
+    from toolkit._compat.keras import fresh_layer_names
+
+    return fresh_layer_names()
+
+
 def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mode: str, *, params: Any,
                   config: Any) -> EstimatorSpec:
     """Calls model_fn with the subset of (features, labels, mode, params, config) it names."""
@@ -83,7 +95,8 @@ def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mode
                         "arguments, or return features alone from input_fn.", field="input_fn")
     offered = {"labels": labels, "mode": mode, "params": params, "config": config}
     kwargs = {k: v for k, v in offered.items() if k in names}
-    spec = model_fn(features=features, **kwargs)
+    with _fresh_keras_names():
+        spec = model_fn(features=features, **kwargs)
     if not isinstance(spec, EstimatorSpec):
         raise SpecError(f"model_fn should return an EstimatorSpec: model_fn returned {type(spec).__name__} "
                         f"{spec!r:.80}. Return e.g. EstimatorSpec(mode, loss=loss, train_op=train_op).",

@@ -127,7 +127,9 @@ class Estimator:
                              input_context=context)
 
     def _new_graph(self) -> tf.Graph:
-        graph = tf.Graph()
+        from toolkit.estimator._keras3_optimizers import mark_estimator_graph
+
+        graph = mark_estimator_graph(tf.Graph())
         if self._config.tf_random_seed is not None:
             graph.seed = self._config.tf_random_seed
         return graph
