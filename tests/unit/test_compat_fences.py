@@ -18,7 +18,8 @@ FENCES = {"strategies/_compat.py", "toolkit/_compat/keras.py", "toolkit/_compat/
 PRIVATE = re.compile(r"keras\.src|tensorflow\.python|tf_keras\.src|[.'\"](_flatten_layers|_fn|_fn_kwargs|"
                      r"_keras_call_info_injected|_parse_example_spec|_variable_shape|_sync_optimizer|_from_logits|"
                      r"_update_input|_layout_map|_trainable_variables|_non_trainable_variables|_get_control_flow_context|_cluster_coordinator|_preemption_handler_thread|"
-                     r"_value|_momentums|_velocities|_learning_rate|_compile_config)\b")
+                     r"_value|_momentums|_velocities|_learning_rate|_compile_config|_scale_loss_for_estimator_enabled|"
+                     r"_is_loss_scaled_by_optimizer)\b")
 
 
 def test_every_fenced_symbol_still_exists():

@@ -86,10 +86,32 @@ def test_estimator_error_cases_raise_tf_config_errors(doc, field, text):
     assert info.value.field.startswith(field)
 
 
-def test_train_distribute_is_refused_with_the_between_graph_fix():
-    with pytest.raises(RunConfigError, match="between-graph") as info:
+def test_train_distribute_that_is_no_strategy_is_refused_naming_the_ones_it_takes():
+    with pytest.raises(RunConfigError, match="parameter_server.*MirroredStrategy.*MultiWorkerMirroredStrategy") as info:
         _config("chief", 0, train_distribute="parameter_server")
     assert info.value.field == "train_distribute"
+
+
+def test_a_one_machine_strategy_on_a_cluster_is_refused_with_the_multi_worker_fix():
+    import tensorflow as tf
+
+    with pytest.raises(RunConfigError, match="one-machine strategy.*MultiWorkerMirroredStrategy") as info:
+        _config("chief", 0, train_distribute=tf.distribute.OneDeviceStrategy("/cpu:0"))
+    assert info.value.field == "train_distribute"
+
+
+def test_workers_only_cluster_needs_no_chief_when_train_distribute_is_set():
+    """TF's RunConfig skipped the chief rule under train_distribute: worker 0 is the chief."""
+    import tensorflow as tf
+
+    cluster = {"worker": ["h:1", "h:2"]}
+    with pytest.raises(TFConfigError, match="no `chief`"):
+        _config("worker", 0, cluster)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with pytest.raises(RunConfigError, match="one-machine"):  # the chief rule no longer speaks first
+        _config("worker", 0, cluster, train_distribute=strategy)
+    local = RunConfig(tf_config={}, train_distribute=strategy, eval_distribute=strategy)
+    assert local.train_distribute is strategy and local.eval_distribute is strategy
 
 
 @pytest.mark.parametrize("kwargs,field", [

@@ -13,6 +13,7 @@ training run. The internals ``strategies`` needs are fenced in
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -27,7 +28,8 @@ __all__ = ["PATCHED_METHODS", "install", "uninstall", "installed", "original", "
            "DISTRIBUTION_LIB_FUNCTIONS",
            "install_distribution_lib", "uninstall_distribution_lib", "original_set_distribution",
            "current_name_path", "own_variables", "original_add_weight", "original_optimizer_build",
-           "layout_map_of", "distribution_lib_installed"]
+           "layout_map_of", "distribution_lib_installed",
+           "fresh_layer_names", "graph_learning_rate"]
 
 #: the ``keras.Model`` methods replaced while distributed Keras is enabled.
 PATCHED_METHODS = ("compile", "fit", "evaluate", "predict")
@@ -223,9 +225,37 @@ def layout_map_of(distribution: Any) -> Any:
     return getattr(distribution, "_layout_map", None)
 
 
+def graph_learning_rate(optimizer: Any) -> Any:
+    """The learning rate's initial-value tensor of a Keras 3 optimizer made inside a TF1 graph (or None)."""
+    rate = getattr(optimizer, "_learning_rate", None)
+    return getattr(getattr(rate, "value", None), "initial_value", None)
+
+
+@contextlib.contextmanager
+def fresh_layer_names() -> Iterator[None]:
+    """Keras' automatic layer names (``dense``, ``dense_1``...) counted afresh inside, as Keras 2 counted them
+    per graph: each Estimator graph a model_fn builds names its layers, and so its variables, the same way,
+    so a checkpoint written by train() restores in evaluate()'s graph."""
+    from keras.src.backend.common import global_state
+
+    saved = global_state.get_global_attribute("object_name_uids")
+    global_state.set_global_attribute("object_name_uids", None)
+    try:
+        yield
+    finally:
+        global_state.set_global_attribute("object_name_uids", saved)
+
+
 def missing_symbols() -> list[str]:
     """The Keras (and, through ``strategies._compat``, TensorFlow) symbols fenced here that are gone."""
     missing = [f"keras.Model.{name}" for name in (*PATCHED_METHODS, "train_step") if not hasattr(keras.Model, name)]
+    try:
+        with fresh_layer_names():
+            fresh = keras.layers.Dense(1).name
+        if fresh != "dense":
+            missing.append(f"keras.src.backend.common.global_state object_name_uids (a fresh layer was named {fresh})")
+    except (ImportError, AttributeError) as exc:
+        missing.append(f"keras.src.backend.common.global_state.get/set_global_attribute: {exc}")
     checks = {
         "keras.metrics.SparseCategoricalAccuracy()._fn": lambda: keras.metrics.SparseCategoricalAccuracy(),
         "keras.metrics.SparseCategoricalAccuracy()._fn_kwargs": lambda: keras.metrics.SparseCategoricalAccuracy(),

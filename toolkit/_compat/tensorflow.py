@@ -19,6 +19,12 @@
   the same ``TrainStep`` (a Keras optimizer's update reads slots it has just
   written) in graph mode.
 
+* A strategy's ``_scale_loss_for_estimator_enabled()`` makes TF1 optimizers
+  divide each replica's loss by the replica count (tf.estimator's
+  ``_train_model_distributed`` entered it), and the graph's
+  ``_is_loss_scaled_by_optimizer`` tells how the per-replica losses are then
+  reduced for reporting: the Estimator under ``train_distribute``.
+
 ``missing_symbols()`` (and its unit test) names what an upgrade removed; the
 internals ``strategies`` uses are fenced in ``strategies._compat``.
 """
@@ -28,7 +34,8 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "mirrored_on", "in_control_flow", "is_dense_column",
+__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "estimator_loss_scaling", "mirrored_on",
+           "in_control_flow", "is_dense_column", "loss_scaled_by_optimizer",
            "is_feature_column", "missing_symbols",
            "named_variable", "parse_example_spec", "sync_optimizers", "update_input"]
 
@@ -131,6 +138,16 @@ def mirrored_on(devices: Iterable[str]) -> Iterator[None]:
         yield
 
 
+def estimator_loss_scaling(strategy: Any) -> Any:
+    """The context in which TF1 optimizers scale each replica's loss by 1/replicas, as under tf.estimator."""
+    return strategy._scale_loss_for_estimator_enabled()
+
+
+def loss_scaled_by_optimizer(graph: Any) -> bool:
+    """Whether a TF1 optimizer in ``graph`` divided the per-replica loss (then the reported loss is their mean)."""
+    return bool(getattr(graph, "_is_loss_scaled_by_optimizer", False))
+
+
 def missing_symbols() -> list[str]:
     """The private TensorFlow attributes fenced here that the installed TensorFlow no longer has."""
     import tensorflow as tf
@@ -164,6 +181,8 @@ def missing_symbols() -> list[str]:
             missing.append("AutomaticControlDependencies().ops_which_must_run (empty)")
     except (AttributeError, ImportError) as exc:
         missing.append(f"tensorflow.python.framework.auto_control_deps.AutomaticControlDependencies: {exc}")
+    if not hasattr(tf.distribute.OneDeviceStrategy("/cpu:0"), "_scale_loss_for_estimator_enabled"):
+        missing.append("tf.distribute.Strategy._scale_loss_for_estimator_enabled")
     v1_column = v1.feature_column.numeric_column("x")
     for attribute in ("_parse_example_spec", "_variable_shape"):
         if not hasattr(v1_column, attribute):

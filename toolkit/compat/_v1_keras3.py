@@ -48,10 +48,17 @@ def _refusal(what: str) -> Exception:
         field="model")
 
 
+def _estimator_graph() -> bool:
+    """An Estimator's graph maps Keras 3 optimizers to their TF1 twins (toolkit.estimator._keras3_optimizers)."""
+    from toolkit.estimator._keras3_optimizers import in_estimator_graph
+
+    return in_estimator_graph()
+
+
 def _guard(method: Callable[..., Any], what: str) -> Callable[..., Any]:
     @functools.wraps(method)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        if not tf.compat.v1.executing_eagerly_outside_functions():
+        if not tf.compat.v1.executing_eagerly_outside_functions() and not _estimator_graph():
             raise _refusal(what)
         return method(*args, **kwargs)
 

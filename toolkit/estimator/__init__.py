@@ -71,6 +71,7 @@ _EXPORTS: dict[str, str] = {
     "BaselineRegressor": "toolkit.estimator.canned",
     "BaselineEstimator": "toolkit.estimator.canned",
 }
+_EXPORTS["model_to_estimator"] = "toolkit.estimator.keras_lib"  # issue 40: Keras model -> Estimator
 
 # the session-run hooks tf.estimator re-exported from tf.compat.v1.train
 _EXPORTS.update({name: "toolkit.estimator.hooks.session_run" for name in (

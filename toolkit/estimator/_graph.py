@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from toolkit.estimator.spec import EstimatorSpec, SpecError
 
-__all__ = ["call_input_fn", "call_model_fn", "metric_ops"]
+__all__ = ["call_input_fn", "call_model_fn", "input_fn_result", "metric_ops"]
 
 v1 = tf.compat.v1
 
@@ -30,9 +30,9 @@ def _reads_a_dataset_or_queue(result: Any) -> bool:
         v1.get_collection(v1.GraphKeys.QUEUE_RUNNERS))
 
 
-def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
-                  input_context: Any = None) -> tuple[Any, Any]:
-    """``(features, labels or None)`` from ``input_fn``'s Dataset, tensors or plain values."""
+def input_fn_result(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
+                    input_context: Any = None) -> Any:
+    """What ``input_fn`` returns, called with the subset of (mode, params, config, input_context) it names."""
     if not callable(input_fn):
         raise SpecError(f"`input_fn` is {type(input_fn).__name__}; expected a function returning a "
                         "tf.data.Dataset of (features, labels), or a (features, labels) tuple of tensors.",
@@ -42,7 +42,13 @@ def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, confi
     kwargs = {k: v for k, v in offered.items() if k in names or (var_kw and k != "input_context")}
     if "input_context" in kwargs and input_context is None:
         kwargs["input_context"] = tf.distribute.InputContext()
-    result = input_fn(**kwargs)
+    return input_fn(**kwargs)
+
+
+def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, config: Any,
+                  input_context: Any = None) -> tuple[Any, Any]:
+    """``(features, labels or None)`` from ``input_fn``'s Dataset, tensors or plain values."""
+    result = input_fn_result(input_fn, mode, params=params, config=config, input_context=input_context)
     if isinstance(result, tf.data.Dataset):
         result = v1.data.make_one_shot_iterator(result).get_next()
     elif mode == "infer" and not _reads_a_dataset_or_queue(result):
@@ -66,6 +72,18 @@ def call_input_fn(input_fn: Callable[..., Any], mode: str, *, params: Any, confi
     return features, labels
 
 
+def _fresh_keras_names() -> Any:
+    """Keras 3 names layers by a process-wide count; each graph counts afresh (as Keras 2 did per graph)."""
+    import contextlib
+    import sys
+
+    if "keras" not in sys.modules:
+        return contextlib.nullcontext()
+    from toolkit._compat.keras import fresh_layer_names
+
+    return fresh_layer_names()
+
+
 def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mode: str, *, params: Any,
                   config: Any) -> EstimatorSpec:
     """Calls model_fn with the subset of (features, labels, mode, params, config) it names."""
@@ -77,7 +95,8 @@ def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any, mode
                         "arguments, or return features alone from input_fn.", field="input_fn")
     offered = {"labels": labels, "mode": mode, "params": params, "config": config}
     kwargs = {k: v for k, v in offered.items() if k in names}
-    spec = model_fn(features=features, **kwargs)
+    with _fresh_keras_names():
+        spec = model_fn(features=features, **kwargs)
     if not isinstance(spec, EstimatorSpec):
         raise SpecError(f"model_fn should return an EstimatorSpec: model_fn returned {type(spec).__name__} "
                         f"{spec!r:.80}. Return e.g. EstimatorSpec(mode, loss=loss, train_op=train_op).",

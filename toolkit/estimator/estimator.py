@@ -127,7 +127,9 @@ class Estimator:
                              input_context=context)
 
     def _new_graph(self) -> tf.Graph:
-        graph = tf.Graph()
+        from toolkit.estimator._keras3_optimizers import mark_estimator_graph
+
+        graph = mark_estimator_graph(tf.Graph())
         if self._config.tf_random_seed is not None:
             graph.seed = self._config.tf_random_seed
         return graph
@@ -143,6 +145,10 @@ class Estimator:
 
     def _local_session_config(self) -> Any:
         """Evaluation and prediction run in this process: the user's session_config, else soft placement."""
+        if self._config.__dict__.get("_strategy_kinds", {}).get("eval_distribute"):
+            from toolkit.estimator._distributed import eval_session_config
+
+            return eval_session_config(self._config)
         if getattr(self._config, "_session_config_derived", False):  # TF's cluster default filters remote devices
             return v1.ConfigProto(allow_soft_placement=True)
         return self._config.session_config or v1.ConfigProto(allow_soft_placement=True)
@@ -217,6 +223,11 @@ class Estimator:
         if max_steps is not None and self._global_step_now() >= max_steps:
             logger.info("skipping training: the checkpoint is already at max_steps=%d", max_steps)
             return self
+        if self._config.__dict__.get("_strategy_kinds", {}).get("train_distribute") in ("in_graph", "collective"):
+            from toolkit.estimator._distributed import train_distributed
+
+            train_distributed(self, input_fn, hooks, steps, max_steps, saving_listeners)
+            return self
         target = _session.server_target(self._config)
         distributed = not self._config.is_local and self._config.num_ps_replicas > 0
         if not self._config.is_local and not distributed:
@@ -255,20 +266,24 @@ class Estimator:
             features, labels = self._inputs(input_fn, ModeKeys.TRAIN)
         with v1.device(setter):
             spec = self._call(features, labels, ModeKeys.TRAIN)
-        if self._warm_start is not None and self.latest_checkpoint() is None:
-            settings = self._warm_start
-            v1.train.warm_start(settings.ckpt_to_initialize_from, vars_to_warm_start=settings.vars_to_warm_start,
-                                var_name_to_vocab_info=settings.var_name_to_vocab_info,
-                                var_name_to_prev_var_name=settings.var_name_to_prev_var_name)
+        self._warm_start_if_new()
         v1.summary.scalar("loss", spec.loss)
         stop = v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps) if (steps or max_steps) else \
             v1.train.StopAtStepHook(last_step=2**62)
         return spec, stop
 
-    def _run_training(self, spec: EstimatorSpec, hooks: list[Any], listeners: list[Any], target: str) -> None:
+    def _warm_start_if_new(self) -> None:
+        if self._warm_start is not None and self.latest_checkpoint() is None:
+            settings = self._warm_start
+            v1.train.warm_start(settings.ckpt_to_initialize_from, vars_to_warm_start=settings.vars_to_warm_start,
+                                var_name_to_vocab_info=settings.var_name_to_vocab_info,
+                                var_name_to_prev_var_name=settings.var_name_to_prev_var_name)
+
+    def _run_training(self, spec: EstimatorSpec, hooks: list[Any], listeners: list[Any], target: str,
+                      session_config: Any = None) -> None:
         config = self._config
         scaffold = self._saver_scaffold(spec)
-        proto = _session.session_config(config)
+        proto = session_config or _session.session_config(config)
         if config.is_chief:
             every = config.checkpoint_every
             chief_hooks = list(spec.training_chief_hooks or ())
@@ -326,6 +341,10 @@ class Estimator:
     def _evaluate_build_graph(self, input_fn: Callable[..., Any], hooks: list[Any]) -> tuple[EstimatorSpec,
                                                                                           list[Any]]:
         """In the default graph: the global step, the EVAL inputs and model; the spec and every eval hook."""
+        if self._config.__dict__.get("_strategy_kinds", {}).get("eval_distribute"):
+            from toolkit.estimator._distributed import evaluate_graph
+
+            return evaluate_graph(self, input_fn, hooks)
         v1.train.get_or_create_global_step()
         features, labels = self._inputs(input_fn, ModeKeys.EVAL)
         spec = self._call(features, labels, ModeKeys.EVAL)

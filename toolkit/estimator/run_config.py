@@ -35,6 +35,7 @@ from toolkit.estimator._run_config_checks import (
     resolve_checkpoint_every,
     tf_phrase,
 )
+from toolkit.estimator._strategy_kinds import strategy_kind
 
 __all__ = ["ClusterSpecDict", "RunConfig", "RunConfigError", "RunConfigTypeError"]
 
@@ -76,7 +77,7 @@ def _decoded(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else None
 
 
-def _as_tf_config(value: Any) -> tuple[TFConfig, dict[str, Any], int | None]:
+def _as_tf_config(value: Any, *, chief_required: bool = True) -> tuple[TFConfig, dict[str, Any], int | None]:
     """The validated TFConfig, the raw dict and an evaluator's index above 0 (else None); an invalid TF_CONFIG
     also gets the phrase tf.estimator raised."""
     decoded = _decoded(value)
@@ -88,9 +89,9 @@ def _as_tf_config(value: Any) -> tuple[TFConfig, dict[str, Any], int | None]:
         value = {**decoded, "task": {**decoded["task"], "index": 0}}
     try:
         cfg = _validated(value)
-        _estimator_rules(cfg)
+        _estimator_rules(cfg, chief_required=chief_required)
     except TFConfigError as error:
-        phrase = tf_phrase(decoded)
+        phrase = tf_phrase(decoded) if chief_required else None
         if phrase is None:
             raise
         raise RunConfigTFConfigError(error.problems, phrase) from None
@@ -120,15 +121,19 @@ def _validated(value: Any) -> TFConfig:
     )
 
 
-def _estimator_rules(cfg: TFConfig) -> None:
-    """Estimator's rules beyond the validator's: a cluster names this task and its chief."""
+def _estimator_rules(cfg: TFConfig, *, chief_required: bool) -> None:
+    """Estimator's rules beyond the validator's: a cluster names this task and its chief.
+
+    With ``train_distribute`` set TF's RunConfig skipped the chief rule (its distribute coordinator
+    made worker 0 the chief of a workers-only cluster), and so does this one.
+    """
     if not cfg.is_local and cfg.task is None:   # the validator warns only (TF 2's resolvers accept it)
         raise TFConfigError([Problem(
             "error", "task",
             f"TF_CONFIG has a `cluster` ({', '.join(cfg.cluster)}) but no `task`; Estimator-style training must "
             'know which task this process is. Add e.g. "task": {"type": "chief", "index": 0}.',
         )])
-    if cfg.is_local or cfg.is_evaluator or "chief" in cfg.cluster or "master" in cfg.cluster:
+    if cfg.is_local or cfg.is_evaluator or "chief" in cfg.cluster or "master" in cfg.cluster or not chief_required:
         return
     jobs = ", ".join(cfg.cluster)
     raise TFConfigError([Problem(
@@ -169,8 +174,10 @@ class RunConfig:
         keep_checkpoint_max: checkpoints kept on disk.
         keep_checkpoint_every_n_hours: as ``tf.compat.v1.train.Saver``.
         log_step_count_steps: loss and steps/s are logged every this many steps.
-        train_distribute: must stay None: distribution is between-graph, from
-            TF_CONFIG (replica_device_setter and ps tasks), as in TF1.
+        train_distribute: a ``tf.distribute`` strategy to train under, as TF 2's
+            Estimator did (``toolkit.estimator._strategy_kinds`` lists which); None:
+            between-graph from TF_CONFIG (replica_device_setter and ps tasks), as in TF1.
+        eval_distribute: a one-machine strategy for ``evaluate``.
         device_fn: overrides the ``replica_device_setter`` placement.
         session_creation_timeout_secs: how long a worker waits for the chief's init.
         chief_start_timeout, chief_lost_after: seconds a ps server waits for a
@@ -218,7 +225,7 @@ class RunConfig:
             object.__setattr__(self, name, value)
 
     def __post_init__(self) -> None:
-        cfg, raw, evaluator_index = _as_tf_config(self.tf_config)
+        cfg, raw, evaluator_index = _as_tf_config(self.tf_config, chief_required=self.train_distribute is None)
         self._set("tf_config", cfg)
         object.__setattr__(self, "_raw", raw)
         object.__setattr__(self, "_evaluator_index", evaluator_index)
@@ -227,20 +234,15 @@ class RunConfig:
         self._set("save_checkpoints_steps", steps)
         self._set("save_checkpoints_secs", secs)
         check_fields(self)
-        derived = self.session_config is None and not self.is_local and not self.is_evaluator
+        derived = (self.session_config is None and not self.is_local and not self.is_evaluator
+                   and self.train_distribute is None)  # a strategy's session config is the strategy's
         object.__setattr__(self, "_session_config_derived", derived)
         if derived:
             self._set("session_config", default_session_config(self.task_type, self.task_id))
-        for name in ("train_distribute", "eval_distribute"):
-            if getattr(self, name) is not None:
-                value = getattr(self, name)
-                pss = type(value).__name__.startswith("ParameterServerStrategy")
-                tf_phrase = ("(TF refused TF 2's ParameterServerStrategy here too: Please use "
-                             "`tf.compat.v1.distribute.experimental.ParameterServerStrategy` instead.) ") if pss else ""
-                raise RunConfigError(f"RunConfig `{name}` is {value!r}; this Estimator distributes between-graph, "
-                                     f"as TF1 did: start the same script in every task with its TF_CONFIG and "
-                                     f"leave it None. {tf_phrase}Keras 3 models with tf.distribute strategies "
-                                     "train with toolkit.fit.", field=name)
+        kinds = {name: strategy_kind(getattr(self, name), name, has_cluster=not (self.is_local or self.is_evaluator),
+                                     has_ps=self.num_ps_replicas > 0)
+                 for name in ("train_distribute", "eval_distribute") if getattr(self, name) is not None}
+        object.__setattr__(self, "_strategy_kinds", kinds)
         for name in ("chief_start_timeout", "chief_lost_after"):
             check_number(getattr(self, name), field=name, optional=True, error=RunConfigError, owner="RunConfig",
                          unit="seconds", example=60)

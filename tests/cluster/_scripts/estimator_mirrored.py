@@ -1,0 +1,62 @@
+"""The Estimator guide's distribution section (MirroredStrategy under RunConfig), on 2 logical CPUs.
+
+Trains the same custom model_fn twice from the same initial weights: under MirroredStrategy with
+per-replica batch B (as TF's Estimator took it), and on one device with the global batch 2B.
+Prints both weight vectors as JSON (one line each) for the test to compare, and the replica count.
+argv: out_dir
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                           [tf.config.LogicalDeviceConfiguration()] * 2)
+
+from toolkit import estimator as tf_estimator  # noqa: E402
+
+OUT = sys.argv[1]
+X = np.random.RandomState(0).randn(256, 5).astype("float32")
+Y = (X @ np.arange(1, 6, dtype="float32")[:, None] + 0.5).astype("float32")
+STEPS, PER_REPLICA = 20, 16
+
+
+def model_fn(features, labels, mode):
+    hidden = tf.compat.v1.get_variable("hidden", [5, 8], initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+    out = tf.compat.v1.get_variable("out", [8, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
+    predictions = tf.matmul(tf.nn.relu(tf.matmul(features["x"], hidden)), out)
+    if mode == tf_estimator.ModeKeys.PREDICT:
+        return tf_estimator.EstimatorSpec(mode, predictions=predictions)
+    loss = tf.compat.v1.losses.mean_squared_error(labels, predictions)
+    if mode == tf_estimator.ModeKeys.EVAL:
+        return tf_estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={
+            "mae": tf.compat.v1.metrics.mean_absolute_error(labels, predictions)})
+    train_op = tf.compat.v1.train.AdamOptimizer(0.05).minimize(
+        loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+    return tf_estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def input_fn(batch):
+    def fn(input_context=None):
+        contexts.append(None if input_context is None else
+                        (input_context.num_input_pipelines, input_context.num_replicas_in_sync))
+        return tf.data.Dataset.from_tensor_slices(({"x": X}, Y)).repeat().batch(batch)
+    return fn
+
+
+contexts = []
+mirrored_strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+config = tf_estimator.RunConfig(train_distribute=mirrored_strategy, eval_distribute=mirrored_strategy,
+                                model_dir=os.path.join(OUT, "mirrored"))
+mirrored = tf_estimator.Estimator(model_fn, config=config)
+mirrored.train(input_fn(PER_REPLICA), steps=STEPS)
+single = tf_estimator.Estimator(model_fn, model_dir=os.path.join(OUT, "single"))
+single.train(input_fn(2 * PER_REPLICA), steps=STEPS)
+for name, est in (("mirrored", mirrored), ("single", single)):
+    weights = np.concatenate([est.get_variable_value(v).ravel() for v in ("hidden", "out")])
+    print(json.dumps({"name": name, "step": int(est.get_variable_value("global_step")),
+                      "weights": weights.tolist()}), flush=True)
+metrics = mirrored.evaluate(lambda: tf.data.Dataset.from_tensor_slices(({"x": X}, Y)).batch(32))
+print(json.dumps({"eval": {k: float(v) for k, v in metrics.items()}, "contexts": contexts}), flush=True)
