@@ -82,7 +82,7 @@ def export_all_saved_models(estimator: Any, export_dir_base: str, input_receiver
                             checkpoint: str, assets_extra: Mapping[str, str] | None, as_text: bool,
                             error: Callable[..., Exception]) -> str:
     """Writes the SavedModel to ``<export_dir_base>/<timestamp>`` (under a temporary name, then renamed)."""
-    from toolkit.estimator.export import _fresh_dir
+    from toolkit.estimator.export import _fresh_dir, _publish
 
     if not isinstance(input_receiver_fn_map, Mapping):
         raise EstimatorError(f"`input_receiver_fn_map` is {type(input_receiver_fn_map).__name__}; expected a dict "
@@ -101,11 +101,7 @@ def export_all_saved_models(estimator: Any, export_dir_base: str, input_receiver
             _add_mode(estimator, builder, mode, input_receiver_fn_map[mode], checkpoint, save_variables=i == 0,
                       error=error)
         builder.save(as_text=as_text)
-        for dest, source in (assets_extra or {}).items():
-            target = os.path.join(temp_dir, "assets.extra", dest)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy(source, target)
-        os.rename(temp_dir, export_dir)
+        _publish(temp_dir, export_dir, assets_extra)
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
     return export_dir

@@ -210,6 +210,16 @@ def _fresh_dir(base: str) -> str:
     return os.path.join(base, str(stamp))
 
 
+def _publish(temp_dir: str, export_dir: str, assets_extra: Mapping[str, str] | None) -> None:
+    """Copies ``assets_extra`` ({path in the export: source file}) into the finished SavedModel, then moves it into
+    place: a reader never sees a half-written export."""
+    for dest, source in (assets_extra or {}).items():
+        target = os.path.join(temp_dir, "assets.extra", dest)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy(source, target)
+    os.rename(temp_dir, export_dir)
+
+
 def export_graph(spec: EstimatorSpec, receiver: ServingInputReceiver, scaffold: Any, checkpoint: str, base: str, *,
                  as_text: bool, assets_extra: Mapping[str, str] | None, error: Callable[..., Exception]) -> str:
     """Writes the current graph with ``checkpoint``'s variables as a SavedModel; returns its directory."""
@@ -232,11 +242,7 @@ def export_graph(spec: EstimatorSpec, receiver: ServingInputReceiver, scaffold: 
                 main_op=main_op,
                 strip_default_attrs=True, saver=saver)
             builder.save(as_text=as_text)
-        for dest, source in (assets_extra or {}).items():
-            target = os.path.join(temp_dir, "assets.extra", dest)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy(source, target)
-        os.rename(temp_dir, export_dir)
+        _publish(temp_dir, export_dir, assets_extra)
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
     return export_dir
