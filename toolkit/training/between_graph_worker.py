@@ -236,6 +236,8 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
         if manifest is not None:
             logger.info("worker-%d: the chief coordinates the steps; this worker serves them", index)
         return 0
+    if stop.is_set():  # the job ended while this worker waited for the manifest (a resumed run with nothing to do)
+        return _ended_before_first_step(index)
     logging.getLogger("tensorflow").addFilter(_not_unused_asserts)
     graph = tf.Graph()
     with graph.as_default():
@@ -243,9 +245,8 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
             manifest, num_workers=num_workers, index=index, worker_device=worker_device, **step_args)
     saved = pack_transfers(graph, [*train, token])
     logger.info("worker-%d: %d fewer transfers per step (packed per pair of tasks)", index, saved)
-    if stop.is_set():  # the job ended while this worker built its steps (a resumed run with nothing left to do)
-        logger.info("worker-%d: between-graph steps done: 0 steps (the job ended before its first step)", index)
-        return 0
+    if stop.is_set():  # the job ended while this worker built its steps
+        return _ended_before_first_step(index)
     steps = 0
     with v1.Session(target, graph=graph, config=config) as session:
         # Watched from the start: a ps that exits (the job is over) while this worker still initializes
@@ -274,6 +275,11 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
             watcher.join()
     logger.info("worker-%d: between-graph steps done: %d steps", index, steps)
     return steps
+
+
+def _ended_before_first_step(index: int) -> int:
+    logger.info("worker-%d: between-graph steps done: 0 steps (the job ended before its first step)", index)
+    return 0
 
 
 def _close_on_stop(session: tf.compat.v1.Session, stop: threading.Event, done: threading.Event) -> None:
