@@ -266,7 +266,7 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
         except tf.errors.OutOfRangeError:  # the chief closed the queue: training is over
             pass
         except (tf.errors.OpError, RuntimeError) as exc:
-            if not stop.is_set():
+            if not stop.is_set() and not isinstance(exc, tf.errors.CancelledError):
                 raise
             # this task is stopping: its call was cancelled, or its session closed, or the ps is gone
             logger.info("worker-%d: stopped during a call (%s)", index, type(exc).__name__)
