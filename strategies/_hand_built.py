@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -87,13 +86,9 @@ def end_process(code: int) -> NoReturn:
     returned, so nothing after it may run, whichever thread called it."""
     if threading.current_thread() is threading.main_thread():
         sys.exit(code)
-    import atexit
+    from strategies._roles import leave_process
 
-    logging.shutdown()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    leave_process(code)
 
 
 def arm_trainer(server: tf.distribute.Server) -> None:

@@ -22,12 +22,14 @@ hand in separate terminals.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from strategies._cluster import tf2_cluster, tf2_job
 from strategies._errors import StrategyError
@@ -207,23 +209,50 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, peer: str = "ch
                         lost_after=options.chief_lost_after)
     running = None if work is None else _Work(work, server.target, f"{job}-{index} work")
     try:
-        while True:
-            if running is not None and running.failed:
-                logger.error("%s-%d: its work failed (above); exiting with %d", job, index, EXIT_WORK_FAILED)
-                return EXIT_WORK_FAILED
-            code = _take_exit_code(path)
-            if code is not None:
-                logger.info("%s-%d: the %s said goodbye; exiting with %d", job, index, peer, code)
-                return code
-            code = watch.verdict(hello=not watch.seen and take_signal(hello) is not None)
-            if code is not None:
-                return code
-            time.sleep(options.poll_interval)
+        code = _serve_loop(job, index, peer, path, hello, watch, options, running)
     finally:
         if running is not None:  # let it leave TensorFlow's calls before the interpreter exits
             running.stop.set()
             running.thread.join(timeout=options.work_join_timeout)
         clear_signals([hello])
+    if running is not None and running.thread.is_alive():
+        # Its thread is still inside a TensorFlow call (e.g. one to a ps that has already exited): an
+        # interpreter teardown now would unwind it, or free what it uses, and abort the process
+        # ("terminate called after throwing ...", SIGABRT, 134) instead of exiting with ``code``.
+        logger.warning("%s-%d: its work did not stop within %g s (work_join_timeout); exiting with %d without "
+                       "tearing the interpreter down", job, index, options.work_join_timeout, code)
+        leave_process(code)
+    return code
+
+
+def _serve_loop(job: str, index: int, peer: str, path: str, hello: str, watch: _ChiefWatch, options: ServeOptions,
+                running: _Work | None) -> int:
+    """Polls for the goodbye, the chief's fate and the work's failure; returns the exit code."""
+    while True:
+        if running is not None and running.failed:
+            logger.error("%s-%d: its work failed (above); exiting with %d", job, index, EXIT_WORK_FAILED)
+            return EXIT_WORK_FAILED
+        code = _take_exit_code(path)
+        if code is not None:
+            logger.info("%s-%d: the %s said goodbye; exiting with %d", job, index, peer, code)
+            return code
+        code = watch.verdict(hello=not watch.seen and take_signal(hello) is not None)
+        if code is not None:
+            return code
+        time.sleep(options.poll_interval)
+
+
+def leave_process(code: int) -> NoReturn:
+    """Ends the process with ``code`` from any thread: atexit handlers run, the logs and streams are flushed,
+    and the interpreter is not torn down (``os._exit``), so threads still inside TensorFlow cannot abort it."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", options: ServeOptions | None = None,

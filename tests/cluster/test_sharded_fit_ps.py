@@ -102,8 +102,7 @@ def test_fit_trains_sharded_tables_and_their_slots_on_two_ps(front_door, tmp_pat
     model_dir, out = tmp_path / "model", tmp_path / "chief.json"
     result = launch([sys.executable, __file__, front_door, str(model_dir), str(out)], workers=2, ps=2,
                     job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False, preload=("tensorflow", "keras"))
-    assert result.ok, result.message
-    assert all(t.exit_code == 0 for t in result.tasks), [(t.name, t.exit_code) for t in result.tasks]
+    _assert_clean_exits(result)
     chief = json.loads(out.read_text())
     if front_door == "toolkit_fit":  # the fast path: each worker runs its own steps on the ps tables
         assert "between-graph steps: 2 workers take step tokens" in result.task("chief-0").log_path.read_text()
@@ -131,6 +130,34 @@ def test_fit_trains_sharded_tables_and_their_slots_on_two_ps(front_door, tmp_pat
     row_moved = np.any(table != initial, axis=1)
     assert row_moved[seen].mean() > 0.8 and not row_moved[unseen].any(), row_moved[seen].mean()
     np.testing.assert_array_equal(row_moved, slot_moved)
+    if front_door == "toolkit_fit":
+        _resume_finished(model_dir, tmp_path)
+
+
+def _resume_finished(model_dir, tmp_path):
+    """The same job again on its finished directory: the chief has nothing left to train and says goodbye while
+    the workers still build their steps. Each worker ends its own loop before its process exits, or (its work
+    still busy after ``work_join_timeout``) leaves without tearing the interpreter down: its work once still
+    ran a call against an exited ps at a normal exit, which can abort ("terminate called ...", 134)."""
+    from toolkit.launcher import launch
+
+    out = tmp_path / "resumed.json"
+    result = launch([sys.executable, __file__, "toolkit_fit", str(model_dir), str(out)], workers=2, ps=2,
+                    job_dir=tmp_path / "resumed", timeout=_TIMEOUT, echo=False, preload=("tensorflow", "keras"))
+    _assert_clean_exits(result)
+    assert json.loads(out.read_text())["global_step"] == 40
+    for worker in ("worker-0", "worker-1"):
+        log = result.task(worker).log_path.read_text()
+        ended = "between-graph steps done:" in log or "without tearing the interpreter down" in log
+        assert ended, f"{worker}'s loop still ran when it exited:\n{log[-2000:]}"
+
+
+def _assert_clean_exits(result):
+    """Every task exited with its code (0), and none aborted in TensorFlow's teardown after its goodbye."""
+    assert result.ok, result.message
+    assert all(t.exit_code == 0 for t in result.tasks), [(t.name, t.exit_code) for t in result.tasks]
+    for task in result.tasks:
+        assert "terminate called" not in task.log_path.read_text(errors="replace"), task.name
 
 
 def _initial_table():

@@ -205,3 +205,44 @@ def test_goodbyes_go_out_in_parallel_and_a_hung_server_cannot_hold_them(monkeypa
     assert not caller.is_alive() and result["reached"] == ["worker-0", "worker-1"]
     assert (tmp_path / "worker-1.exit").read_text() == "0"
     assert not (tmp_path / "worker-2.exit").exists()  # its port was closed: skipped, not waited for
+
+
+_STUCK_WORK = """
+import atexit, sys, time
+import tensorflow as tf
+from strategies._roles import serve_until_goodbye
+from strategies._serve_options import ServeOptions
+from tf_config import TFConfig
+
+chief, worker, ps = sys.argv[1:4]
+cfg = TFConfig.from_dict({"cluster": {"chief": [chief], "worker": [worker], "ps": [ps]},
+                          "task": {"type": "worker", "index": 0}})
+atexit.register(lambda: print("atexit ran", flush=True))
+
+def work(target, stop):
+    queue = tf.queue.FIFOQueue(1, tf.int32)
+    queue.dequeue()  # blocks inside TensorFlow for ever, whatever ``stop`` says
+
+options = ServeOptions(chief_start_timeout=1, work_join_timeout=1, poll_interval=0.1)
+sys.exit(serve_until_goodbye(cfg, options, work=work))
+"""
+
+
+def test_a_server_whose_work_is_stuck_in_tensorflow_exits_with_its_code_without_a_teardown(tmp_path):
+    """Its work still inside a TensorFlow call after ``work_join_timeout``: the task leaves with ``os._exit`` (atexit
+    handlers run) and the protocol's code, instead of an interpreter teardown under that call, which can abort
+    ("terminate called after throwing ...", 134)."""
+    import os
+    import subprocess
+    import sys
+
+    addresses = [f"127.0.0.1:{pick_port()}" for _ in range(3)]
+    env = {**os.environ, "TFDIST_SIGNAL_DIR": str(tmp_path / "signals"), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _STUCK_WORK, *addresses], env=env, capture_output=True, text=True,
+                          timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == roles.EXIT_CHIEF_NEVER_STARTED, output  # the chief never came: code 4
+    assert "did not stop within 1 s (work_join_timeout); exiting with 4 without tearing the interpreter down" in output
+    assert "atexit ran" in done.stdout and "terminate called" not in output, output
+    assert time.monotonic() - began < 60

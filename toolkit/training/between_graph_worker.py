@@ -236,6 +236,8 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
         if manifest is not None:
             logger.info("worker-%d: the chief coordinates the steps; this worker serves them", index)
         return 0
+    if stop.is_set():  # the job ended while this worker waited for the manifest (a resumed run with nothing to do)
+        return _ended_before_first_step(index)
     logging.getLogger("tensorflow").addFilter(_not_unused_asserts)
     graph = tf.Graph()
     with graph.as_default():
@@ -243,28 +245,41 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
             manifest, num_workers=num_workers, index=index, worker_device=worker_device, **step_args)
     saved = pack_transfers(graph, [*train, token])
     logger.info("worker-%d: %d fewer transfers per step (packed per pair of tasks)", index, saved)
+    if stop.is_set():  # the job ended while this worker built its steps
+        return _ended_before_first_step(index)
     steps = 0
     with v1.Session(target, graph=graph, config=config) as session:
-        session.run(initializer)
-        session.run(ready)
-        run_steps = session.make_callable([token, *train])
+        # Watched from the start: a ps that exits (the job is over) while this worker still initializes
+        # must not leave a call in flight when the process exits.
         done = threading.Event()
         watcher = threading.Thread(target=_close_on_stop, args=(session, stop, done), daemon=True,
                                    name=f"worker-{index} stop watcher")
         watcher.start()
-        logger.info("worker-%d: between-graph steps ready (%d variables on the ps)", index, len(manifest["model"]))
         try:
+            session.run(initializer)
+            session.run(ready)
+            run_steps = session.make_callable([token, *train])
+            logger.info("worker-%d: between-graph steps ready (%d variables on the ps)", index,
+                        len(manifest["model"]))
             while not stop.is_set():
                 steps += int(run_steps()[0])
         except tf.errors.OutOfRangeError:  # the chief closed the queue: training is over
             pass
-        except tf.errors.CancelledError:  # this task is stopping: its wait for a token was cancelled
-            logger.info("worker-%d: stopped while waiting for a step token", index)
+        except (tf.errors.OpError, RuntimeError) as exc:
+            if not stop.is_set() and not isinstance(exc, tf.errors.CancelledError):
+                raise
+            # this task is stopping: its call was cancelled, or its session closed, or the ps is gone
+            logger.info("worker-%d: stopped during a call (%s)", index, type(exc).__name__)
         finally:
             done.set()
             watcher.join()
     logger.info("worker-%d: between-graph steps done: %d steps", index, steps)
     return steps
+
+
+def _ended_before_first_step(index: int) -> int:
+    logger.info("worker-%d: between-graph steps done: 0 steps (the job ended before its first step)", index)
+    return 0
 
 
 def _close_on_stop(session: tf.compat.v1.Session, stop: threading.Event, done: threading.Event) -> None:
