@@ -23,15 +23,23 @@ from tf_config.checks import check_int
 
 __all__ = ["PARTITIONS", "ShardLayout"]
 
+#: up to this many shards a div route compares each id with every shard start; above, a binary search
+_COMPARE_SHARDS = 8
+
 
 def _div_route(layout: ShardLayout, ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    big, rest = divmod(layout.rows, layout.num_shards)
-    large = big + 1  # the first `rest` shards hold one row more
-    threshold = tf.constant(rest * large, tf.int64)
-    in_large = ids < threshold
-    shard = tf.where(in_large, ids // large, rest + (ids - threshold) // max(big, 1))
-    local = tf.where(in_large, ids % large, (ids - threshold) % max(big, 1))
-    return tf.cast(shard, tf.int32), local
+    # Comparisons against the shards' first rows, not int64 division: a lookup routes every id of the
+    # batch each step, and int64 FloorDiv/FloorMod cost several times a compare-and-subtract on the CPU.
+    starts = np.cumsum((0, *layout.sizes[:-1]), dtype=np.int64)
+    if layout.num_shards == 1:
+        return tf.zeros_like(ids, tf.int32), ids
+    if layout.num_shards <= _COMPARE_SHARDS:
+        shard = tf.add_n([tf.cast(ids >= int(start), tf.int32) for start in starts[1:]])
+    else:
+        flat = tf.reshape(ids, [1, -1])
+        shard = tf.reshape(tf.searchsorted(tf.constant(starts[None, :]), flat, side="right", out_type=tf.int32) - 1,
+                           tf.shape(ids))
+    return shard, ids - tf.gather(tf.constant(starts), shard)
 
 
 def _mod_route(layout: ShardLayout, ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

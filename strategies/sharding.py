@@ -32,6 +32,7 @@ import functools
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -112,6 +113,9 @@ def _ps_strategy() -> tf.distribute.ParameterServerStrategy | None:
         f"strategy is {type(strategy).__name__}. Build the model under "
         "make_strategy('parameter_server', ..., partitioner=...) or outside any strategy scope."), field="strategy")
 
+
+#: per graph being built, ``(ids tensor, layout)`` -> ``ShardedTable._route_unique``'s tensors, shared by its lookups
+_ROUTES: weakref.WeakKeyDictionary[tf.Graph, dict] = weakref.WeakKeyDictionary()
 
 #: where ``shard_source`` keeps its function, per thread
 _SOURCE = threading.local()
@@ -359,9 +363,32 @@ class ShardedTable(Trackable):
 
         Each distinct id is fetched once, from its own shard, on that shard's
         device; the gradient of each shard is an ``IndexedSlices`` over the
-        rows it served.
+        rows it served. Tables of one layout looked up with the same ids tensor
+        in one graph (a wide & deep model's two tables) share its de-duplication
+        and routing: they are computed once.
         """
         ids = tf.convert_to_tensor(ids)
+        unique, position, locals_, positions = self._route_unique(ids)
+        if self.num_shards == 1:
+            with tf.device(self._shards[0].device):
+                rows = tf.gather(self._shards[0], unique)
+        else:
+            parts = []
+            for variable, local in zip(self._shards, locals_, strict=False):
+                with tf.device(variable.device):
+                    parts.append(tf.gather(variable, local))
+            rows = tf.dynamic_stitch(positions, parts)
+        out = tf.gather(rows, position)
+        return tf.reshape(out, tf.concat([tf.shape(ids), [self.dim]], axis=0))
+
+    def _route_unique(self, ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
+        """(distinct ids, each id's position among them, each shard's local rows and their positions)."""
+        graph = None if tf.executing_eagerly() else ids.graph
+        key = (ids.ref(), self.layout)
+        if graph is not None:
+            known = _ROUTES.setdefault(graph, {}).get(key)
+            if known is not None:
+                return known
         flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
         checks = [
             tf.debugging.assert_non_negative(flat, message=self._range_message()),
@@ -369,22 +396,16 @@ class ShardedTable(Trackable):
         ]
         with tf.control_dependencies(checks):
             unique, position = tf.unique(flat)
-        rows = self._gather_unique(unique)
-        out = tf.gather(rows, position)
-        return tf.reshape(out, tf.concat([tf.shape(ids), [self.dim]], axis=0))
-
-    def _gather_unique(self, unique: tf.Tensor) -> tf.Tensor:
+        routed: tuple[tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
         if self.num_shards == 1:
-            with tf.device(self._shards[0].device):
-                return tf.gather(self._shards[0], unique)
-        shard, local = self.layout.route(unique)
-        locals_ = tf.dynamic_partition(local, shard, self.num_shards)
-        positions = tf.dynamic_partition(tf.range(tf.size(unique)), shard, self.num_shards)
-        parts = []
-        for variable, rows in zip(self._shards, locals_, strict=False):
-            with tf.device(variable.device):
-                parts.append(tf.gather(variable, rows))
-        return tf.dynamic_stitch(positions, parts)
+            routed = (unique, position, [], [])
+        else:
+            shard, local = self.layout.route(unique)
+            routed = (unique, position, tf.dynamic_partition(local, shard, self.num_shards),
+                      tf.dynamic_partition(tf.range(tf.size(unique)), shard, self.num_shards))
+        if graph is not None:
+            _ROUTES[graph][key] = routed
+        return routed
 
     def _range_message(self) -> str:
         return (f"sharded table {self.name!r}: every id must be in [0, {self.rows}) (the table's rows); "

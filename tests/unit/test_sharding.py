@@ -31,7 +31,7 @@ def _table(rows=10, dim=3, shards=2, partition="div", name="items", init=_INIT):
 
 
 @pytest.mark.parametrize("partition", ["div", "mod"])
-@pytest.mark.parametrize("rows,shards", [(10, 1), (10, 3), (7, 7), (1001, 4)])
+@pytest.mark.parametrize("rows,shards", [(10, 1), (10, 3), (7, 7), (1001, 4), (40, 12)])
 def test_layout_routes_every_id_to_the_shard_that_holds_it(partition, rows, shards):
     layout = ShardLayout(partition, rows, shards)
     assert sum(layout.sizes) == rows and max(layout.sizes) - min(layout.sizes) <= 1

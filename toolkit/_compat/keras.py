@@ -123,6 +123,11 @@ def count_atomically(variable: keras.Variable) -> None:
     variable.assign_add = assign_add
 
 
+def adagrad_accumulator(optimizer: keras.optimizers.Adagrad, variable: keras.Variable) -> keras.Variable:
+    """The accumulator a built Keras ``Adagrad`` keeps for ``variable`` (Keras lists them in ``_accumulators``)."""
+    return optimizer._accumulators[optimizer._get_variable_index(variable)]
+
+
 def mean_metric_fn(metric: keras.metrics.MeanMetricWrapper) -> Callable[[Any, Any], Any]:
     """The per-example function a ``MeanMetricWrapper`` (``SparseCategoricalAccuracy()``...) averages."""
     return functools.partial(metric._fn, **metric._fn_kwargs)
@@ -283,6 +288,8 @@ def missing_symbols() -> list[str]:
         missing.append("keras.Variable()._value")
     if not _counts_atomically():
         missing.append("keras.optimizers.Optimizer.apply counting through iterations.assign_add")
+    if not _finds_adagrad_accumulators():
+        missing.append("keras.optimizers.Adagrad()._accumulators by _get_variable_index")
     if not _embedding_builds_through_its_class():
         missing.append("keras.layers.Embedding: build bound per instance at construction, weight in _embeddings")
     missing += _missing_distribution_symbols()
@@ -335,6 +342,16 @@ def _binds_variables() -> bool:
     bind_variable(variable, other)
     variable.assign(3.0)
     return float(other.numpy()) == 3.0 and float(variable.numpy()) == 3.0
+
+
+def _finds_adagrad_accumulators() -> bool:
+    optimizer, weight = keras.optimizers.Adagrad(0.1, initial_accumulator_value=0.25), keras.Variable([1.0, 2.0])
+    optimizer.build([weight])
+    try:
+        accumulator = adagrad_accumulator(optimizer, weight)
+    except (AttributeError, IndexError, KeyError):
+        return False
+    return tuple(accumulator.shape) == (2,) and float(accumulator.numpy()[0]) == 0.25
 
 
 def _counts_atomically() -> bool:
