@@ -72,6 +72,9 @@ SHOWN = {
     "toolkit.estimator.extenders": "unit/test_estimator_core.py",
     "toolkit.estimator.hooks.early_stopping": "unit/test_estimator_hooks.py",
     "toolkit.estimator.tpu": "unit/test_estimator_tpu.py",
+    "toolkit.estimator.canned.boosted_trees": "unit/test_estimator_boosted_trees.py",
+    "toolkit.estimator.hooks.session_run": "unit/test_estimator_api_extras.py",
+    "toolkit.estimator.keras_lib": "unit/test_model_to_estimator.py",
 }
 
 

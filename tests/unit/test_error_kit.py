@@ -73,7 +73,8 @@ def test_value_checks_name_the_field_show_the_value_and_raise_the_callers_error(
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]+")
 _COMMAND = re.compile(r"tfdist (tf-config|jobs|launch|local|demo)\b")
 # Flags that are someone else's (Ray's CLI, the user's trainer), quoted to the user on purpose.
-_NOT_OURS = ("ray start --head", "--address=", '"train.py", "--epochs"', "'--flag=true'")
+# Commands and flags of other tools (Ray's, a trainer's, gcloud's own flags a job spec records), not tfdist's CLI.
+_NOT_OURS = ("ray start --head", "--address=", '"train.py", "--epochs"', "'--flag=true'", "a gcloud flag such as")
 
 
 def _message_texts(tree: ast.AST):
