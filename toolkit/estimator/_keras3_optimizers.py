@@ -96,6 +96,14 @@ def _not_checkpointed(optimizer: Any) -> None:
         v1.add_to_collection(v1.GraphKeys.LOCAL_VARIABLES, variable)
 
 
+def _track_twin_state(optimizer: Any, twin: Any) -> None:
+    """The twin's slots and accumulators become the Keras optimizer's own tracked state, so a
+    ``tf.train.Checkpoint(optimizer=opt)`` used as the Scaffold's saver (the Estimator guide's object-based
+    checkpoints) saves them and restores them when training resumes: otherwise they are missing from the
+    checkpoint and the resumed session finds them uninitialised."""
+    optimizer.tfdist_v1_state = {variable.op.name.replace("/", "."): variable for variable in twin.variables()}
+
+
 def install() -> None:
     """Wraps ``keras.optimizers.Optimizer.apply_gradients`` once; eager code and other graphs are untouched."""
     import keras
@@ -112,7 +120,10 @@ def install() -> None:
             return original(self, grads_and_vars, *args, **kwargs)
         pairs = [(gradient, _variable(variable)) for gradient, variable in grads_and_vars]
         _not_checkpointed(self)
-        return _twin(self, graph).apply_gradients(pairs)
+        twin = _twin(self, graph)
+        update = twin.apply_gradients(pairs)
+        _track_twin_state(self, twin)
+        return update
 
     apply_gradients.tfdist_estimator_twin = True  # type: ignore[attr-defined]
     keras.optimizers.Optimizer.apply_gradients = apply_gradients
