@@ -37,7 +37,7 @@ _LAZY_EXPORTS = {
     "run_in_graph_role": "strategies.device_map",
     "ShardedTable": "strategies.sharding",
     "ShardingError": "strategies._sharding_errors",
-    "placement_report": "strategies.sharding",
+    "placement_report": "strategies._sharding_report",
     "ps_devices": "strategies.sharding",
     "SyncReplicas": "strategies.sync_replicas",
 }
