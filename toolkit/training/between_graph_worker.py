@@ -252,12 +252,11 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
     worker_device = f"/job:worker/replica:0/task:{index}"
     config = v1.ConfigProto(device_filters=["/job:ps", worker_device])
     manifest = _announce_and_read_manifest(target, config, worker_device, MANIFEST_DEVICE, stop=stop)
-    if manifest is None or manifest.get("mode") != "between_graph":
-        if manifest is not None:
-            logger.info("worker-%d: the chief coordinates the steps; this worker serves them", index)
-        return 0
-    if stop.is_set():  # the job ended while this worker waited for the manifest (a resumed run with nothing to do)
+    if manifest is None or stop.is_set():  # the job ended before the chief's manifest (a resumed run, nothing to do)
         return _ended_before_first_step(index)
+    if manifest.get("mode") != "between_graph":
+        logger.info("worker-%d: the chief coordinates the steps; this worker serves them", index)
+        return 0
     logging.getLogger("tensorflow").addFilter(_not_unused_asserts)
     graph = tf.Graph()
     with graph.as_default():
