@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from toolkit.launcher import launch
-from toolkit.launcher._isolation import unavailable_reason
+from toolkit.launcher.local._isolation import unavailable_reason
 
 
 def _once(root: Path, *, isolate: bool) -> float:

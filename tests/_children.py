@@ -10,7 +10,7 @@ from pathlib import Path
 def preempted_and_stopped(child: str, task_dir: Path) -> tuple[dict[str, subprocess.Popen], dict[str, str]]:
     """``python -c child`` in ``task_dir`` (a preemption) and in a task dir holding the launcher's stop marker
     (the launcher's own SIGTERM, no preemption), in parallel (one import's time); their processes and stderr."""
-    from toolkit.launcher._supervisor import STOP_MARKER
+    from toolkit.launcher.local._supervisor import STOP_MARKER
 
     stopped = task_dir / "stopped"
     stopped.mkdir()

@@ -6,7 +6,7 @@ own process group and is killed (group and all) when the test ends.
 
 ``forked_hand_cluster`` starts the same tasks by hand, but forks each from one
 process that imported TensorFlow once per session (the launcher's preload process,
-``toolkit.launcher._preload``): a task still runs ``python SCRIPT ARGS`` with its
+``toolkit.launcher.local._preload``): a task still runs ``python SCRIPT ARGS`` with its
 own TF_CONFIG, session and exit code, without a TensorFlow import of its own.
 ``hand_cluster`` keeps fresh interpreters.
 """
@@ -69,7 +69,7 @@ class _ForkedProc:
 class HandCluster:
     """Tasks started one by one, as a user would in separate terminals (no launcher).
 
-    With a ``preloader`` (``toolkit.launcher._preload.Preloader``), every task is forked
+    With a ``preloader`` (``toolkit.launcher.local._preload.Preloader``), every task is forked
     from that process rather than started as a fresh interpreter.
     """
 
@@ -133,7 +133,7 @@ class _SharedPreloader:
         self.preloader = None
 
     def get(self):
-        from toolkit.launcher._preload import Preloader
+        from toolkit.launcher.local._preload import Preloader
 
         if self.preloader is None or not self.preloader.alive:
             # what quiet_tf gives launched tasks: the log level acts when TensorFlow is imported, here

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.launcher import launch
-from toolkit.launcher._isolation import unavailable_reason
+from toolkit.launcher.local._isolation import unavailable_reason
 
 pytestmark = pytest.mark.cluster
 SCRIPT = Path(__file__).parent / "_scripts" / "listen_and_wait.py"

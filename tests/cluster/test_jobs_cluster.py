@@ -20,7 +20,7 @@ from _polling import wait_until
 
 from toolkit.cli import main
 from toolkit.jobs import JobState, JobStore, api
-from toolkit.jobs._procs import is_alive
+from toolkit.jobs.engines.local._procs import is_alive
 
 pytestmark = pytest.mark.cluster
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"

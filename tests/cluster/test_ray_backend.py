@@ -22,7 +22,7 @@ from _polling import processes_with, wait_until
 
 from toolkit.cli import main
 from toolkit.jobs import JobState, JobStore, api
-from toolkit.jobs._procs import is_alive
+from toolkit.jobs.engines.local._procs import is_alive
 
 ray = pytest.importorskip("ray")
 # one Ray cluster for the module: its tests stay on one pytest worker

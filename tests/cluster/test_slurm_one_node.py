@@ -14,7 +14,7 @@ import pytest
 from _slurm_cluster import SlurmCluster, unavailable_reason
 
 from toolkit.cli import main
-from toolkit.jobs._run_parts import restart_counts
+from toolkit.jobs.engines.local._run_parts import restart_counts
 
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("slurm-one")]
 

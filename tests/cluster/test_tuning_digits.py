@@ -13,7 +13,7 @@ import pytest
 
 from toolkit.cli import main
 from toolkit.jobs import JobState, JobStore, api
-from toolkit.jobs._procs import is_alive
+from toolkit.jobs.engines.local._procs import is_alive
 from toolkit.jobs.tuning import read_objective
 
 pytestmark = pytest.mark.cluster

@@ -18,7 +18,7 @@ import pytest
 from _study import submit_study
 
 from toolkit.jobs import JobState, JobStore
-from toolkit.jobs._procs import is_alive
+from toolkit.jobs.engines.local._procs import is_alive
 from toolkit.jobs.tuning import read_objective
 
 pytestmark = pytest.mark.cluster

@@ -12,9 +12,9 @@ import pytest
 
 from toolkit.jobs import JobSpec
 from toolkit.jobs.errors import JobError
-from toolkit.jobs.logs import LogFollower
-from toolkit.jobs.records import JobRecord, TaskRecord
-from toolkit.jobs.states import JobState
+from toolkit.jobs.storage.logs import LogFollower
+from toolkit.jobs.storage.records import JobRecord, TaskRecord
+from toolkit.jobs.storage.states import JobState
 from toolkit.jobs.views import format_list, format_record
 from toolkit.launcher import launch
 from toolkit.launcher._lines import MAX_LINE, LineCutter, LogSink
@@ -118,7 +118,7 @@ def test_arguments_that_would_not_fit_execve_are_refused_at_submit(tmp_path):
     assert JobStore(tmp_path).names() == []  # nothing recorded, nothing started
     small = JobSpec.from_dict({}, job_id="ok-args", overrides={"pythonModule": "trainer.task",
                                                                 "args": ["a" * 30_000]})
-    from toolkit.jobs._local_plan import plan_local
+    from toolkit.jobs.engines.local._local_plan import plan_local
     assert plan_local(small, cwd=tmp_path)[0].args == ("a" * 30_000,)
 
 
@@ -126,7 +126,7 @@ def test_a_tasks_lost_log_output_is_recorded_on_the_job(tmp_path):
     from pathlib import Path
 
     from toolkit.jobs import JobStore
-    from toolkit.jobs._run_parts import finish
+    from toolkit.jobs.engines.local._run_parts import finish
     from toolkit.launcher import LaunchResult, Reason, TaskResult
 
     store = JobStore(tmp_path)

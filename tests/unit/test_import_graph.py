@@ -100,13 +100,18 @@ def _kinds(tree: ast.AST) -> dict[int, str]:
     return kinds
 
 
+# Calls whose second argument is a {name: module} table loaded on first use: lazy exports, and the
+# old paths of moved modules (``moved_modules(package, {old name: new module})``, toolkit._moved).
+LAZY_CALLS = ("lazy_exports", "moved_modules")
+
+
 def _lazy_targets(tree: ast.Module, importer: str) -> list[str]:
-    """The modules named in ``lazy_exports(__name__, {name: module, ...}, modules=(...))`` calls."""
+    """The modules named in ``lazy_exports(__name__, {name: module}, modules=(...))`` or ``moved_modules`` calls."""
     assigned = {t.id: node.value for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
     targets = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "lazy_exports":
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in LAZY_CALLS:
             table = node.args[1] if len(node.args) > 1 else None
             if isinstance(table, ast.Name):
                 table = assigned.get(table.id)
@@ -196,9 +201,10 @@ def test_graph_sees_the_packages_and_every_kind_of_import():
     assert ("strategies._errors", EAGER) in graph["strategies._factory"]
     assert ("tf_config", IN_FUNCTION) in graph["strategies._factory"]
     assert ("tf_config.ports", IN_FUNCTION) in graph["tf_config._generate"]  # a relative one
-    assert ("toolkit.launcher", NEVER_RUN) in graph["toolkit.jobs._run_parts"]  # under TYPE_CHECKING
+    assert ("toolkit.launcher", NEVER_RUN) in graph["toolkit.jobs.engines.local._run_parts"]  # under TYPE_CHECKING
     assert ("toolkit.estimator.export", NEVER_RUN) in graph["toolkit.estimator"]  # lazy_exports(modules=...)
     assert ("toolkit.layers", NEVER_RUN) in graph["toolkit"]  # lazy_exports table
+    assert ("toolkit.jobs.storage.store", NEVER_RUN) in graph["toolkit.jobs._moved"]  # moved_modules table
 
 
 def test_no_import_cycles_when_modules_are_imported():
@@ -222,4 +228,32 @@ def test_layers_import_only_downwards():
             if other != own and other not in ALLOWED[own]:
                 wrong.append(f"{module} imports {target} ({kind})")
     assert not wrong, "imports against the layering (tf_config <- strategies <- toolkit; models alone):\n" + \
+        "\n".join(sorted(set(wrong)))
+
+
+# Inside toolkit.jobs: the job model at the bottom, the store on it, the engines on both, and the
+# front (api, backends, reader, views, tuning) on top. A subpackage may import only the ones listed.
+JOBS_LAYERS = {
+    "toolkit.jobs.model": {"toolkit.jobs.errors"},
+    "toolkit.jobs.storage": {"toolkit.jobs.errors", "toolkit.jobs.model"},
+    "toolkit.jobs.engines": {"toolkit.jobs.errors", "toolkit.jobs.model", "toolkit.jobs.storage",
+                             "toolkit.jobs.tuning"},  # the supervisor runs a study's trials
+}
+
+
+def _jobs_layer(module: str) -> str | None:
+    return next((layer for layer in JOBS_LAYERS if module == layer or module.startswith(layer + ".")), None)
+
+
+def test_jobs_subpackages_import_only_downwards():
+    wrong = []
+    for module, edges in _graph().items():
+        layer = _jobs_layer(module)
+        if layer is None:
+            continue
+        for target, kind in edges:
+            if target.startswith("toolkit.jobs.") and _jobs_layer(target) != layer and not any(
+                    target == allowed or target.startswith(allowed + ".") for allowed in JOBS_LAYERS[layer]):
+                wrong.append(f"{module} imports {target} ({kind})")
+    assert not wrong, "imports against toolkit.jobs' layers (model <- storage <- engines <- api):\n" + \
         "\n".join(sorted(set(wrong)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from toolkit.jobs import JobSpecError
-from toolkit.jobs._run import RUNNERS
 from toolkit.jobs.backends import BACKENDS, REGISTRY, Backend, get_backend, register_backend
+from toolkit.jobs.engines.local._run import RUNNERS
 
 
 def test_every_registered_backend_implements_the_protocol(tmp_path):
@@ -16,8 +16,8 @@ def test_every_registered_backend_implements_the_protocol(tmp_path):
 
 
 def test_supervised_backends_are_peers_not_subclasses_of_local():
-    from toolkit.jobs.local import LocalBackend
-    from toolkit.jobs.ray_backend import RayBackend
+    from toolkit.jobs.engines.local.backend import LocalBackend
+    from toolkit.jobs.engines.ray.backend import RayBackend
     assert not issubclass(RayBackend, LocalBackend)
     assert {"local", "ray"} <= set(RUNNERS)
 
@@ -34,7 +34,7 @@ def test_an_option_of_another_backend_names_its_owner(tmp_path):
 def test_a_new_backend_is_one_registration(tmp_path, monkeypatch):
     monkeypatch.setattr("toolkit.jobs.backends.REGISTRY", dict(REGISTRY))
     monkeypatch.setattr("toolkit.jobs.backends.BACKENDS", dict(BACKENDS))
-    from toolkit.jobs.local import LocalBackend
+    from toolkit.jobs.engines.local.backend import LocalBackend
 
     class Other(LocalBackend):
         name = "other"

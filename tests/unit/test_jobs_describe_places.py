@@ -63,7 +63,7 @@ def test_describe_names_the_job_dir_the_record_the_logs_and_the_tuning_output_ap
 
 
 def test_describe_without_a_job_dir_says_so():
-    from toolkit.jobs.records import JobRecord
+    from toolkit.jobs.storage.records import JobRecord
 
     record = JobRecord(name="bare", backend="local", state="QUEUED", spec={"trainingInput": {}}, created_at=0.0,
                        job_dir="/records/bare")

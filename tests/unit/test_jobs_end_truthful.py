@@ -17,8 +17,8 @@ from toolkit.jobs import JobSpec, JobState, api
 _TRAINER = textwrap.dedent('''
     import json, os, signal, sys, time
     from pathlib import Path
-    from toolkit.jobs.store import JobStore
-    from toolkit.jobs.states import JobState
+    from toolkit.jobs.storage.store import JobStore
+    from toolkit.jobs.storage.states import JobState
     home, mode = sys.argv[sys.argv.index("--home") + 1], sys.argv[sys.argv.index("--mode") + 1]
     task = json.loads(os.environ["TF_CONFIG"])["task"]["type"]
     done = Path(home) / "master-done"

@@ -16,7 +16,7 @@ import yaml
 
 from toolkit.cli import main
 from toolkit.jobs import BackendError, JobSpec, JobSpecError, JobState, JobStateError, api, validate_tfjob
-from toolkit.jobs.kubernetes import state_from_tfjob
+from toolkit.jobs.engines.kubernetes.backend import state_from_tfjob
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
 

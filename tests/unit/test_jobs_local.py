@@ -13,10 +13,12 @@ import pytest
 from _polling import wait_until
 
 from toolkit.cli import main
-from toolkit.jobs import JobSpec, JobSpecError, JobState, JobStore, _local_plan, api, local
-from toolkit.jobs._local_plan import plan_local
-from toolkit.jobs._procs import is_alive, start_ticks
-from toolkit.jobs.logs import LogFollower
+from toolkit.jobs import JobSpec, JobSpecError, JobState, JobStore, api
+from toolkit.jobs.engines.local import _local_plan
+from toolkit.jobs.engines.local import backend as local
+from toolkit.jobs.engines.local._local_plan import plan_local
+from toolkit.jobs.engines.local._procs import is_alive, start_ticks
+from toolkit.jobs.storage.logs import LogFollower
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
 TRAINER = FIXTURES / "trainer"
@@ -198,7 +200,7 @@ def test_local_train_runs_the_module_in_the_foreground(tmp_path, monkeypatch, ca
 
 def test_cmle_dialect_writes_cmle_tf_config():
     from tf_config import TFConfig, generate
-    from toolkit.jobs._run import task_name
+    from toolkit.jobs.engines.local._run import task_name
     from toolkit.launcher import cmle_dialect
 
     chief = next(c for c in generate(workers=1, ps=1) if c.task_type == "chief")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.jobs import JobExistsError, JobNotFoundError, JobState, JobStateError, JobStore, default_home
-from toolkit.jobs.states import FINAL_STATES, TRANSITIONS, advance_path, check_transition
+from toolkit.jobs.storage.states import FINAL_STATES, TRANSITIONS, advance_path, check_transition
 
 S = JobState
 

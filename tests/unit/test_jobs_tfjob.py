@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from toolkit.jobs import JobSpec, JobSpecError, KubernetesOptions, render_tfjob, validate_tfjob
-from toolkit.jobs.tfjob import to_yaml
+from toolkit.jobs.engines.kubernetes.tfjob import to_yaml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
 SPECS = {
@@ -150,7 +150,7 @@ def test_each_pod_gets_the_operators_tf_config_and_the_runconfig_kubeflow_expect
     Kubeflow's estimator_runconfig e2e test checks it (task_type, task_id, cluster_spec, is_chief,
     master, num_worker_replicas, num_ps_replicas) in every pod."""
     from toolkit.estimator.run_config import RunConfig
-    from toolkit.jobs.tfjob import pod_tf_configs
+    from toolkit.jobs.engines.kubernetes.tfjob import pod_tf_configs
 
     spec = JobSpec.from_dict({"trainingInput": {
         "scaleTier": "CUSTOM", "masterType": "standard", "useChiefInTfConfig": True, "pythonModule": "trainer.task",
@@ -186,7 +186,7 @@ def test_each_pod_gets_the_operators_tf_config_and_the_runconfig_kubeflow_expect
 
 
 def test_a_single_replica_tfjob_gets_no_tf_config():
-    from toolkit.jobs.tfjob import pod_tf_configs
+    from toolkit.jobs.engines.kubernetes.tfjob import pod_tf_configs
 
     manifest, _ = render_tfjob(_spec("basic"))
     assert pod_tf_configs(manifest) == {}

@@ -80,7 +80,7 @@ def test_isolation_is_on_by_default_and_can_be_turned_off(tmp_path, capsys, monk
                                                           flags, env, isolated):
     import os
 
-    from toolkit.launcher._isolation import unavailable_reason
+    from toolkit.launcher.local._isolation import unavailable_reason
 
     if unavailable_reason() is not None:
         pytest.skip(f"no network isolation here: {unavailable_reason()}")

@@ -177,7 +177,7 @@ def test_the_cli_flag_alone_preloads_tensorflow_and_keras():
 
 @pytest.mark.parametrize("isolate", [True, False])
 def test_forked_tasks_share_the_clusters_private_network_namespace(tmp_path, no_orphans, isolate):
-    from toolkit.launcher._isolation import unavailable_reason
+    from toolkit.launcher.local._isolation import unavailable_reason
 
     if isolate and unavailable_reason() is not None:
         pytest.skip(f"no network isolation here: {unavailable_reason()}")

@@ -95,8 +95,8 @@ def test_kubernetes_pods_get_the_grace_and_a_preempted_chief_is_restarted_by_exi
 
 
 def test_describe_shows_preemptions_apart_from_failures(tmp_path):
-    from toolkit.jobs._run_parts import finish
-    from toolkit.jobs.store import JobStore
+    from toolkit.jobs.engines.local._run_parts import finish
+    from toolkit.jobs.storage.store import JobStore
     from toolkit.jobs.views import format_record
     from toolkit.launcher._result import TaskResult
 

@@ -61,7 +61,7 @@ def test_the_launcher_s_stop_marker_is_the_one_every_preemption_handler_looks_fo
     """strategies cannot import the launcher, so it names the task directory and stop marker itself."""
     from strategies._server_preemption import stopped_by_launcher
     from toolkit.launcher._spec import ENV_TASK_DIR
-    from toolkit.launcher._supervisor import STOP_MARKER
+    from toolkit.launcher.local._supervisor import STOP_MARKER
 
     monkeypatch.setenv(ENV_TASK_DIR, str(tmp_path))
     assert not stopped_by_launcher()

@@ -9,9 +9,9 @@ import pytest
 
 from toolkit.cli import main
 from toolkit.jobs import JobSpec, JobStore
+from toolkit.jobs.engines.ray.backend import RayBackend, ray_resources
 from toolkit.jobs.errors import JobSpecError
-from toolkit.jobs.ray_backend import RayBackend, ray_resources
-from toolkit.jobs.records import JobRecord, TaskRecord
+from toolkit.jobs.storage.records import JobRecord, TaskRecord
 from toolkit.jobs.views import format_record
 from toolkit.launcher import LaunchError
 from toolkit.launcher.ray import RayOptions, check_shared_paths, is_shared_uri
@@ -21,7 +21,7 @@ GIB = 1024 ** 3
 
 def test_nothing_but_the_ray_backend_imports_ray():
     code = ("import sys, toolkit, toolkit.launcher, toolkit.jobs, toolkit.cli, toolkit.launcher.ray, "
-            "toolkit.jobs.ray_backend; from toolkit.jobs import api; api.get_backend('ray'); "
+            "toolkit.jobs.engines.ray.backend; from toolkit.jobs import api; api.get_backend('ray'); "
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"

@@ -12,7 +12,7 @@ from tf_config._render import task_name
 from tf_config.limits import MAX_FILE_BYTES
 from toolkit.cli import main
 from toolkit.jobs import JobSpec, JobSpecError
-from toolkit.jobs.limits import MAX_PARALLEL_TRIALS, MAX_PARAM_VALUES, MAX_PARAMS, MAX_REPLICAS, MAX_TRIALS
+from toolkit.jobs.model.limits import MAX_PARALLEL_TRIALS, MAX_PARAM_VALUES, MAX_PARAMS, MAX_REPLICAS, MAX_TRIALS
 
 _CUSTOM = {"scaleTier": "CUSTOM", "masterType": "standard", "workerType": "standard",
            "parameterServerType": "standard", "pythonModule": "trainer.task"}

@@ -23,8 +23,9 @@ import pytest
 from _polling import wait_until
 
 from toolkit.cli import main
-from toolkit.jobs import JobSpec, JobState, JobStore, _supervised, api
-from toolkit.jobs._procs import start_ticks
+from toolkit.jobs import JobSpec, JobState, JobStore, api
+from toolkit.jobs.engines.local import _supervised
+from toolkit.jobs.engines.local._procs import start_ticks
 from toolkit.jobs.errors import JobExistsError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
@@ -51,7 +52,7 @@ def test_an_existing_home_open_to_others_is_used_with_a_warning(tmp_path, caplog
     home = tmp_path / "shared-home"
     home.mkdir(mode=0o755)
     home.chmod(0o755)
-    with caplog.at_level(logging.WARNING, logger="toolkit.jobs.store"):
+    with caplog.at_level(logging.WARNING, logger="toolkit.jobs.storage.store"):
         JobStore(home)
     assert _mode(home) == 0o755  # the user's directory is not changed behind their back
     assert f"the tfdist home {home} is readable by other users (mode 0755)" in caplog.text

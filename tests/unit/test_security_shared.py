@@ -22,9 +22,10 @@ import pytest
 from _polling import wait_until
 
 from toolkit._owned import UnsafePathError, open_regular, write_new
-from toolkit.jobs import JobSpec, JobSpecError, JobState, JobStore, _supervised, api
-from toolkit.jobs._local_plan import plan_local
-from toolkit.jobs._procs import start_ticks
+from toolkit.jobs import JobSpec, JobSpecError, JobState, JobStore, api
+from toolkit.jobs.engines.local import _supervised
+from toolkit.jobs.engines.local._local_plan import plan_local
+from toolkit.jobs.engines.local._procs import start_ticks
 from toolkit.jobs.errors import BackendError
 from toolkit.launcher import LaunchError, launch
 
@@ -118,7 +119,7 @@ def test_the_supervisor_does_not_import_from_its_job_directory(tmp_path, monkeyp
     record = wait_until(lambda: (r := api.describe("cwd-job", home=home)).is_final and r, timeout=60,
                         what="the job to end")
     assert record.state is JobState.SUCCEEDED, record.error
-    assert not marker.exists()  # `python -P -m toolkit.jobs.supervisor`: its cwd is not on sys.path
+    assert not marker.exists()  # `python -P -m toolkit.jobs.engines.local.supervisor`: its cwd is not on sys.path
 
 
 # ---- vector 3: a package whose parent others can write; a shadowed sitecustomize ---------------------------

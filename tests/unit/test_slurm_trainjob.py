@@ -10,7 +10,7 @@ import yaml
 from tf_config import from_env
 from toolkit.cli import main
 from toolkit.jobs import JobSpec
-from toolkit.jobs.trainjob import RUNTIME_NAME, render_trainjob, validate_runtime, validate_trainjob
+from toolkit.jobs.engines.kubernetes.trainjob import RUNTIME_NAME, render_trainjob, validate_runtime, validate_trainjob
 from toolkit.launcher._dialect import DIALECTS
 
 SPEC = {"trainingInput": {"scaleTier": "CUSTOM", "masterType": "n1-standard-4", "workerType": "n1-standard-8",

@@ -7,7 +7,7 @@ import pytest
 
 from toolkit.jobs import JobSpec, JobSpecError
 from toolkit.jobs.backends import get_backend
-from toolkit.jobs.slurm_backend import _job_resources, slurm_resources
+from toolkit.jobs.engines.slurm.backend import _job_resources, slurm_resources
 from toolkit.launcher import LaunchError, LaunchSpec
 from toolkit.launcher.slurm import SlurmOptions, check_shared, filesystem_of
 from toolkit.launcher.slurm._launch import _layout, _refusal, _script

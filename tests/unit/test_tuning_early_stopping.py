@@ -17,7 +17,7 @@ from _polling import wait_until
 
 from toolkit.cli import main
 from toolkit.jobs import JobSpec, JobState, JobStore, api
-from toolkit.jobs._procs import is_alive
+from toolkit.jobs.engines.local._procs import is_alive
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
 TRAINER = str(FIXTURES / "trainer")
@@ -146,7 +146,7 @@ def test_katib_dry_run_of_a_tuning_job(home, capsys):
     assert main(["jobs", "submit", "training", "digits-hp", "--config", str(FIXTURES / "digits_tuning.yaml"),
                  "--backend", "kubernetes", "--dry-run"]) == 0
     manifest = yaml.safe_load(capsys.readouterr().out)
-    from toolkit.jobs.katib import validate_experiment
+    from toolkit.jobs.engines.kubernetes.katib import validate_experiment
     assert validate_experiment(manifest) == []
     spec = manifest["spec"]
     assert manifest["kind"] == "Experiment" and spec["objective"]["objectiveMetricName"] == "validation/accuracy"

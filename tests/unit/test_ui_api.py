@@ -18,7 +18,7 @@ from werkzeug.test import Client
 from toolkit import report_metric
 from toolkit.cli import main
 from toolkit.jobs import JobSpec, JobState, JobStore, api
-from toolkit.jobs._procs import start_ticks
+from toolkit.jobs.engines.local._procs import start_ticks
 from toolkit.ui._app import UIApp, UIOptions
 from toolkit.ui._auth import Auth
 from toolkit.ui._stacks import py_spy

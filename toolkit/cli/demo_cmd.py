@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from toolkit.launcher import LaunchError, launch
-    from toolkit.launcher._preload import DEFAULT_PRELOAD
+    from toolkit.launcher.local._preload import DEFAULT_PRELOAD
 
     # a random tail: a name another user cannot guess and create first (the launcher refuses theirs anyway)
     run_dir = Path(args.dir or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")

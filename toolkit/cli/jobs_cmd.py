@@ -187,7 +187,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from toolkit.jobs import JobSpec, api, names
+    from toolkit.jobs import JobSpec, api
+    from toolkit.jobs.model import names
     names.validate_job_name(args.job)
     try:
         overrides, labels, gcloud_flags = gcloud_submission(args)
@@ -207,15 +208,15 @@ def _submit(args: argparse.Namespace) -> int:
         if args.backend != "kubernetes":
             print("ERROR: --dry-run renders a TFJob; use it with --backend kubernetes.", file=sys.stderr)
             return EXIT_USAGE
-        from toolkit.jobs.kubernetes import KubernetesBackend
+        from toolkit.jobs.engines.kubernetes.backend import KubernetesBackend
 
         backend = api.get_backend("kubernetes", **_options(args))
         assert isinstance(backend, KubernetesBackend)
         if spec.training_input.hyperparameters is not None:  # a tuning job: Katib runs the study
-            from toolkit.jobs.katib import experiment_yaml
+            from toolkit.jobs.engines.kubernetes.katib import experiment_yaml
             text, warnings = experiment_yaml(spec, options=backend.options)
         elif args.kubeflow_trainer:  # Trainer v2: a TrainJob and its runtime, each pod under `tfdist run`
-            from toolkit.jobs.trainjob import trainjob_yaml
+            from toolkit.jobs.engines.kubernetes.trainjob import trainjob_yaml
             text, warnings = trainjob_yaml(spec, options=backend.options)
         else:
             text, warnings = backend.render(spec)

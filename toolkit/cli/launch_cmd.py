@@ -13,8 +13,8 @@ import sys
 from toolkit.cli._flags import LAUNCH_FLAGS, error_text
 from toolkit.cli._slurm_flags import add_slurm_flags, launch_on_slurm
 from toolkit.cli._types import non_negative_int, path_text, positive_seconds, task_count
-from toolkit.launcher._preload import DEFAULT_PRELOAD
 from toolkit.launcher._spec import LaunchSpec
+from toolkit.launcher.local._preload import DEFAULT_PRELOAD
 
 
 def add_isolate_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

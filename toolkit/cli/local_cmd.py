@@ -51,8 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from toolkit.jobs.engines.local.local_train import local_train
     from toolkit.jobs.errors import JobError
-    from toolkit.jobs.local_train import local_train
 
     isolate_children(args.isolate)
     counts = {"workerCount": args.worker_count, "parameterServerCount": args.parameter_server_count,

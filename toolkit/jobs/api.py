@@ -22,9 +22,9 @@ from typing import Any
 
 from toolkit.jobs.backends import BACKENDS, Backend, get_backend
 from toolkit.jobs.errors import BackendError, JobSpecError, Problem
-from toolkit.jobs.records import JobRecord
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.storage.records import JobRecord
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["Backend", "BACKENDS", "get_backend", "submit", "describe", "list_jobs", "cancel", "stream_logs"]
 

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from toolkit.jobs.errors import JobSpecError, Problem, did_you_mean
-from toolkit.jobs.records import JobRecord
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.storage.records import JobRecord
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["BACKENDS", "Backend", "BackendEntry", "REGISTRY", "get_backend", "register_backend"]
 
@@ -101,28 +101,28 @@ def get_backend(name: str, *, home: str | Path | None = None, **options: Any) ->
 
 
 def _local(store: JobStore, **options: Any) -> Backend:
-    from toolkit.jobs.local import LocalBackend
+    from toolkit.jobs.engines.local.backend import LocalBackend
     return LocalBackend(store, **options)
 
 
 def _ray(store: JobStore, **options: Any) -> Backend:
-    from toolkit.jobs.ray_backend import RayBackend
+    from toolkit.jobs.engines.ray.backend import RayBackend
     return RayBackend(store, **options)
 
 
 def _slurm(store: JobStore, **options: Any) -> Backend:
-    from toolkit.jobs.slurm_backend import SlurmBackend
+    from toolkit.jobs.engines.slurm.backend import SlurmBackend
     return SlurmBackend(store, **options)
 
 
 def _kubernetes(store: JobStore, **options: Any) -> Backend:
-    from toolkit.jobs.kubernetes import KubernetesBackend
-    from toolkit.jobs.tfjob import KubernetesOptions
+    from toolkit.jobs.engines.kubernetes.backend import KubernetesBackend
+    from toolkit.jobs.engines.kubernetes.tfjob import KubernetesOptions
     return KubernetesBackend(store, options=KubernetesOptions(**options))
 
 
 def _kubernetes_options() -> tuple[str, ...]:
-    from toolkit.jobs.tfjob import KubernetesOptions
+    from toolkit.jobs.engines.kubernetes.tfjob import KubernetesOptions
     return tuple(f.name for f in fields(KubernetesOptions))
 
 

@@ -27,9 +27,9 @@ from typing import Any
 
 from toolkit.jobs.backends import Backend, get_backend
 from toolkit.jobs.errors import BackendError, JobNotFoundError
-from toolkit.jobs.names import validate_job_name
-from toolkit.jobs.records import JobRecord, iso_time
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.model.names import validate_job_name
+from toolkit.jobs.storage.records import JobRecord, iso_time
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["JobReader", "job_doc", "job_row", "output_dir", "split_task", "study_doc", "task_rows"]
 

@@ -8,7 +8,7 @@ import yaml
 
 from tf_config.errors import printable
 from toolkit.jobs.reader import task_rows
-from toolkit.jobs.records import JobRecord, iso_time
+from toolkit.jobs.storage.records import JobRecord, iso_time
 
 __all__ = ["format_record", "format_table", "format_list", "format_trials"]
 

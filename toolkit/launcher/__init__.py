@@ -1,4 +1,4 @@
-"""The local launcher: a whole TensorFlow cluster on this machine, from one call.
+"""The launcher: a whole TensorFlow cluster from one call; here, on this machine.
 
 ``launch`` picks free loopback ports, writes each task's TF_CONFIG, starts every
 task in parallel in its own process group, prefixes each output line with the
@@ -18,6 +18,11 @@ plus the ``ENV_*`` variables (its job and task directories, name and restart
 count); the servers' timeouts reach every task through ``env=``
 (``strategies.ServeOptions``). Tasks die with the launcher: if it is killed,
 even by SIGKILL, the kernel kills them too (Linux).
+
+The folder: what every engine's launcher shares (``_spec``, ``_policy``, ``_result``,
+``_loop``, ``_task``, ``_console``, ``_dialect``, ``_lines``, ``_hooks``), and one
+subpackage per engine: ``local/`` (processes here; ``launch`` is its entry point),
+``ray/`` (``launch_ray``) and ``slurm/`` (``launch_slurm``). See docs/engines.md.
 """
 from __future__ import annotations
 
@@ -34,9 +39,8 @@ from typing import IO, TYPE_CHECKING
 from toolkit._owned import UnsafePathError, owned_dir
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._dialect import DIALECTS, Dialect, cmle_dialect
-from toolkit.launcher._isolation import ENV_ISOLATE, IsolationError, NetworkNamespace
-from toolkit.launcher._isolation import resolve as resolve_isolation
 from toolkit.launcher._loop import supervise
+from toolkit.launcher._moved import __getattr__ as __getattr__  # the old paths of the modules now in local/
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskExit
 from toolkit.launcher._result import (
     EXIT_INTERRUPTED,
@@ -59,8 +63,10 @@ from toolkit.launcher._spec import (
     LaunchSpec,
     make_spec,
 )
-from toolkit.launcher._supervisor import Job
 from toolkit.launcher._task import preemption_grace
+from toolkit.launcher.local._isolation import ENV_ISOLATE, IsolationError, NetworkNamespace
+from toolkit.launcher.local._isolation import resolve as resolve_isolation
+from toolkit.launcher.local._supervisor import Job
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from toolkit.launcher._policy import Outcome
 from toolkit.launcher._result import LaunchResult, Reason
-from toolkit.launcher._supervisor import Job
+from toolkit.launcher.local._supervisor import Job
 
 __all__ = ["catch_signals", "supervise"]
 

@@ -16,8 +16,8 @@ from tf_config.checks import check_int, check_number
 from tf_config.errors import FieldError
 from tf_config.limits import MAX_TASKS
 from toolkit.launcher._dialect import DIALECTS, Dialect
-from toolkit.launcher._preload import command_problem, module_problem
 from toolkit.launcher._result import SuccessPolicy
+from toolkit.launcher.local._preload import command_problem, module_problem
 
 # Environment variables set in every task (besides TF_CONFIG).
 ENV_JOB_DIR = "TFDIST_JOB_DIR"            # the job's directory, shared by all tasks
@@ -152,7 +152,7 @@ class LaunchSpec:
         preload: modules (e.g. ``("tensorflow", "keras")``) one process
             imports once, every task then being forked from it instead of
             starting a fresh interpreter; the command must be ``python SCRIPT
-            ARGS`` or ``python -m MODULE ARGS`` (``toolkit.launcher._preload``).
+            ARGS`` or ``python -m MODULE ARGS`` (``toolkit.launcher.local._preload``).
 
     The failure fields (``max_restarts``, ``restartable``, ``settle_period``, ``max_preemptions``)
     become the job's ``FailurePolicy``.

@@ -22,8 +22,8 @@ from typing import IO
 
 from toolkit._owned import open_append
 from toolkit.launcher._lines import CHUNK, LineCutter, LogSink
-from toolkit.launcher._preload import ForkedTask, PreloadError
 from toolkit.launcher._result import EventKind, TaskEvent
+from toolkit.launcher.local._preload import ForkedTask, PreloadError
 
 logger = logging.getLogger(__name__)
 

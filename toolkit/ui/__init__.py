@@ -26,7 +26,7 @@ from pathlib import Path
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.storage.store import JobStore
 from toolkit.ui._app import UIApp, UIOptions
 from toolkit.ui._auth import Auth, write_server_file
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.jobs.records import JobRecord
+from toolkit.jobs.storage.records import JobRecord
 
 __all__ = ["Chunk", "log_files", "read_chunk", "stream"]
 

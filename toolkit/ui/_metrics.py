@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs.records import iso_time
+from toolkit.jobs.storage.records import iso_time
 
 __all__ = ["ChiefMetrics"]
 

@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs._procs import is_alive
+from toolkit.jobs.engines.local._procs import is_alive
 from toolkit.jobs.reader import split_task
-from toolkit.jobs.records import JobRecord, iso_time
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.storage.records import JobRecord, iso_time
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["STALL_AFTER", "py_spy", "progress", "stacks"]
 

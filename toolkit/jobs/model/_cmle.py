@@ -6,11 +6,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.jobs._fields import FieldReader
-from toolkit.jobs._training_input import MODULE_PATTERN, ROLE_FIELDS, ReplicaConfig
 from toolkit.jobs.errors import did_you_mean
-from toolkit.jobs.hyperparams import read_hyperparameters
-from toolkit.jobs.tiers import MACHINE_TYPE_HELP, MACHINE_TYPES, SCALE_TIERS, machine_for
+from toolkit.jobs.model._fields import FieldReader
+from toolkit.jobs.model._training_input import MODULE_PATTERN, ROLE_FIELDS, ReplicaConfig
+from toolkit.jobs.model.hyperparams import read_hyperparameters
+from toolkit.jobs.model.tiers import MACHINE_TYPE_HELP, MACHINE_TYPES, SCALE_TIERS, machine_for
 
 _TOP_KEYS = ("jobId", "labels", "trainingInput")
 # What `gcloud ai-platform jobs describe --format json` adds: CMLE fills these in, a new job ignores them.

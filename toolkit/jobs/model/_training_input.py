@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.jobs.errors import JobSpecError, Problem, show
-from toolkit.jobs.hyperparams import HyperparameterSpec
-from toolkit.jobs.tiers import SCALE_TIERS
+from toolkit.jobs.model.hyperparams import HyperparameterSpec
+from toolkit.jobs.model.tiers import SCALE_TIERS
 
 __all__ = ["MODULE_PATTERN", "ROLE_FIELDS", "ReplicaConfig", "TrainingInput", "training_input_to_dict"]
 

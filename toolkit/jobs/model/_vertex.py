@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.jobs._cmle import TPU_BACKENDS, read_machine_type
-from toolkit.jobs._fields import FieldReader
-from toolkit.jobs._training_input import MODULE_PATTERN, ReplicaConfig
+from toolkit.jobs.model._cmle import TPU_BACKENDS, read_machine_type
+from toolkit.jobs.model._fields import FieldReader
+from toolkit.jobs.model._training_input import MODULE_PATTERN, ReplicaConfig
 
 _ROLES = ("master", "worker", "parameter_server", "evaluator")
 _POOL_KEYS = ("machineSpec", "replicaCount", "pythonPackageSpec", "containerSpec", "diskSpec", "nfsMounts")

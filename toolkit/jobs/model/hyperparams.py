@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.jobs._fields import FieldReader
+from toolkit.jobs.model._fields import FieldReader
 
 __all__ = ["EarlyStoppingSpec", "HyperparameterSpec", "ParameterSpec", "grid_size", "read_hyperparameters"]
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tf_config.limits import MAX_TASKS
-from toolkit.jobs._fields import FieldReader
+from toolkit.jobs.model._fields import FieldReader
 
 __all__ = ["MAX_PARALLEL_TRIALS", "MAX_PARAMS", "MAX_PARAM_VALUES", "MAX_REPLICAS", "MAX_TRIALS", "check_limits"]
 

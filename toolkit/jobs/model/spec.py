@@ -24,14 +24,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs._cmle import read_cmle
-from toolkit.jobs._fields import FieldReader
-from toolkit.jobs._hygiene import check_values
-from toolkit.jobs._training_input import MODULE_PATTERN, ReplicaConfig, TrainingInput
-from toolkit.jobs._vertex import is_vertex, read_vertex
 from toolkit.jobs.errors import JobSpecError, Problem
-from toolkit.jobs.limits import check_limits
-from toolkit.jobs.names import validate_job_name
+from toolkit.jobs.model._cmle import read_cmle
+from toolkit.jobs.model._fields import FieldReader
+from toolkit.jobs.model._hygiene import check_values
+from toolkit.jobs.model._training_input import MODULE_PATTERN, ReplicaConfig, TrainingInput
+from toolkit.jobs.model._vertex import is_vertex, read_vertex
+from toolkit.jobs.model.limits import check_limits
+from toolkit.jobs.model.names import validate_job_name
 
 __all__ = ["JobSpec", "TrainingInput", "ReplicaConfig", "MODULE_PATTERN"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from toolkit._owned import UnsafePathError, open_regular
-from toolkit.jobs.records import JobRecord
+from toolkit.jobs.storage.records import JobRecord
 from toolkit.launcher._lines import LineCutter
 
 _READ = 1 << 20

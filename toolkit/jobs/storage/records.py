@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs.states import JobState
+from toolkit.jobs.storage.states import JobState
 
 __all__ = ["JobRecord", "TaskRecord", "StateChange", "iso_time"]
 

@@ -37,9 +37,9 @@ from typing import Any
 
 from toolkit._owned import UnsafePathError, check_owned_dir, owned_dir
 from toolkit.jobs.errors import BackendError, JobExistsError, JobNotFoundError, JobStateError
-from toolkit.jobs.names import validate_job_name
-from toolkit.jobs.records import JobRecord, StateChange, TaskRecord
-from toolkit.jobs.states import JobState, check_transition
+from toolkit.jobs.model.names import validate_job_name
+from toolkit.jobs.storage.records import JobRecord, StateChange, TaskRecord
+from toolkit.jobs.storage.states import JobState, check_transition
 
 __all__ = ["JobStore", "SupervisorInfo", "default_home"]
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import optuna
 
-from toolkit.jobs.hyperparams import EarlyStoppingSpec, HyperparameterSpec
+from toolkit.jobs.model.hyperparams import EarlyStoppingSpec, HyperparameterSpec
 
 __all__ = ["PRUNERS", "make_pruner", "may_stop"]
 

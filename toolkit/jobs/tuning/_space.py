@@ -26,7 +26,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from toolkit.jobs.errors import JobSpecError, Problem, did_you_mean
-from toolkit.jobs.hyperparams import HyperparameterSpec, ParameterSpec, grid_size
+from toolkit.jobs.model.hyperparams import HyperparameterSpec, ParameterSpec, grid_size
 
 __all__ = ["SAMPLERS", "make_sampler", "distributions", "trial_values", "trial_args", "format_value",
            "grid_space", "trial_budget"]

@@ -35,13 +35,13 @@ from typing import Any
 
 import optuna
 
-from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._procs import signal_group
+from toolkit.jobs.engines.local._local_plan import LocalPlan
+from toolkit.jobs.engines.local._procs import signal_group
 from toolkit.jobs.errors import JobStateError
-from toolkit.jobs.hyperparams import HyperparameterSpec
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.states import JobState
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.model.hyperparams import HyperparameterSpec
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.storage.states import JobState
+from toolkit.jobs.storage.store import JobStore
 from toolkit.jobs.tuning._objective import Point, TuningError, missing_tag, select
 from toolkit.jobs.tuning._pruning import make_pruner, may_stop
 from toolkit.jobs.tuning._space import distributions, make_sampler, trial_args, trial_budget, trial_values

@@ -10,11 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs._local_plan import plan_local
+from toolkit.jobs.engines.local._local_plan import plan_local
 from toolkit.jobs.errors import JobNotFoundError, JobSpecError, Problem
-from toolkit.jobs.names import MAX_NAME_LENGTH
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.model.names import MAX_NAME_LENGTH
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.storage.store import JobStore
 from toolkit.jobs.tuning._space import make_sampler, trial_budget
 from toolkit.jobs.tuning._trials import trial_job_name
 

@@ -16,9 +16,9 @@ from typing import Any
 import optuna
 
 from toolkit.jobs.errors import JobNotFoundError
-from toolkit.jobs.hyperparams import HyperparameterSpec
-from toolkit.jobs.records import iso_time
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.model.hyperparams import HyperparameterSpec
+from toolkit.jobs.storage.records import iso_time
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["StudyLog", "summarize", "sort_trials"]
 

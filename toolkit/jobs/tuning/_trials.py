@@ -22,11 +22,11 @@ from typing import Any
 
 from toolkit._owned import UnsafePathError, owned_dir
 from toolkit.hypertune import trial_environment
-from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._procs import ENV_JOB_NONCE, signal_group, start_ticks
+from toolkit.jobs.engines.local._local_plan import LocalPlan
+from toolkit.jobs.engines.local._procs import ENV_JOB_NONCE, signal_group, start_ticks
 from toolkit.jobs.errors import JobStateError
-from toolkit.jobs.states import JobState
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.storage.states import JobState
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["TrialRun", "TrialOutcome", "trial_job_name", "run_trial", "stop_trial_early"]
 
@@ -88,7 +88,7 @@ def register_trial(store: JobStore, trial: TrialRun) -> None:
 
 def run_trial(store: JobStore, trial: TrialRun, *, timeout: float | None = None) -> TrialOutcome:
     """Runs a registered trial to its end in this thread; the store records every step."""
-    from toolkit.jobs._run import run_tasks
+    from toolkit.jobs.engines.local._run import run_tasks
 
     name = trial.name
     job_dir = store.job_dir(name)

@@ -32,8 +32,6 @@ from toolkit._owned import open_append, owned_dir, write_new
 from toolkit.hypertune import task_environment
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskEnd, TaskExit, judge_success
-from toolkit.launcher._ports import foreign_listeners
-from toolkit.launcher._preload import ForkedTask, Preloader, PreloadError
 from toolkit.launcher._result import (
     EXIT_PREEMPTED,
     EXIT_TASK_FAILED,
@@ -61,6 +59,8 @@ from toolkit.launcher._task import (
     shell_exit_code,
     stop_all,
 )
+from toolkit.launcher.local._ports import foreign_listeners
+from toolkit.launcher.local._preload import ForkedTask, Preloader, PreloadError
 
 if TYPE_CHECKING:
     from tf_config import TFConfig

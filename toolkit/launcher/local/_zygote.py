@@ -1,6 +1,6 @@
 """The preload process: imports modules once, then forks every task of a local cluster from them.
 
-The launcher (``toolkit.launcher._preload``) runs this file as a script,
+The launcher (``toolkit.launcher.local._preload``) runs this file as a script,
 ``python _zygote.py FD MODULE...``. It uses the standard library only, so a
 task forked from it holds the preloaded modules and nothing of the launcher.
 

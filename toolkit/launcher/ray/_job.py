@@ -3,7 +3,7 @@
 ``RayJob`` replaces how tasks are made and where they listen; everything else
 (the chief ends the job, a parameter-server worker is restarted alone, any
 other death restarts the cluster when ``restartable``, timeouts, signals) is
-``toolkit.launcher._supervisor`` unchanged.
+``toolkit.launcher.local._supervisor`` unchanged.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from toolkit.launcher._policy import FailurePolicy
 from toolkit.launcher._result import TaskEvent
 from toolkit.launcher._spec import LaunchSpec
-from toolkit.launcher._supervisor import Job, generate_configs
+from toolkit.launcher.local._supervisor import Job, generate_configs
 from toolkit.launcher.ray._actor import RemoteTaskRunner
 from toolkit.launcher.ray._cluster import connect, driver_ip, place
 from toolkit.launcher.ray._options import RayOptions, check_shared_paths

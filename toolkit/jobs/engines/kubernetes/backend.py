@@ -14,13 +14,19 @@ from dataclasses import replace
 from typing import Any
 
 from tf_config import validate
-from toolkit.jobs._kubectl import Kubectl
+from toolkit.jobs.engines.kubernetes._kubectl import Kubectl
+from toolkit.jobs.engines.kubernetes.tfjob import (
+    KubernetesOptions,
+    pod_tf_configs,
+    render_tfjob,
+    to_yaml,
+    validate_tfjob,
+)
 from toolkit.jobs.errors import BackendError, JobNotFoundError, JobSpecError, JobStateError, Problem, refuse_invalid
-from toolkit.jobs.records import JobRecord, TaskRecord
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.states import JobState, advance_path
-from toolkit.jobs.store import JobStore
-from toolkit.jobs.tfjob import KubernetesOptions, pod_tf_configs, render_tfjob, to_yaml, validate_tfjob
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.storage.records import JobRecord, TaskRecord
+from toolkit.jobs.storage.states import JobState, advance_path
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["KubernetesBackend", "state_from_tfjob"]
 

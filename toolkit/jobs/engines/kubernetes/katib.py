@@ -35,7 +35,7 @@ other than MEDIAN (Katib's early stopping is the median rule),
 and ``resumePreviousJobId`` (Katib resumes an Experiment in place, not from another).
 
 The manifest is checked against ``schemas/katib-experiment-v1beta1.json`` (built
-from Katib's published API types; see ``_extract_katib_schema``) and its TFJob
+from Katib's published API types; see ``tools/extract_katib_schema.py``) and its TFJob
 against the TFJob CRD, the way ``kubectl apply`` would.
 """
 from __future__ import annotations
@@ -43,10 +43,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from toolkit.jobs.engines.kubernetes.tfjob import (
+    KubernetesOptions,
+    render_tfjob,
+    schema_errors,
+    to_yaml,
+    validate_tfjob,
+)
 from toolkit.jobs.errors import JobSpecError, Problem, refuse_invalid
-from toolkit.jobs.hyperparams import HyperparameterSpec, ParameterSpec
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.tfjob import KubernetesOptions, render_tfjob, schema_errors, to_yaml, validate_tfjob
+from toolkit.jobs.model.hyperparams import HyperparameterSpec, ParameterSpec
+from toolkit.jobs.model.spec import JobSpec
 
 __all__ = ["render_experiment", "validate_experiment", "experiment_yaml"]
 

@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 
 from toolkit.jobs.errors import JobSpecError, Problem, show
-from toolkit.jobs.spec import JobSpec, ReplicaConfig
-from toolkit.jobs.tiers import resources_for
+from toolkit.jobs.model.spec import JobSpec, ReplicaConfig
+from toolkit.jobs.model.tiers import resources_for
 
 __all__ = [
     "REPLICA_TYPES",

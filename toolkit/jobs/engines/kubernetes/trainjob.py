@@ -11,7 +11,7 @@ ps, evaluator: in that rank order). One ClusterTrainingRuntime,
 must contain tfdist and the trainer package.
 
 Both manifests are checked against the CRDs' schemas embedded in
-``schemas/`` (pruned as ``_extract_trainer_schema`` says), with unknown fields
+``schemas/`` (pruned as ``tools/extract_trainer_schema.py`` says), with unknown fields
 refused as ``kubectl apply`` does. The CRDs' CEL rules are not evaluated.
 
 Example:
@@ -29,9 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.jobs.errors import JobSpecError, Problem, refuse_invalid
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.tfjob import (
+from toolkit.jobs.engines.kubernetes.tfjob import (
     _DNS_1035,
     TFJOB_PORT,
     KubernetesOptions,
@@ -40,7 +38,9 @@ from toolkit.jobs.tfjob import (
     schema_errors,
     to_yaml,
 )
-from toolkit.jobs.tiers import machine_for, resources_for
+from toolkit.jobs.errors import JobSpecError, Problem, refuse_invalid
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.model.tiers import machine_for, resources_for
 
 __all__ = ["RUNTIME_NAME", "render_runtime", "render_trainjob", "trainjob_yaml", "validate_runtime",
            "validate_trainjob"]

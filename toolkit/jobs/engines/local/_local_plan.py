@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from toolkit._owned import UnsafePathError, check_code_dir
-from toolkit.jobs._exec_limits import exec_problems
 from toolkit.jobs.errors import JobSpecError, Problem
-from toolkit.jobs.spec import JobSpec
+from toolkit.jobs.model._exec_limits import exec_problems
+from toolkit.jobs.model.spec import JobSpec
 
 _URI = re.compile(r"[a-z][a-z0-9+.-]*://")
 MIB_PER_TASK = 650  # an MWMS worker's RSS after importing TensorFlow (see the platform notes)

@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._run_parts import RunResult, env_of, finish, launch_spec, recorder, task_name
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.engines.local._local_plan import LocalPlan
+from toolkit.jobs.engines.local._run_parts import RunResult, env_of, finish, launch_spec, recorder, task_name
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["RUNNERS", "RunResult", "run_tasks", "task_name"]
 
@@ -60,12 +60,12 @@ def _run_local(plan: LocalPlan, job_dir: Path | None, *, store: JobStore | None 
 
 
 def _run_ray(plan: LocalPlan, job_dir: Path | None, **kwargs: Any) -> RunResult:
-    from toolkit.jobs._ray_run import run_ray_tasks
+    from toolkit.jobs.engines.ray._run import run_ray_tasks
     return run_ray_tasks(plan, job_dir, **kwargs)
 
 
 def _run_slurm(plan: LocalPlan, job_dir: Path | None, **kwargs: Any) -> RunResult:
-    from toolkit.jobs._slurm_run import run_slurm_tasks
+    from toolkit.jobs.engines.slurm._run import run_slurm_tasks
     return run_slurm_tasks(plan, job_dir, **kwargs)
 
 

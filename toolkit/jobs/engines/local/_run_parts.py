@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import toolkit
-from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._procs import start_ticks
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.engines.local._local_plan import LocalPlan
+from toolkit.jobs.engines.local._procs import start_ticks
+from toolkit.jobs.storage.store import JobStore
 
 if TYPE_CHECKING:
     from toolkit.launcher import Dialect, LaunchResult, LaunchSpec, TaskEvent

@@ -1,7 +1,7 @@
 """Jobs supervised from this machine, whatever engine runs their tasks: the shared base of the
 local, Ray and Slurm backends.
 
-``submit`` records the job (QUEUED) and starts ``python -m toolkit.jobs.supervisor
+``submit`` records the job (QUEUED) and starts ``python -m toolkit.jobs.engines.local.supervisor
 <job>`` in its own session, with its output in ``supervisor.log``, then returns.
 The supervisor runs the tasks through the launcher and keeps the record
 current. Anyone can look at the job later: ``describe`` notices a supervisor
@@ -10,7 +10,7 @@ behind and marks the job FAILED, so no job stays RUNNING forever.
 
 Where the tasks run is the plan's ``engine`` (``engine()`` of the backend; None
 runs them here as processes); the supervisor hands the plan to the task runner
-registered under that engine's name (``toolkit.jobs._run.RUNNERS``). A tuning
+registered under that engine's name (``toolkit.jobs.engines.local._run.RUNNERS``). A tuning
 job's trials run on the same engine, one job (one sbatch, one set of
 actors) per trial.
 """
@@ -29,15 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from toolkit._owned import UnsafePathError, open_append, owned_dir
-from toolkit.jobs._local_plan import LocalPlan, plan_local
-from toolkit.jobs._procs import ENV_JOB_NONCE, is_alive, signal_group, start_ticks, stop_groups
-from toolkit.jobs._run import task_name
+from toolkit.jobs.engines.local._local_plan import LocalPlan, plan_local
+from toolkit.jobs.engines.local._procs import ENV_JOB_NONCE, is_alive, signal_group, start_ticks, stop_groups
+from toolkit.jobs.engines.local._run import task_name
 from toolkit.jobs.errors import BackendError, JobSpecError, JobStateError, Problem
-from toolkit.jobs.logs import follow as follow_logs
-from toolkit.jobs.records import JobRecord
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.states import JobState
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.storage.logs import follow as follow_logs
+from toolkit.jobs.storage.records import JobRecord
+from toolkit.jobs.storage.states import JobState
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["HEARTBEAT_INTERVAL", "SupervisedBackend"]
 
@@ -105,7 +105,8 @@ class SupervisedBackend:
         log = open_append(job_dir / "supervisor.log")  # private, as the home; never through a symlink
         with open(log, "ab") as out:  # -P: the job dir (its cwd) is not on sys.path, so nothing planted there runs
             proc = subprocess.Popen(
-                [self.python, "-P", "-m", "toolkit.jobs.supervisor", name, "--home", str(self.store.home)],
+                [self.python, "-P", "-m", "toolkit.jobs.engines.local.supervisor", name,
+                 "--home", str(self.store.home)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=job_dir, env=env,
                 start_new_session=True, close_fds=True)
         self.store.set_supervisor(name, pid=proc.pid, start_ticks=start_ticks(proc.pid), host=socket.gethostname(),

@@ -9,11 +9,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from toolkit.jobs._local_plan import local_capacity
-from toolkit.jobs._supervised import HEARTBEAT_INTERVAL, SupervisedBackend
+from toolkit.jobs.engines.local._local_plan import local_capacity
+from toolkit.jobs.engines.local._supervised import HEARTBEAT_INTERVAL, SupervisedBackend
 from toolkit.jobs.errors import JobSpecError, Problem
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["HEARTBEAT_INTERVAL", "LocalBackend", "default_max_running"]
 

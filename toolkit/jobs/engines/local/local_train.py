@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from toolkit.jobs._local_plan import plan_local
+from toolkit.jobs.engines.local._local_plan import plan_local
 from toolkit.jobs.errors import JobSpecError, Problem
-from toolkit.jobs.spec import JobSpec
+from toolkit.jobs.model.spec import JobSpec
 
 __all__ = ["local_train"]
 
@@ -65,7 +65,7 @@ def local_train(module: str, *, args: Sequence[str] = (), package_path: str | No
     for warning in [f"{p.field.removeprefix('trainingInput.')}: {p.message}" for p in spec.warnings] + warnings:
         _log.warning("%s", warning)
     if distributed:
-        from toolkit.jobs._run import run_tasks
+        from toolkit.jobs.engines.local._run import run_tasks
         return run_tasks(plan, None, timeout=timeout, stream=stream).exit_code
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CONFIG=json.dumps(
         {"cluster": {}, "environment": "cloud", "job": plan.training_input}))

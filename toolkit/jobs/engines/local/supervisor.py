@@ -1,4 +1,4 @@
-"""``python -m toolkit.jobs.supervisor JOB --home HOME``: runs one local job to its end.
+"""``python -m toolkit.jobs.engines.local.supervisor JOB --home HOME``: runs one local job to its end.
 
 Started detached by ``LocalBackend.submit`` (own session, output in
 ``<job dir>/supervisor.log``). It moves the job PREPARING -> RUNNING, runs every
@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from toolkit._owned import owned_dir
-from toolkit.jobs._procs import start_ticks
-from toolkit.jobs._run_parts import RunResult
+from toolkit.jobs.engines.local._procs import start_ticks
+from toolkit.jobs.engines.local._run_parts import RunResult
+from toolkit.jobs.engines.local.backend import HEARTBEAT_INTERVAL, LocalBackend
 from toolkit.jobs.errors import BackendError, JobStateError
-from toolkit.jobs.local import HEARTBEAT_INTERVAL, LocalBackend
-from toolkit.jobs.states import JobState
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.storage.states import JobState
+from toolkit.jobs.storage.store import JobStore
 
 _log = logging.getLogger("toolkit.jobs.supervisor")
 MAX_RESTARTS = 3  # per task, like the kubernetes backend's backoffLimit
@@ -103,7 +103,7 @@ class Supervisor:
         if not self.store.advance(self.name, JobState.RUNNING,
                                   message=f"{len(plan.task_names)} tasks: {', '.join(plan.task_names)}"):
             return self._end_cancelled()
-        from toolkit.jobs._run import run_tasks
+        from toolkit.jobs.engines.local._run import run_tasks
         self.result = run_tasks(plan, self.job_dir, store=self.store, job=self.name, max_restarts=MAX_RESTARTS)
         result = self.result
         if result.clean:  # every task exited 0 by itself: a cancel that raced the end does not rewrite it
@@ -187,7 +187,8 @@ def _private_output() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolkit.jobs.supervisor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m toolkit.jobs.engines.local.supervisor",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("job")
     parser.add_argument("--home", type=Path, required=True)
     args = parser.parse_args(argv)

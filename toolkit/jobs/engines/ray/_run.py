@@ -1,6 +1,6 @@
 """Runs a plan's tasks on Ray (``toolkit.launcher.ray.launch_ray``) and reports them to the store.
 
-The Ray counterpart of ``toolkit.jobs._run.run_tasks``, which hands plans with
+The Ray counterpart of ``toolkit.jobs.engines.local._run.run_tasks``, which hands plans with
 ``engine["name"] == "ray"`` here. Tasks are recorded as they start, restart and
 end, without pids (a pid on another node means nothing here, and a reaper must
 never signal it); each task's Ray node goes to the job's ``details["nodes"]``.
@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
-from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._run_parts import RunResult, env_of, finish, launch_spec
-from toolkit.jobs.states import JobState
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.engines.local._local_plan import LocalPlan
+from toolkit.jobs.engines.local._run_parts import RunResult, env_of, finish, launch_spec
+from toolkit.jobs.storage.states import JobState
+from toolkit.jobs.storage.store import JobStore
 
 if TYPE_CHECKING:
     from toolkit.launcher import TaskEvent

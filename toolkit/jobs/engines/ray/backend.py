@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.jobs._supervised import SupervisedBackend
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.store import JobStore
-from toolkit.jobs.tiers import task_machine
+from toolkit.jobs.engines.local._supervised import SupervisedBackend
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.model.tiers import task_machine
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["RayBackend", "ray_resources"]
 

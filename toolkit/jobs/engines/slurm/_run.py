@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolkit.jobs._local_plan import LocalPlan
-from toolkit.jobs._ray_run import _job_dir_arg, _watch
-from toolkit.jobs._run_parts import RunResult, env_of, finish, launch_spec
-from toolkit.jobs.store import JobStore
+from toolkit.jobs.engines.local._local_plan import LocalPlan
+from toolkit.jobs.engines.local._run_parts import RunResult, env_of, finish, launch_spec
+from toolkit.jobs.engines.ray._run import _job_dir_arg, _watch
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["run_slurm_tasks"]
 

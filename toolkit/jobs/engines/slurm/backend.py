@@ -39,11 +39,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from toolkit.jobs._supervised import SupervisedBackend
+from toolkit.jobs.engines.local._supervised import SupervisedBackend
 from toolkit.jobs.errors import BackendError, JobSpecError, Problem
-from toolkit.jobs.spec import JobSpec
-from toolkit.jobs.store import JobStore
-from toolkit.jobs.tiers import task_machine
+from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.model.tiers import task_machine
+from toolkit.jobs.storage.store import JobStore
 
 __all__ = ["SlurmBackend", "slurm_resources"]
 

@@ -16,7 +16,7 @@ Katib's OpenAPI spec), pruned to what a rendered Experiment contains:
 
 Usage (with ``kubeflow-katib-api`` importable)::
 
-    python -m toolkit.jobs._extract_katib_schema
+    python tools/extract_katib_schema.py
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-SCHEMA_PATH = Path(__file__).with_name("schemas") / "katib-experiment-v1beta1.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "toolkit" / "jobs" / "schemas" / "katib-experiment-v1beta1.json"
 
 # Katib's Go constants the generated models do not carry.
 ENUMS = {

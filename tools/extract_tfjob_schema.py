@@ -9,7 +9,7 @@ would reject for those fields.
 
 Usage::
 
-    python -m toolkit.jobs._extract_schema path/to/kubeflow.org_tfjobs.yaml
+    python tools/extract_tfjob_schema.py path/to/kubeflow.org_tfjobs.yaml
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-SCHEMA_PATH = Path(__file__).with_name("schemas") / "tfjob-v1.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "toolkit" / "jobs" / "schemas" / "tfjob-v1.json"
 
 # Pod spec fields a tfdist manifest may contain; every other pod field is pruned.
 KEPT_POD_FIELDS = ("containers", "restartPolicy", "nodeSelector", "serviceAccountName",

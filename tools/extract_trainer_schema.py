@@ -2,13 +2,13 @@
 
 From Kubeflow Trainer v2's CRDs (``trainer.kubeflow.org_trainjobs.yaml`` and
 ``trainer.kubeflow.org_clustertrainingruntimes.yaml``, Apache-2.0). As for the
-TFJob schema (``_extract_schema``), the embedded copies keep the CRD's own text
+TFJob schema (``extract_tfjob_schema``), the embedded copies keep the CRD's own text
 for every field a tfdist manifest may contain and prune the rest: descriptions,
 the pod spec's other fields, the containers' other fields, ``status``.
 
 Usage::
 
-    python -m toolkit.jobs._extract_trainer_schema TRAINJOBS_CRD.yaml CLUSTERTRAININGRUNTIMES_CRD.yaml
+    python tools/extract_trainer_schema.py TRAINJOBS_CRD.yaml CLUSTERTRAININGRUNTIMES_CRD.yaml
 """
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from extract_tfjob_schema import KEPT_CONTAINER_FIELDS, KEPT_POD_FIELDS, _keep, _strip_descriptions
 
-from toolkit.jobs._extract_schema import KEPT_CONTAINER_FIELDS, KEPT_POD_FIELDS, _keep, _strip_descriptions
-
-SCHEMAS = Path(__file__).with_name("schemas")
+SCHEMAS = Path(__file__).resolve().parents[1] / "toolkit" / "jobs" / "schemas"
 TRAINJOB_PATH = SCHEMAS / "trainjob-v1alpha1.json"
 RUNTIME_PATH = SCHEMAS / "clustertrainingruntime-v1alpha1.json"
 TRAINJOB_FIELDS = ("activeDeadlineSeconds", "runtimeRef", "suspend", "trainer")
