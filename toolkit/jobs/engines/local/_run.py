@@ -2,7 +2,7 @@
 
 ``RUNNERS`` maps an engine's name (the plan's ``engine["name"]``; ``local`` when
 it has none) to the function that runs the tasks there: ``toolkit.launcher.launch``
-on this machine, ``_ray_run`` on Ray, ``_slurm_run`` on Slurm. Every runner takes
+on this machine, ``engines.ray._run`` on Ray, ``engines.slurm._run`` on Slurm. Every runner takes
 the same arguments and returns a ``RunResult``.
 
 The launcher runs every task in the job's directory and CMLE dialect

@@ -1,6 +1,6 @@
 """Runs a plan's tasks as one Slurm job (``toolkit.launcher.slurm.launch_slurm``) and reports them.
 
-The Slurm counterpart of ``_run_local`` and ``_ray_run``: tasks are recorded as
+The Slurm counterpart of ``_run_local`` and Ray's ``_run``: tasks are recorded as
 they start, restart and end (without pids: they run on the cluster's nodes);
 each task's node goes to the job's ``details["nodes"]`` and the Slurm job id to
 ``details["slurm"]``, so a reaper can ``scancel`` it. A cancel is seen in the
