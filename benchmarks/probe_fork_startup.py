@@ -1,6 +1,6 @@
 """Probe: the start-up a launcher that forks its tasks from one TensorFlow import would reach.
 
-The probe that led to ``tfdist launch --preload`` (``toolkit/launcher/_preload.py``), kept to
+The probe that led to ``tfdist launch --preload`` (``toolkit/launcher/local/_preload.py``), kept to
 compare the bare mechanism with the launcher's: the four tasks of the demo importing TensorFlow at
 the same time on this two-core machine had the chief imported only at about 1.3x the start-up
 reference (``bench_resources.py``). This probe imports TensorFlow and Keras once, then ``fork``\ s

@@ -1,4 +1,10 @@
-"""tfdist's user-facing layer: training functions, the local launcher, job submission.
+"""tfdist's user-facing layer: training functions, the launcher, job submission.
+
+The folder: ``training`` (the engine behind ``fit``), ``keras_dist`` and
+``keras_distribution`` (Keras' own ``model.fit`` and ``keras.distribution``),
+``estimator`` and ``compat`` (TF1 and Estimator code), ``data`` and ``layers``,
+``launcher`` (a cluster from one call, one subpackage per engine), ``jobs``
+(CMLE-style jobs: model, store, engines, tuning), ``ui`` and ``cli``.
 
 Names are loaded lazily so that importing ``toolkit`` (for example by the CLI)
 does not import TensorFlow until a TensorFlow-backed name is used.
