@@ -145,7 +145,16 @@ class SupervisedBackend:
 
     def _stop_tasks(self, name: str) -> None:
         stop_groups([(pid, ticks) for _, pid, ticks in self.store.task_processes(name)],
-                    nonce=self.store.supervisor(name).nonce)
+                    nonce=self.store.supervisor(name).nonce, legacy=self._task_argv(name))
+
+    def _task_argv(self, name: str) -> list[str] | None:
+        """What a task's command line carries (``-m <module>``): the check for a job recorded before nonces."""
+        plan = self.store.get(name).details.get("plan") or {}
+        return ["-m", str(plan["module"])] if plan.get("module") else None
+
+    def _supervisor_argv(self, name: str) -> list[str]:
+        """What the supervisor's command line carries (``_spawn``): the check for a job recorded before nonces."""
+        return ["-m", "toolkit.jobs.supervisor", name, "--home", str(self.store.home)]
 
     def list(self) -> list[JobRecord]:
         return [self.describe(name) for name in self.store.names(backend=self.name)]
@@ -163,7 +172,7 @@ class SupervisedBackend:
             except JobStateError:
                 return self._already_over(name)
         info = self.store.supervisor(name)
-        signal_group(info.pid, info.start_ticks, signal.SIGTERM, nonce=info.nonce)
+        signal_group(info.pid, info.start_ticks, signal.SIGTERM, nonce=info.nonce, legacy=self._supervisor_argv(name))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             record = self.describe(name)
@@ -171,7 +180,7 @@ class SupervisedBackend:
                 return record
             time.sleep(0.2)
         _log.warning("job %s: the supervisor did not stop within %.0f s; killing its processes", name, timeout)
-        signal_group(info.pid, info.start_ticks, signal.SIGKILL, nonce=info.nonce)
+        signal_group(info.pid, info.start_ticks, signal.SIGKILL, nonce=info.nonce, legacy=self._supervisor_argv(name))
         self._stop_tasks(name)
         try:
             return self.store.transition(name, JobState.CANCELLED,
