@@ -84,3 +84,82 @@ def test_cancel_stops_a_job_recorded_without_a_nonce_on_uid_start_time_and_comma
         for proc in (supervisor, task, decoy):
             proc.kill()
             proc.wait(timeout=30)
+
+
+# ---- a full disk under the store as the job ends -----------------------------------------------------------
+_WAITER = """
+import sys, time
+from pathlib import Path
+flag = Path(sys.argv[1])
+while not flag.exists():
+    time.sleep(0.05)
+print("done waiting")
+"""
+
+
+def test_an_end_the_full_store_refused_is_kept_shown_and_recorded_once_there_is_room(tmp_path, monkeypatch,
+                                                                                       no_orphans):
+    import resource
+
+    from _polling import wait_until
+
+    from toolkit.jobs import JobSpec, JobState, JobStore, api
+    from toolkit.jobs._end_record import END_FILE, RESERVED
+
+    package = tmp_path / "pkg" / "waiter"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "task.py").write_text(_WAITER)
+    home, flag = tmp_path / "home", tmp_path / "go"
+    monkeypatch.setenv("TFDIST_HOME", str(home))
+    spec = JobSpec.from_dict({}, job_id="full", overrides={"pythonModule": "waiter.task",
+                                                           "packagePath": str(package), "args": [str(flag)]})
+    api.submit(spec)
+    store = JobStore(home)
+    wait_until(lambda: any(t.pid for t in store.get("full").tasks), timeout=60, what="the task to start")
+    supervisor = store.supervisor("full").pid
+    # The store's disk fills: the supervisor can write no byte past RESERVED in any file (RLIMIT_FSIZE; Python
+    # ignores SIGXFSZ, so a write fails with EFBIG as one on a full disk fails with ENOSPC). Its WAL's first
+    # frame already ends past that, so SQLite cannot commit; the end record reserved at its start fits.
+    hard = resource.prlimit(supervisor, resource.RLIMIT_FSIZE)[1]
+    resource.prlimit(supervisor, resource.RLIMIT_FSIZE, (RESERVED, hard))  # the soft limit: it can be lifted
+    try:
+        flag.touch()
+        record = wait_until(lambda: (r := api.describe("full")).is_final and r, timeout=60,
+                            what="the job's end to be shown")
+        assert store.get("full").state is JobState.RUNNING  # the store has not got it ...
+        assert record.state is JobState.SUCCEEDED and record.exit_code == 0  # ... but every reader shows it
+        assert any(f"kept in {END_FILE}: the job store could not be written" in w for w in record.warnings)
+        assert os.path.exists(f"/proc/{supervisor}")  # alive and retrying: no reaper calls it dead
+        assert b'"state": "SUCCEEDED"' in (home / "jobs" / "full" / END_FILE).read_bytes()
+    finally:
+        resource.prlimit(supervisor, resource.RLIMIT_FSIZE, (hard, hard))
+    stored = wait_until(lambda: (r := store.get("full")).is_final and r, timeout=30,
+                        what="the supervisor's retry to reach the store")
+    assert stored.state is JobState.SUCCEEDED and stored.exit_code == 0
+    assert (home / "jobs" / "full" / END_FILE).read_bytes().strip() == b""  # the store has it: the record is blank
+
+
+def test_the_reaper_records_the_end_a_dead_supervisor_kept_not_supervisor_died(tmp_path, monkeypatch):
+    from toolkit.jobs import JobState, JobStore, _supervised, api
+    from toolkit.jobs._end_record import reserve, write_end
+    from toolkit.jobs._procs import start_ticks
+
+    monkeypatch.setattr(_supervised, "HEARTBEAT_INTERVAL", 0.01)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    store = JobStore(tmp_path)
+    store.create("gone", backend="local", spec={}, details={"tasks": ["master-0"]})
+    store.transition("gone", JobState.PREPARING)
+    store.transition("gone", JobState.RUNNING)
+    store.set_supervisor("gone", pid=dead.pid, start_ticks=start_ticks(dead.pid), host=socket.gethostname())
+    record_dir = store.job_dir("gone")
+    record_dir.mkdir()
+    reserve(record_dir)
+    assert write_end(record_dir, JobState.FAILED, why="database or disk is full", exit_code=3,
+                     error="the chief (master-0) exited with code 3")
+    record = api.describe("gone", home=tmp_path)
+    assert record.state is JobState.FAILED and record.exit_code == 3
+    assert record.error == "the chief (master-0) exited with code 3"  # how it ended, not "supervisor died"
+    assert "the job store could not be written: database or disk is full" in record.history[-1].message
+    assert store.get("gone").state is JobState.FAILED  # the store has it now

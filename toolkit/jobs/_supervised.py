@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit._owned import UnsafePathError, open_append, owned_dir
+from toolkit.jobs._end_record import merged, note, read_end
 from toolkit.jobs._local_plan import LocalPlan, plan_local
 from toolkit.jobs._procs import ENV_JOB_NONCE, is_alive, signal_group, start_ticks, stop_groups
 from toolkit.jobs._run import task_name
@@ -123,8 +124,10 @@ class SupervisedBackend:
 
     def describe(self, name: str) -> JobRecord:
         record = self.store.get(name)
-        if record.is_final or not self._supervisor_dead(record):
+        if record.is_final:
             return record
+        if not self._supervisor_dead(record):
+            return merged(record)  # an end the store could not take (a full disk) is shown from end.json
         return self._reap(record)
 
     def _reap(self, record: JobRecord) -> JobRecord:
@@ -137,11 +140,26 @@ class SupervisedBackend:
             if not child.is_final:
                 self._reap(child)
         target = JobState.CANCELLED if record.state is JobState.CANCELLING else JobState.FAILED
+        end = read_end(Path(record.record_dir)) if record.record_dir else None
+        if end is not None:  # it ended, but the store could not take it then: that end, not "supervisor died"
+            return self._record_kept_end(record, end)
         try:
             return self.store.transition(name, target, error=f"supervisor died (pid {info.pid}); its tasks were "
                                                              "stopped. Submit the job again under a new name.")
         except JobStateError:  # it finished while we looked
             return self.store.get(name)
+
+    def _record_kept_end(self, record: JobRecord, end: dict[str, Any]) -> JobRecord:
+        """Records the end its supervisor kept in ``end.json``; on a store still full, shows it merged."""
+        try:
+            if end["state"] is JobState.CANCELLED and record.state is not JobState.CANCELLING:
+                self.store.transition(record.name, JobState.CANCELLING, message="the supervisor was signalled")
+            return self.store.transition(record.name, end["state"], message=note(end), error=end.get("error"),
+                                         exit_code=end.get("exitCode"))
+        except BackendError:
+            return merged(record)
+        except JobStateError:
+            return self.store.get(record.name)
 
     def _stop_tasks(self, name: str) -> None:
         stop_groups([(pid, ticks) for _, pid, ticks in self.store.task_processes(name)],
