@@ -163,3 +163,68 @@ def test_the_reaper_records_the_end_a_dead_supervisor_kept_not_supervisor_died(t
     assert record.error == "the chief (master-0) exited with code 3"  # how it ended, not "supervisor died"
     assert "the job store could not be written: database or disk is full" in record.history[-1].message
     assert store.get("gone").state is JobState.FAILED  # the store has it now
+
+
+# ---- log rotation ----------------------------------------------------------------------------------------------
+_NUMBERED = "import sys\nfor i in range(60):\n    print(f'line {i:03d} ' + 'x' * 90)\n"
+
+
+def test_max_log_bytes_with_backups_rotates_and_keeps_the_newest_output(tmp_path, no_orphans):
+    result = launch(["python", "-c", _NUMBERED], job_dir=tmp_path / "job", echo=False, isolate=False,
+                    max_log_bytes=1000, log_backups=2)
+    assert result.exit_code == 0
+    logs = tmp_path / "job" / "logs"
+    files = [logs / "worker-0.log.2", logs / "worker-0.log.1", logs / "worker-0.log"]  # oldest first
+    assert all(f.stat().st_size <= 1000 for f in files) and not (logs / "worker-0.log.3").exists()
+    kept = b"".join(f.read_bytes() for f in files).decode().splitlines()
+    numbers = [int(line.split()[1]) for line in kept]
+    assert numbers == list(range(60 - len(numbers), 60)) and len(numbers) >= 20  # the newest lines, in a row
+    assert "rotated" in result.task("worker-0").log_problem and "earliest output is gone" in \
+        result.task("worker-0").log_problem
+
+
+def test_log_backups_need_max_log_bytes():
+    with pytest.raises(LaunchError, match="`log_backups` is 2, but `max_log_bytes` is None"):
+        launch(["python", "-c", "pass"], log_backups=2, echo=False)
+
+
+def test_stream_logs_and_the_ui_follow_a_rotated_log_without_losing_or_repeating_a_line(tmp_path):
+    from toolkit.jobs.logs import LogFollower
+    from toolkit.launcher._rotate import RotatingLogSink
+    from toolkit.ui._logs import read_chunk
+
+    path = tmp_path / "worker-0.log"
+    sink = RotatingLogSink(path, max_bytes=100, backups=3)
+    seen: list[str] = []
+    follower = LogFollower(tmp_path, None, seen.append)
+    written = 0
+    for burst in (3, 5, 8, 1):  # between polls: no rotation, one, several, then a short tail
+        for _ in range(burst):
+            sink.write(f"line {written:03d} {'y' * 20}\n".encode())
+            written += 1
+        follower.poll()
+    sink.close()
+    follower.poll(final=True)
+    assert [line.split()[2] for line in seen] == [f"{i:03d}" for i in range(written)]
+    assert path.with_name("worker-0.log.3").exists() and not path.with_name("worker-0.log.4").exists()
+    # the dashboard's reader at an offset past the new file's end (it was reading the old one) starts it over
+    chunk = read_chunk(path, 10_000)
+    assert chunk.start == 0 and chunk.lines == path.read_text().splitlines()
+
+
+def test_a_reader_outrun_by_rotations_skips_only_what_is_gone_and_repeats_nothing(tmp_path):
+    from toolkit.jobs.logs import LogFollower
+    from toolkit.launcher._rotate import RotatingLogSink
+
+    sink = RotatingLogSink(tmp_path / "worker-0.log", max_bytes=100, backups=2)
+    seen: list[str] = []
+    follower = LogFollower(tmp_path, None, seen.append)
+    for i in range(40):
+        sink.write(f"line {i:03d} {'y' * 20}\n".encode())
+        if i in (1, 39):
+            follower.poll()
+    sink.close()
+    numbers = [int(line.split()[2]) for line in seen]
+    on_disk = [int(line.split()[1]) for name in ("worker-0.log.2", "worker-0.log.1", "worker-0.log")
+               for line in (tmp_path / name).read_text().splitlines()]
+    assert numbers == [0, 1, *on_disk]  # what it had read, then every line still kept: none twice, in order

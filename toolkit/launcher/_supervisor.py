@@ -43,6 +43,7 @@ from toolkit.launcher._result import (
     TaskEvent,
     TaskResult,
 )
+from toolkit.launcher._rotate import clear_rotated
 from toolkit.launcher._spec import (
     ENV_JOB_DIR,
     ENV_JOB_NONCE,
@@ -121,10 +122,11 @@ class Job:
         for name in names:
             task = self.tasks[name] = make(name, log_path=self.job_dir / "logs" / f"{name}.log", stream=stream,
                                            lock=lock, on_event=on_task, hide=noise() if noise is not None else None)
-            task.log_limit = self.spec.max_log_bytes
+            task.log_limit, task.log_backups = self.spec.max_log_bytes, self.spec.log_backups
             owned_dir(self.job_dir / "tasks", what="the job's tasks directory", mode=0o777)
             owned_dir(self.job_dir / "tasks" / name, what=f"{name}'s task directory", mode=0o777)
             os.close(open_append(task.log_path, truncate=True))
+            clear_rotated(task.log_path)
 
     def _ready(self) -> None:
         """The chief, and the job's restart and preemption counts at zero (every kind of job keeps them)."""
