@@ -228,3 +228,60 @@ def test_a_reader_outrun_by_rotations_skips_only_what_is_gone_and_repeats_nothin
     on_disk = [int(line.split()[1]) for name in ("worker-0.log.2", "worker-0.log.1", "worker-0.log")
                for line in (tmp_path / name).read_text().splitlines()]
     assert numbers == [0, 1, *on_disk]  # what it had read, then every line still kept: none twice, in order
+
+
+# ---- the port race without a network namespace ------------------------------------------------------------------
+_SQUATTER = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+             "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('listening', time.time(), flush=True); "
+             "time.sleep(float(sys.argv[2]))")
+
+
+def _squat(user: pwd.struct_passwd, port: int, seconds: float) -> subprocess.Popen:
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3 for the second user's listener")
+    return subprocess.Popen(["/usr/bin/python3", "-c", _SQUATTER, str(port), str(seconds)], user=user.pw_uid,
+                            group=user.pw_gid, extra_groups=[], stdout=subprocess.PIPE, text=True)
+
+
+def test_a_port_taken_between_pick_and_start_fails_the_launch_before_any_task_starts(tmp_path, monkeypatch,
+                                                                                   no_orphans):
+    import tf_config.ports
+
+    user = _nobody()
+    port = tf_config.ports.pick_port()
+    squatter = _squat(user, port, 30)
+    try:
+        assert squatter.stdout is not None and squatter.stdout.readline().startswith("listening")
+        # the race lost: the port was free when picked, and another user listens on it before the task binds it
+        monkeypatch.setattr(tf_config.ports, "pick_ports", lambda count: [port] * count)
+        marker = tmp_path / "task-ran"
+        result = launch(["python", "-c", f"open({str(marker)!r}, 'w').close()"], job_dir=tmp_path / "job",
+                        echo=False, isolate=False, timeout=60)
+        assert result.exit_code == 1 and result.reason == "failed", result.message
+        assert result.message.startswith(f"port {port} of worker-0 is listened on by uid {user.pw_uid}, another user")
+        assert not marker.exists()  # no task started, so none could talk to their socket
+    finally:
+        squatter.kill()
+        squatter.wait(timeout=30)
+
+
+def test_a_port_taken_while_the_task_starts_stops_it_within_milliseconds(tmp_path, no_orphans):
+    user = _nobody()
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs /usr/bin/python3 for the second user's listener")
+    # the task hands its own port to `nobody` before binding it, and reports that it is alive every 2 ms
+    task = f"""
+import json, os, subprocess, sys, time
+port = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"][0].rpartition(":")[2]
+subprocess.Popen(["/usr/bin/python3", "-c", {_SQUATTER!r}, port, "20"], user={user.pw_uid}, group={user.pw_gid},
+                 extra_groups=[])
+while True:
+    print("alive", time.time(), flush=True)
+    time.sleep(0.002)
+"""
+    result = launch(["python", "-c", task], job_dir=tmp_path / "job", echo=False, isolate=False, timeout=60)
+    assert result.exit_code == 1 and "of worker-0 is listened on by uid" in result.message, result.message
+    lines = (tmp_path / "job" / "logs" / "worker-0.log").read_text().splitlines()
+    listening = next(float(line.split()[1]) for line in lines if line.startswith("listening"))
+    last_alive = max(float(line.split()[1]) for line in lines if line.startswith("alive"))
+    assert last_alive - listening < 0.25, f"the task ran {last_alive - listening:.3f} s past the foreign listen"

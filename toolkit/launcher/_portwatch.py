@@ -1,0 +1,112 @@
+"""A task's port, watched from the moment the launcher picks it until the job ends: the race narrowed.
+
+Without a private network namespace another local user can listen on a
+task's port (``_ports``). TensorFlow turns ``SO_REUSEPORT`` off, so the
+launcher cannot hold the port until TensorFlow binds it; between the pick and
+the bind (the seconds a task takes to import TensorFlow) the port is free.
+Once the task listens, the kernel refuses anyone else the port (no
+``SO_REUSEPORT``, and a wildcard listener blocks a specific address too).
+
+So the window is watched instead of left open:
+
+- ``PortWatch.start`` looks once, before a task starts: a port another user
+  already listens on fails the launch before any task could connect to it;
+- it then looks every ``FAST`` seconds (10 ms) until this user
+  listens on every watched port, and every ``SLOW`` second after that. The
+  first foreign listener calls ``on_foreign`` from the watch thread (the
+  launchers kill the tasks' process groups there and then, and fail the job
+  naming the port, its task and the other user's uid).
+
+What remains: a task that connects to a peer's port in the few milliseconds
+between another user's ``listen`` and the next look. A private network
+namespace (the local launcher's default) closes it; without one, this is as
+narrow as a port TensorFlow binds itself can be watched.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from toolkit.launcher._ports import listeners
+
+__all__ = ["FAST", "SLOW", "PortWatch", "foreign_message", "killer"]
+
+logger = logging.getLogger(__name__)
+FAST = 0.01  # seconds between looks while a watched port is not yet this user's listener
+SLOW = 1.0   # once every watched port is
+
+
+def killer(tasks: Callable[[], Iterable[Any]]) -> Callable[[int, str, int], None]:
+    """An ``on_foreign`` for the launcher's tasks (``TaskProcess``): SIGKILLs every task's process group at
+    once, each marked as stopped by the launcher."""
+    def kill(*_: object) -> None:
+        for task in list(tasks()):
+            if task.running:
+                task.stopped = True
+            task.signal_group(signal.SIGKILL)
+    return kill
+
+
+def foreign_message(port: int, task: str, uid: int) -> str:
+    """The error a job fails with when another user listens on its port."""
+    return (f"port {port} of {task} is listened on by uid {uid}, another user: the job's gRPC clients could reach "
+            "their socket, so every task was stopped. Run with a private network namespace (isolate=True, without "
+            "--no-isolate) on a shared machine")
+
+
+class PortWatch:
+    """Watches ``ports`` (``{port: task}``) in a thread; ``on_foreign(port, task, uid)`` on the first foreign
+    listener, after which it stops (``lost`` says what it found)."""
+
+    def __init__(self, ports: Mapping[int, str], on_foreign: Callable[[int, str, int], None]) -> None:
+        self.ports = dict(ports)
+        self.on_foreign = on_foreign
+        self.lost: tuple[int, str, int] | None = None
+        self._pending = set(self.ports)  # not yet seen listened on by this user
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tfdist-port-watch", daemon=True)
+
+    def start(self) -> PortWatch:
+        """Looks once now (before the tasks start), then keeps looking in the thread."""
+        self._look()
+        if self.lost is None:
+            self._thread.start()
+        return self
+
+    def rebind(self, task: str) -> None:
+        """``task`` restarts: its port is free again until it listens, so it is watched closely again."""
+        with self._lock:
+            self._pending |= {port for port, name in self.ports.items() if name == task}
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(FAST if self._pending else SLOW):
+            if self._look():
+                return
+
+    def _look(self) -> bool:
+        """One look; True once a foreign listener was found (and reported)."""
+        found = listeners(self.ports)
+        me = os.getuid()
+        with self._lock:
+            self._pending -= {port for port, uid in found.items() if uid == me}
+        foreign = [(port, uid) for port, uid in found.items() if uid != me]
+        if not foreign or self.lost is not None:
+            return bool(foreign)
+        port, uid = foreign[0]
+        self.lost = (port, self.ports[port], uid)
+        logger.error("%s", foreign_message(*self.lost))
+        try:
+            self.on_foreign(*self.lost)
+        except Exception:  # the watch must not die silently; the job still fails on ``lost``
+            logger.exception("stopping the tasks after a foreign listener failed")
+        return True
