@@ -33,11 +33,13 @@ from typing import Any
 
 from toolkit.launcher._ports import listeners
 
-__all__ = ["FAST", "SLOW", "PortWatch", "foreign_message", "killer"]
+__all__ = ["FAST", "PORT_LOST", "SLOW", "PortWatch", "foreign_message", "killer"]
 
 logger = logging.getLogger(__name__)
 FAST = 0.01  # seconds between looks while a watched port is not yet this user's listener
 SLOW = 1.0   # once every watched port is
+#: begins the output line a remote task's runner (a Ray actor) adds when its port was lost; the message follows
+PORT_LOST = "tfdist: port lost: "
 
 
 def killer(tasks: Callable[[], Iterable[Any]]) -> Callable[[int, str, int], None]:
