@@ -285,3 +285,28 @@ while True:
     listening = next(float(line.split()[1]) for line in lines if line.startswith("listening"))
     last_alive = max(float(line.split()[1]) for line in lines if line.startswith("alive"))
     assert last_alive - listening < 0.25, f"the task ran {last_alive - listening:.3f} s past the foreign listen"
+
+
+def test_a_submitted_jobs_logs_rotate_and_stream_logs_reads_the_newest_output(tmp_path, monkeypatch, no_orphans):
+    from _polling import wait_until
+
+    from toolkit.cli import main
+
+    package = tmp_path / "pkg" / "talker"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "task.py").write_text(_NUMBERED)
+    home = tmp_path / "home"
+    monkeypatch.setenv("TFDIST_HOME", str(home))
+    assert main(["jobs", "submit", "training", "talk", "--module-name", "talker.task", "--package-path",
+                 str(package), "--max-log-bytes", "1000", "--log-backups", "2", "--no-isolate"]) == 0
+    from toolkit.jobs import JobState, api
+
+    record = wait_until(lambda: (r := api.describe("talk")).is_final and r, timeout=60, what="the job to end")
+    assert record.state is JobState.SUCCEEDED, record.error
+    logs = home / "jobs" / "talk" / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["master-0.log", "master-0.log.1", "master-0.log.2"]
+    assert "rotated" in record.details["logProblems"]["master-0"]
+    seen: list[str] = []
+    api.stream_logs("talk", sink=seen.append, follow=False)
+    assert seen[-1].startswith("[master-0] line 059 ")  # the newest output is kept, and read

@@ -33,7 +33,7 @@ JOBS_FLAGS = {
     "trainingInput.region": "--region", "trainingInput.runtimeVersion": "--runtime-version",
     "trainingInput.packageUris": "--packages", "partition": "--partition", "time_limit": "--time-limit",
     "trainingInput.pythonVersion": "--python-version",
-    "max_running": "--max-running",
+    "max_running": "--max-running", "max_log_bytes": "--max-log-bytes", "log_backups": "--log-backups",
 }
 
 #: `tfdist local train`: local_train's arguments

@@ -71,11 +71,12 @@ def launch_spec(plan: LocalPlan, *, max_restarts: int, timeout: float | None, tr
     """The plan's cluster as one launch: a chief, its workers, ps and evaluator, in the job's dialect."""
     from toolkit.launcher import LaunchSpec
 
-    counts = plan.counts
+    counts, logs = plan.counts, plan.logs or {}
     return LaunchSpec(cmd=tuple(plan.argv), chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
                       evaluator=counts.get("evaluator", 0), max_restarts=max_restarts,
                       timeout=timeout if timeout is not None else plan.timeout,
-                      dialect=dialect_of(plan, trial), cwd=plan.cwd)
+                      dialect=dialect_of(plan, trial), cwd=plan.cwd, max_log_bytes=logs.get("maxBytes"),
+                      log_backups=logs.get("backups", 0))
 
 
 #: the user's ``--job-dir`` in every task of a job that has one (docs/jobs.md: what the tasks share)
