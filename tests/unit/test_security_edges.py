@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -158,6 +159,7 @@ def test_the_reaper_records_the_end_a_dead_supervisor_kept_not_supervisor_died(t
     reserve(record_dir)
     assert write_end(record_dir, JobState.FAILED, why="database or disk is full", exit_code=3,
                      error="the chief (master-0) exited with code 3")
+    time.sleep(0.1)  # its heartbeat goes stale (3 beats of 10 ms): the supervisor counts as dead
     record = api.describe("gone", home=tmp_path)
     assert record.state is JobState.FAILED and record.exit_code == 3
     assert record.error == "the chief (master-0) exited with code 3"  # how it ended, not "supervisor died"
