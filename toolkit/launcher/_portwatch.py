@@ -12,7 +12,12 @@ So the window is watched instead of left open:
 - ``PortWatch.start`` looks once, before a task starts: a port another user
   already listens on fails the launch before any task could connect to it;
 - it then looks every ``FAST`` seconds (10 ms) until this user
-  listens on every watched port, and every ``SLOW`` second after that. The
+  listens on every watched port, and every ``SLOW`` second after that (or
+  once ``FAST_FOR`` seconds have passed since a task started: one that never
+  listens is no TensorFlow server). A look costs what reading
+  ``/proc/net/tcp`` costs (0.1 ms on a plain kernel, 15 ms under some
+  sandboxes), so the pause between looks is at least twice the last look's
+  cost: the watch never takes more than a third of a core. The
   first foreign listener calls ``on_foreign`` from the watch thread (the
   launchers kill the tasks' process groups there and then, and fail the job
   naming the port, its task and the other user's uid).
@@ -28,16 +33,18 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from toolkit.launcher._ports import listeners
 
-__all__ = ["FAST", "PORT_LOST", "SLOW", "PortWatch", "foreign_message", "killer"]
+__all__ = ["FAST", "FAST_FOR", "PORT_LOST", "SLOW", "PortWatch", "foreign_message", "killer"]
 
 logger = logging.getLogger(__name__)
 FAST = 0.01  # seconds between looks while a watched port is not yet this user's listener
 SLOW = 1.0   # once every watched port is
+FAST_FOR = 60.0  # seconds after a task's start that its port is looked at every FAST seconds
 #: begins the output line a remote task's runner (a Ray actor) adds when its port was lost; the message follows
 PORT_LOST = "tfdist: port lost: "
 
@@ -69,6 +76,8 @@ class PortWatch:
         self.on_foreign = on_foreign
         self.lost: tuple[int, str, int] | None = None
         self._pending = set(self.ports)  # not yet seen listened on by this user
+        self._fast_until = time.monotonic() + FAST_FOR
+        self._cost = 0.0  # seconds the last look took
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tfdist-port-watch", daemon=True)
@@ -84,6 +93,7 @@ class PortWatch:
         """``task`` restarts: its port is free again until it listens, so it is watched closely again."""
         with self._lock:
             self._pending |= {port for port, name in self.ports.items() if name == task}
+            self._fast_until = time.monotonic() + FAST_FOR
 
     def stop(self) -> None:
         self._stopped.set()
@@ -91,13 +101,19 @@ class PortWatch:
             self._thread.join(5.0)
 
     def _run(self) -> None:
-        while not self._stopped.wait(FAST if self._pending else SLOW):
+        while not self._stopped.wait(self._pause()):
             if self._look():
                 return
 
+    def _pause(self) -> float:
+        fast = self._pending and time.monotonic() < self._fast_until
+        return max(FAST if fast else SLOW, 2 * self._cost)
+
     def _look(self) -> bool:
         """One look; True once a foreign listener was found (and reported)."""
+        began = time.monotonic()
         found = listeners(self.ports)
+        self._cost = time.monotonic() - began
         me = os.getuid()
         with self._lock:
             self._pending -= {port for port, uid in found.items() if uid == me}
