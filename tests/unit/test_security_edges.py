@@ -286,7 +286,8 @@ while True:
     lines = (tmp_path / "job" / "logs" / "worker-0.log").read_text().splitlines()
     listening = next(float(line.split()[1]) for line in lines if line.startswith("listening"))
     last_alive = max(float(line.split()[1]) for line in lines if line.startswith("alive"))
-    assert last_alive - listening < 0.3, f"the task ran {last_alive - listening:.3f} s past the foreign listen"
+    # 10-120 ms measured (benchmarks/history/2026-11-28-port-race-and-full-store.md); a look a second took 0.9 s
+    assert last_alive - listening < 0.5, f"the task ran {last_alive - listening:.3f} s past the foreign listen"
 
 
 def test_a_submitted_jobs_logs_rotate_and_stream_logs_reads_the_newest_output(tmp_path, monkeypatch, no_orphans):
