@@ -97,7 +97,8 @@ def _check_parent(path: Path, *, what: str) -> None:
                               path=path)
     if pinfo.st_uid not in (os.getuid(), 0) and not _trusted(parent):
         raise UnsafePathError(f"refusing {what} {path}: its parent {parent} belongs to {_user(pinfo.st_uid)}, mode "
-                              f"{mode:04o}, not to you ({_user(os.getuid())}) or root, so that user could rename "
+                              f"{mode:04o}, not to you ({_user(os.getuid())}){' or root' if os.getuid() else ''}, "
+                              "so that user could rename "
                               f"{path.name} away and put a directory of theirs in its place. Fix: use a directory "
                               f"under one of your own, or, if you trust {_user(pinfo.st_uid)}, name the parent in "
                               f"{ENV_SAFE_DIRECTORIES} (export {ENV_SAFE_DIRECTORIES}={parent}).", path=path)
