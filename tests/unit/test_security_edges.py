@@ -186,7 +186,7 @@ def test_max_log_bytes_with_backups_rotates_and_keeps_the_newest_output(tmp_path
 
 
 def test_log_backups_need_max_log_bytes():
-    with pytest.raises(LaunchError, match="`log_backups` is 2, but `max_log_bytes` is None"):
+    with pytest.raises(LaunchError, match="`log_backups` is 2, but `max_log_bytes` is not set"):
         launch(["python", "-c", "pass"], log_backups=2, echo=False)
 
 

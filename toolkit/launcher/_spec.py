@@ -218,8 +218,8 @@ class LaunchSpec:
             _count("max_log_bytes", self.max_log_bytes)
         _count("log_backups", self.log_backups)
         if self.log_backups and self.max_log_bytes is None:
-            raise LaunchError(f"`log_backups` is {self.log_backups}, but `max_log_bytes` is None: a log rotates when "
-                              "it reaches max_log_bytes. Set max_log_bytes too, or leave log_backups at 0.",
+            raise LaunchError(f"`log_backups` is {self.log_backups}, but `max_log_bytes` is not set: a log rotates "
+                              "when it reaches `max_log_bytes`. Set `max_log_bytes` too, or leave `log_backups` at 0.",
                               field="log_backups")
         _seconds("timeout", self.timeout, optional=True)
         _seconds("grace_period", self.grace_period, optional=False)
