@@ -194,6 +194,7 @@ class Supervisor:
 
     def _end_unrecorded(self, state: JobState, exc: BackendError, retry: Any, **fields: Any) -> int:
         """Keeps the end in ``end.json`` (readers show it), then retries the store for ``END_RETRY`` s."""
+        self._raise_on_signal = False  # the job has ended: a late SIGTERM must not turn it into a cancel
         _end_record.write_end(self.job_dir, state, why=str(exc), message=fields.get("message"),
                               error=fields.get("error"), exit_code=fields.get("exit_code"))
         _log.error("job %s ended %s, but the store cannot record it (%s); the end is kept in %s, and the store "
