@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -238,6 +239,32 @@ _SQUATTER = ("import socket, sys, time; s = socket.socket(); s.setsockopt(socket
              "time.sleep(float(sys.argv[2]))")
 
 
+@pytest.fixture
+def unprivileged_ports(monkeypatch):
+    """Root's local tasks get ports no other user can bind (below ip_unprivileged_port_start); these tests play
+    a kernel that lets every user bind every port (start 0, as in some containers), so the watch is what guards."""
+    from toolkit.launcher import _portwatch
+
+    monkeypatch.setattr(_portwatch, "_UNPRIVILEGED_START", "/nonexistent/ip_unprivileged_port_start")
+
+
+def test_roots_local_tasks_get_ports_no_other_user_can_bind(tmp_path, no_orphans):
+    user = _nobody()
+    start = int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    if start <= 512 or not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip(f"needs a kernel that keeps ports below 512 or more to root (it keeps {start}), and "
+                    "/usr/bin/python3 for the other user's bind")
+    show = "import json, os; print('port', json.loads(os.environ['TF_CONFIG'])['cluster']['worker'][1].split(':')[1])"
+    result = launch(["python", "-c", show], workers=2, job_dir=tmp_path / "job", echo=False, isolate=False)
+    assert result.exit_code == 0, result.message
+    port = int((tmp_path / "job" / "logs" / "worker-1.log").read_text().split()[1])
+    assert 512 <= port < start
+    bind = "import socket, sys; socket.socket().bind(('0.0.0.0', int(sys.argv[1])))"
+    squat = subprocess.run(["/usr/bin/python3", "-c", bind, str(port)], user=user.pw_uid, group=user.pw_gid,
+                           extra_groups=[], capture_output=True, text=True, timeout=30)
+    assert squat.returncode != 0 and "Permission denied" in squat.stderr  # the race cannot even begin
+
+
 def _squat(user: pwd.struct_passwd, port: int, seconds: float) -> subprocess.Popen:
     if not os.access("/usr/bin/python3", os.X_OK):
         pytest.skip("needs /usr/bin/python3 for the second user's listener")
@@ -246,7 +273,7 @@ def _squat(user: pwd.struct_passwd, port: int, seconds: float) -> subprocess.Pop
 
 
 def test_a_port_taken_between_pick_and_start_fails_the_launch_before_any_task_starts(tmp_path, monkeypatch,
-                                                                                   no_orphans):
+                                                                                   unprivileged_ports, no_orphans):
     import tf_config.ports
 
     user = _nobody()
@@ -267,7 +294,7 @@ def test_a_port_taken_between_pick_and_start_fails_the_launch_before_any_task_st
         squatter.wait(timeout=30)
 
 
-def test_a_port_taken_while_the_task_starts_stops_it_within_milliseconds(tmp_path, no_orphans):
+def test_a_port_taken_while_the_task_starts_stops_it_within_milliseconds(tmp_path, unprivileged_ports, no_orphans):
     user = _nobody()
     if not os.access("/usr/bin/python3", os.X_OK):
         pytest.skip("needs /usr/bin/python3 for the second user's listener")

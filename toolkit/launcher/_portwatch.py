@@ -24,13 +24,17 @@ So the window is watched instead of left open:
 
 What remains: a task that connects to a peer's port in the few milliseconds
 between another user's ``listen`` and the next look. A private network
-namespace (the local launcher's default) closes it; without one, this is as
-narrow as a port TensorFlow binds itself can be watched.
+namespace (the local launcher's default) closes it. So does a launch as
+root: its local tasks get ports below the kernel's
+``ip_unprivileged_port_start`` (``privileged_hosts``), which no other user can
+bind at all. Otherwise this is as narrow as a port TensorFlow binds itself can
+be watched.
 """
 from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import threading
 import time
@@ -39,7 +43,7 @@ from typing import Any
 
 from toolkit.launcher._ports import listeners
 
-__all__ = ["FAST", "FAST_FOR", "PORT_LOST", "SLOW", "PortWatch", "foreign_message", "killer"]
+__all__ = ["FAST", "FAST_FOR", "PORT_LOST", "SLOW", "PortWatch", "foreign_message", "killer", "privileged_hosts"]
 
 logger = logging.getLogger(__name__)
 FAST = 0.01  # seconds between looks while a watched port is not yet this user's listener
@@ -47,6 +51,38 @@ SLOW = 1.0   # once every watched port is
 FAST_FOR = 60.0  # seconds after a task's start that its port is looked at every FAST seconds
 #: begins the output line a remote task's runner (a Ray actor) adds when its port was lost; the message follows
 PORT_LOST = "tfdist: port lost: "
+
+
+_PRIVILEGED_LOW = 512  # below: the well-known services' ports
+_UNPRIVILEGED_START = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
+_privileged: set[int] = set()  # handed out by this process (trials launch in threads): never twice
+_privileged_lock = threading.Lock()
+
+
+def privileged_hosts(count: int) -> list[str] | None:
+    """As root: ``count`` loopback addresses on free ports below ``ip_unprivileged_port_start`` (no other
+    user can bind those), for ``generate(hosts=...)``; None when not root, when the kernel lets every user
+    bind them (the start is 0 in some containers), or when too few are free."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        with open(_UNPRIVILEGED_START, encoding="ascii") as fh:
+            start = min(int(fh.read().split()[0]), 1024)
+    except (OSError, ValueError, IndexError):
+        return None
+    import portpicker  # only a launch that picks ports needs it
+
+    candidates = list(range(_PRIVILEGED_LOW, start))
+    random.SystemRandom().shuffle(candidates)
+    with _privileged_lock:
+        picked = []
+        for port in candidates:
+            if port not in _privileged and portpicker.is_port_free(port):
+                picked.append(port)
+                if len(picked) == count:
+                    _privileged.update(picked)
+                    return [f"127.0.0.1:{port}" for port in picked]
+    return None
 
 
 def killer(tasks: Callable[[], Iterable[Any]]) -> Callable[[int, str, int], None]:

@@ -31,7 +31,7 @@ from toolkit._owned import open_append, owned_dir, write_new
 from toolkit.hypertune import task_environment
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskEnd, TaskExit, judge_success
-from toolkit.launcher._portwatch import PortWatch, foreign_message, killer
+from toolkit.launcher._portwatch import PortWatch, foreign_message, killer, privileged_hosts
 from toolkit.launcher._preload import ForkedTask, Preloader, PreloadError
 from toolkit.launcher._result import (
     EXIT_PREEMPTED,
@@ -182,7 +182,8 @@ class Job:
 
     # ---- cluster ----------------------------------------------------------------
     def _generate(self) -> dict[str, TFConfig]:
-        return generate_configs(self.spec, self.job_dir)
+        count = (self.spec.chief or 0) + self.spec.workers + self.spec.ps + self.spec.evaluator
+        return generate_configs(self.spec, self.job_dir, hosts=privileged_hosts(count) if self.watch_ports else None)
 
     def _env(self, task: TaskProcess) -> dict[str, str]:
         config = self.configs[task.name]
