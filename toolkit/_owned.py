@@ -22,11 +22,16 @@ import os
 import pwd
 import secrets
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["UnsafePathError", "check_code_dir", "check_owned_dir", "open_append", "open_regular", "owned_dir",
-           "read_regular", "write_new"]
+__all__ = ["ENV_SAFE_DIRECTORIES", "UnsafePathError", "check_code_dir", "check_owned_dir", "open_append",
+           "open_regular", "owned_dir", "read_regular", "write_new"]
+
+#: directories (``os.pathsep``-separated; ``*``: all) whose owner is trusted though it is another user, as git's
+#: ``safe.directory``
+ENV_SAFE_DIRECTORIES = "TFDIST_SAFE_DIRECTORIES"
 
 
 class UnsafePathError(ValueError):
@@ -63,15 +68,57 @@ def _problem(info: os.stat_result, *, owners: tuple[int, ...]) -> str | None:
     return None
 
 
-def check_owned_dir(path: str | os.PathLike[str], *, what: str, fix: str | None = None) -> Path:
-    """``path`` if it is a directory (not a symlink) of this user that no other user can write; else raises.
+def _safe_directories(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``$TFDIST_SAFE_DIRECTORIES``'s entries: the one place it is read."""
+    value = (os.environ if environ is None else environ).get(ENV_SAFE_DIRECTORIES, "")
+    return [entry for entry in value.split(os.pathsep) if entry]
+
+
+def _trusted(path: str | os.PathLike[str]) -> bool:
+    """Whether the user named ``path`` in ``$TFDIST_SAFE_DIRECTORIES``: its owner is trusted, whoever it is."""
+    entries = _safe_directories()
+    real = os.path.realpath(path)
+    return "*" in entries or any(os.path.realpath(os.path.expanduser(e)) == real for e in entries)
+
+
+def _check_parent(path: Path, *, what: str) -> None:
+    """Refuses a ``path`` whose parent another user could rename it out of (and put theirs in its place).
+
+    The parent must belong to this user or root (``/tmp``, ``/home``) unless it is in
+    ``$TFDIST_SAFE_DIRECTORIES``, and others may write it only under the sticky bit (``/tmp``'s 1777).
+    """
+    parent = path.parent
+    pinfo = os.stat(parent)
+    mode = stat.S_IMODE(pinfo.st_mode)
+    if pinfo.st_mode & 0o002 and not pinfo.st_mode & stat.S_ISVTX:
+        raise UnsafePathError(f"refusing {what} {path}: its parent {parent} can be written by every user "
+                              f"(mode {mode:04o}) without the sticky bit, so another user "
+                              "could swap the directory. Fix: use a directory under one only you can write.",
+                              path=path)
+    if pinfo.st_uid not in (os.getuid(), 0) and not _trusted(parent):
+        raise UnsafePathError(f"refusing {what} {path}: its parent {parent} belongs to {_user(pinfo.st_uid)}, mode "
+                              f"{mode:04o}, not to you ({_user(os.getuid())}){' or root' if os.getuid() else ''}, "
+                              "so that user could rename "
+                              f"{path.name} away and put a directory of theirs in its place. Fix: use a directory "
+                              f"under one of your own, or, if you trust {_user(pinfo.st_uid)}, name the parent in "
+                              f"{ENV_SAFE_DIRECTORIES} (export {ENV_SAFE_DIRECTORIES}={parent}).", path=path)
+
+
+def check_owned_dir(path: str | os.PathLike[str], *, what: str, fix: str | None = None,
+                    parent: bool = True) -> Path:
+    """``path`` if it is a directory (not a symlink) of this user that no other user can write, in a parent
+    (``parent``) no other user controls; else raises. A directory named in ``$TFDIST_SAFE_DIRECTORIES`` may
+    belong to another user (git's ``safe.directory``); no directory may be writable by others.
 
     Raises:
         UnsafePathError: one line naming ``what``, the path, its owner and mode, and the fix.
         FileNotFoundError: ``path`` does not exist.
     """
     info = os.lstat(path)
-    problem = _problem(info, owners=(os.getuid(),))
+    owners = (os.getuid(), info.st_uid) if _trusted(path) and stat.S_ISDIR(info.st_mode) else (os.getuid(),)
+    problem = _problem(info, owners=owners)
+    if problem is None and parent:
+        _check_parent(Path(path), what=what)
     if problem is not None:
         hint = fix or f"remove it, or use a directory of your own (mkdir -m 700 {path})"
         raise UnsafePathError(f"refusing {what} {path}: it {problem}, so another user could plant files or "
@@ -93,22 +140,17 @@ def check_code_dir(path: str | os.PathLike[str], *, what: str) -> Path:
 def owned_dir(path: str | os.PathLike[str], *, what: str, mode: int = 0o700, parents: bool = True) -> Path:
     """Creates ``path`` (``mode``) or checks an existing one (``check_owned_dir``); refuses an unsafe parent.
 
-    A parent others can write without the sticky bit (``/tmp`` has it) would let them rename the directory
-    away and put their own in its place.
+    A parent another user owns, or others can write without the sticky bit (``/tmp`` has it), would let them
+    rename the directory away and put their own in its place (``_check_parent``).
     """
     path = Path(path)
     parent = path.parent
     if parents and not parent.exists():
         parent.mkdir(parents=True, exist_ok=True)
-    pinfo = os.stat(parent)
-    if pinfo.st_mode & 0o002 and not pinfo.st_mode & stat.S_ISVTX:
-        raise UnsafePathError(f"refusing {what} {path}: its parent {parent} can be written by every user "
-                              f"(mode {stat.S_IMODE(pinfo.st_mode):04o}) without the sticky bit, so another user "
-                              "could swap the directory. Fix: use a directory under one only you can write.",
-                              path=path)
+    _check_parent(path, what=what)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, mode)
-    return check_owned_dir(path, what=what)
+    return check_owned_dir(path, what=what, parent=False)
 
 
 def write_new(path: str | os.PathLike[str], data: bytes | str, *, mode: int = 0o600) -> None:

@@ -255,3 +255,26 @@ def test_early_stopping_stops_a_hopeless_trial_on_ray(ray_cluster, home, tmp_pat
     assert job.state is JobState.CANCELLED and job.backend == "ray"
     assert not is_alive(int((study / "3" / "pid").read_text()))  # its Ray-run process is gone
     assert not (study / "3" / "ckpt-8.index").exists()
+
+
+def test_a_ray_task_gets_a_private_random_signal_dir_and_a_port_another_user_takes_fails_the_job(ray_cluster, tmp_path,
+                                                                                                capsys):
+    import os
+    import pwd
+    import re
+
+    if os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs root (a second user's listener is started as nobody) and /usr/bin/python3")
+    nobody = pwd.getpwnam("nobody")
+    job_dir = tmp_path / "squatted"
+    code = main(["launch", "--backend", "ray", "--ray-address", ray_cluster.address, "--workers", "1",
+                 "--job-dir", str(job_dir), "--timeout", "120", "--", "python",
+                 str(SCRIPTS / "signals_and_port_squatter.py"), str(nobody.pw_uid), str(nobody.pw_gid)])
+    captured = capsys.readouterr()
+    assert code == 1, captured.err[-3000:]
+    assert re.search(rf"port \d+ of worker-0 is listened on by uid {nobody.pw_uid}, another user", captured.err)
+    log = (job_dir / "logs" / "worker-0.log").read_text()
+    found = re.search(r"signal-dir (/tmp/tfdist-signals-[0-9a-f]{32}) 0o700", log)
+    assert found, log  # not the guessable <tmp>/tfdist-<uid>: a random name, made private by the task
+    wait_until(lambda: not os.path.exists(found.group(1)), timeout=30, what="the task's signal dir to be removed")
+    assert not processes_with(f"TFDIST_JOB_DIR={job_dir}")

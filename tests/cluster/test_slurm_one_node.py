@@ -18,7 +18,8 @@ from toolkit.jobs.engines.local._run_parts import restart_counts
 
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("slurm-one")]
 
-_SCRIPT = Path(__file__).resolve().parent / "_scripts" / "preempt_fit.py"
+_SCRIPTS = Path(__file__).resolve().parent / "_scripts"
+_SCRIPT = _SCRIPTS / "preempt_fit.py"
 _SHOW = "import json, os; print(json.dumps(json.loads(os.environ['TF_CONFIG'])))"
 
 
@@ -129,3 +130,24 @@ def test_a_signalled_job_checkpoints_exits_143_and_is_submitted_again_on_the_pre
     assert f"at global step {at[0]}" in log, notes  # the second job restored the preempted step
     assert json.loads((tmp_path / "result.json").read_text()) == {"global_step": 800}
     assert restart_counts(result) == {"preemptions": 1, "failures": 0, "preemptedTasks": {"worker-0": 1}}
+
+
+def test_a_slurm_task_gets_a_private_random_signal_dir_and_a_port_another_user_takes_fails_the_job(slurm1, tmp_path,
+                                                                                                  capsys):
+    import pwd
+
+    if os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs root (a second user's listener is started as nobody) and /usr/bin/python3")
+    nobody = pwd.getpwnam("nobody")
+    job_dir = tmp_path / "job"
+    code = main(["launch", "--backend", "slurm", "--nodes", "1", "--workers", "1", "--job-dir", str(job_dir),
+                 "--timeout", "60", "--", sys.executable, str(_SCRIPTS / "signals_and_port_squatter.py"),
+                 str(nobody.pw_uid), str(nobody.pw_gid)])
+    captured = capsys.readouterr()
+    assert code == 1, captured.err[-3000:]
+    log = (job_dir / "logs" / "worker-0.log").read_text()
+    found = re.search(r"signal-dir (/tmp/tfdist-signals-[0-9a-f]{32}) 0o700", log)
+    assert found, log  # not the guessable <tmp>/tfdist-<uid>: a random name, made private by the task
+    assert not os.path.exists(found.group(1))  # removed once the task ended
+    assert re.search(rf"port \d+ of worker-0 is listened on by uid {nobody.pw_uid}, another user", log), log
+    assert "is listened on by uid" in captured.out + captured.err

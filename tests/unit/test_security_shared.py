@@ -283,8 +283,12 @@ def test_a_dead_supervisor_whose_clock_jumped_forward_does_not_leave_its_job_run
     assert record.state is JobState.FAILED and record.error.startswith(f"supervisor died (pid {dead.pid})")
 
 
-def test_a_port_another_user_listens_on_stops_a_job_without_isolation(tmp_path, no_orphans):
+def test_a_port_another_user_listens_on_stops_a_job_without_isolation(tmp_path, monkeypatch, no_orphans):
+    from toolkit.launcher import _portwatch
+
     user = _nobody()
+    # a kernel that lets every user bind every port (as root, tasks would get ports only root can bind)
+    monkeypatch.setattr(_portwatch, "_UNPRIVILEGED_START", "/nonexistent/ip_unprivileged_port_start")
     if not os.access("/usr/bin/python3", os.X_OK):
         pytest.skip("needs /usr/bin/python3 for the second user's listener")
     # the task plays both parts: it hands its own port to `nobody`, who listens on it, then waits

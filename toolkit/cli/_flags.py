@@ -33,7 +33,7 @@ JOBS_FLAGS = {
     "trainingInput.region": "--region", "trainingInput.runtimeVersion": "--runtime-version",
     "trainingInput.packageUris": "--packages", "partition": "--partition", "time_limit": "--time-limit",
     "trainingInput.pythonVersion": "--python-version",
-    "max_running": "--max-running",
+    "max_running": "--max-running", "max_log_bytes": "--max-log-bytes", "log_backups": "--log-backups",
 }
 
 #: `tfdist local train`: local_train's arguments
@@ -46,7 +46,8 @@ LOCAL_TRAIN_FLAGS = {
 #: `tfdist launch`: launch's arguments
 LAUNCH_FLAGS = {name: "--" + name.replace("_", "-") for name in (
     "chief", "workers", "ps", "evaluator", "timeout", "grace_period", "max_restarts", "max_preemptions", "job_dir",
-    "isolate", "placement", "preload", "dialect", "partition", "time_limit", "nodes")} | {
+    "isolate", "placement", "preload", "dialect", "partition", "time_limit", "nodes", "max_log_bytes",
+    "log_backups")} | {
     "address": "--ray-address", "shared_dirs": "--shared-dir"}
 
 COMMANDS.update({

@@ -151,6 +151,11 @@ def _add_training(parser: argparse.ArgumentParser) -> None:
     tfdist.add_argument("--max-running", type=int, default=None, metavar="N",
                         help="local: run at most N of this home's jobs at once; later ones wait QUEUED (default: "
                              "from this machine's cores and memory)")
+    tfdist.add_argument("--max-log-bytes", type=int, default=None, metavar="N",
+                        help="local: keep at most N bytes of each task run's output in its log (default: all)")
+    tfdist.add_argument("--log-backups", type=int, default=None, metavar="K",
+                        help="local, with --max-log-bytes: rotate a full log to <task>.log.1 (.1 to .2, ...), "
+                             "keeping K older files, so a long job keeps its newest output")
     add_isolate_flag(tfdist)
     parser.set_defaults(handler=_guard(_submit))
 
@@ -178,7 +183,7 @@ def _text(exc: Exception) -> str:
 # flag (as argparse stores it) -> the backend constructor option it sets
 _OPTION_FLAGS = {"namespace": "namespace", "image": "image", "ray_address": "address", "placement": "placement",
                  "shared_job_dir": "shared_job_dir", "partition": "partition", "time_limit": "time_limit",
-                 "max_running": "max_running"}
+                 "max_running": "max_running", "max_log_bytes": "max_log_bytes", "log_backups": "log_backups"}
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -199,6 +204,10 @@ def _submit(args: argparse.Namespace) -> int:
     if args.max_running is not None and args.backend != "local":
         print(f"ERROR: --max-running applies to the local backend; {args.backend} runs jobs on its own "
               "cluster's resources.", file=sys.stderr)
+        return EXIT_USAGE
+    if (args.max_log_bytes is not None or args.log_backups is not None) and args.backend != "local":
+        print(f"ERROR: --max-log-bytes and --log-backups apply to the local backend; {args.backend} writes its "
+              "tasks' logs itself.", file=sys.stderr)
         return EXIT_USAGE
     given = {"job_id": args.job, "overrides": overrides, "labels": labels, "gcloud_flags": gcloud_flags}
     spec = JobSpec.from_file(args.config, **given) if args.config else JobSpec.from_dict({}, **given)

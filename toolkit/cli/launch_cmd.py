@@ -121,6 +121,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the tasks that did not end cleanly")
     parser.add_argument("--max-log-bytes", type=non_negative_int, default=None, metavar="N",
                         help="keep at most N bytes of each task run's output in its log file (default: all)")
+    parser.add_argument("--log-backups", type=non_negative_int, default=0, metavar="K",
+                        help="with --max-log-bytes: rotate a full log to <task>.log.1 (.1 to .2, ...) and start a new "
+                        "one, keeping K older files, so the newest output is kept (default 0: stop at the cap)")
     parser.add_argument("--dialect", choices=("tf", "cmle", "tfjob"), default="tf",
                         help="tf: the chief is chief-0 (default); cmle: it is master-0 (TF_CONFIG, logs, messages) "
                         'and TF_CONFIG has "environment": "cloud"; tfjob: Kubeflow TFJob\'s TF_CONFIG '
@@ -175,12 +178,13 @@ def _launch(args: argparse.Namespace) -> int:
     kwargs = dict(chief=args.chief, workers=args.workers, ps=args.ps, evaluator=int(args.evaluator),
                   job_dir=args.job_dir, timeout=args.timeout, max_restarts=args.max_restarts,
                   max_preemptions=args.max_preemptions, success_policy=args.success_policy,
-                  max_log_bytes=args.max_log_bytes,
+                  max_log_bytes=args.max_log_bytes, log_backups=args.log_backups,
                   restartable=args.restartable, grace_period=args.grace_period, echo=not args.quiet,
                   dialect=args.dialect, cwd=args.cwd, preload=args.preload,
                   verbose=args.show_tf_noise or args.verbose > 0, env=_serve_env(args))
-    if args.backend != "local" and args.max_log_bytes is not None:
-        print(f"error: --max-log-bytes applies to the local backend; {args.backend} writes its tasks' logs itself",
+    if args.backend != "local" and (args.max_log_bytes is not None or args.log_backups):
+        print(f"error: --max-log-bytes and --log-backups apply to the local backend; {args.backend} writes its "
+              "tasks' logs itself",
               file=sys.stderr)
         return 2
     if args.backend == "slurm" and args.success_policy != "chief":

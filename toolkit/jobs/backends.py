@@ -126,7 +126,7 @@ def _kubernetes_options() -> tuple[str, ...]:
     return tuple(f.name for f in fields(KubernetesOptions))
 
 
-register_backend("local", _local, options=("max_running",),
+register_backend("local", _local, options=("max_running", "max_log_bytes", "log_backups"),
                  summary="processes on this machine, under a detached supervisor")
 register_backend("kubernetes", _kubernetes, options=_kubernetes_options(),
                  summary="a Kubeflow TFJob applied with kubectl")

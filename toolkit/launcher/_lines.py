@@ -95,5 +95,13 @@ class LogSink:
                 logger.error("could not write the log %s: %s; the task's output is still read (and lost)",
                              self.name, self.error)
 
+    def problem(self) -> str | None:
+        """What the log file does not have, if anything (the task's result says it)."""
+        if self.error is not None:
+            return f"its log lost {self.dropped:,} bytes: {self.error}"
+        if self.dropped:
+            return f"its log reached its cap of {self.max_bytes:,} bytes; {self.dropped:,} bytes were not kept"
+        return None
+
     def close(self) -> None:
         os.close(self.fd)

@@ -149,6 +149,10 @@ class LaunchSpec:
         max_log_bytes: bytes of output each run of a task keeps in its log
             file (None: all); past it the output is still read and shown,
             and the task's result says how much was not kept.
+        log_backups: with ``max_log_bytes``, rotate instead: a full log
+            becomes ``<task>.log.1`` (``.1`` becomes ``.2``...) and a new one
+            starts, keeping this many older files, so the newest output is
+            kept (logrotate's ``rotate N``). 0: no rotation.
         preload: modules (e.g. ``("tensorflow", "keras")``) one process
             imports once, every task then being forked from it instead of
             starting a fresh interpreter; the command must be ``python SCRIPT
@@ -174,6 +178,7 @@ class LaunchSpec:
     max_preemptions: int = 3
     success_policy: SuccessPolicy | str = SuccessPolicy.CHIEF
     max_log_bytes: int | None = None
+    log_backups: int = 0
 
     def __post_init__(self) -> None:
         if self.success_policy not in tuple(SuccessPolicy):
@@ -211,6 +216,11 @@ class LaunchSpec:
                 field="workers")
         if self.max_log_bytes is not None:
             _count("max_log_bytes", self.max_log_bytes)
+        _count("log_backups", self.log_backups)
+        if self.log_backups and self.max_log_bytes is None:
+            raise LaunchError(f"`log_backups` is {self.log_backups}, but `max_log_bytes` is not set: a log rotates "
+                              "when it reaches `max_log_bytes`. Set `max_log_bytes` too, or leave `log_backups` at 0.",
+                              field="log_backups")
         _seconds("timeout", self.timeout, optional=True)
         _seconds("grace_period", self.grace_period, optional=False)
         _seconds("settle_period", self.settle_period, optional=False)
@@ -247,6 +257,7 @@ class LaunchFields(TypedDict, total=False):
     max_preemptions: int
     success_policy: SuccessPolicy | str
     max_log_bytes: int | None
+    log_backups: int
 
 
 def make_spec(cmd: Sequence[str] | LaunchSpec, fields_given: dict[str, Any]) -> LaunchSpec:

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from toolkit._owned import open_append
 from toolkit.launcher._lines import CHUNK, LineCutter, LogSink
 from toolkit.launcher._result import EventKind, TaskEvent
+from toolkit.launcher._rotate import open_log
 from toolkit.launcher.local._preload import ForkedTask, PreloadError
 
 logger = logging.getLogger(__name__)
@@ -134,6 +134,7 @@ class TaskBase:
         self.recent: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self.log_limit: int | None = None  # bytes of output a run keeps in the log file (None: all)
         self.log_problem: str | None = None  # its log could not keep everything (a full disk, the cap)
+        self.log_backups = 0  # with ``log_limit``: rotated files kept (``_rotate``), else the log stops at the cap
 
     def _emit(self, kind: EventKind) -> None:
         if self.on_event is None:
@@ -187,7 +188,7 @@ class TaskProcess(TaskBase):
         should that fail, it starts as ``cmd`` in a fresh interpreter instead.
         """
         env = armed_env(env)
-        log = LogSink(open_append(self.log_path), name=str(self.log_path), max_bytes=self.log_limit)
+        log = open_log(self.log_path, max_bytes=self.log_limit, backups=self.log_backups)
         if self.starts:
             log.write(f"----- {self.name} restarted (start #{self.starts + 1}) -----\n".encode())
         self.proc = None
@@ -228,10 +229,7 @@ class TaskProcess(TaskBase):
         finally:
             log.close()
             proc.stdout.close()
-            if log.error is not None or log.dropped:
-                self.log_problem = (f"its log lost {log.dropped:,} bytes: {log.error}" if log.error else
-                                    f"its log reached its cap of {log.max_bytes:,} bytes; "
-                                    f"{log.dropped:,} bytes were not kept")
+            self.log_problem = log.problem() or self.log_problem
 
     def poll(self) -> int | None:
         """The exit code once the process has ended (cached), else None."""

@@ -69,7 +69,8 @@ def read_chunk(path: Path, offset: int, *, final: bool = False, limit: int = MAX
             if offset:
                 fh.seek(offset - 1)
                 offset += len(fh.readline()) - 1  # start at a line's beginning
-        offset = min(offset, size)
+        if offset > size:  # the log was rotated (``<task>.log.1``) and begun anew: read the new one from its start
+            offset = 0
         fh.seek(offset)
         data = fh.read(limit)
     end = len(data) if final and offset + len(data) >= size else data.rfind(b"\n") + 1

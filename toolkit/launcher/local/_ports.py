@@ -13,14 +13,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-__all__ = ["foreign_listeners"]
+__all__ = ["foreign_listeners", "listeners"]
 
 _LISTEN = "0A"
 
 
-def foreign_listeners(ports: Iterable[int], *, uid: int | None = None) -> dict[int, int]:
-    """``{port: uid}`` of the sockets listening on ``ports`` that another user (not ``uid``, default this
-    process's) owns; empty where ``/proc/net/tcp`` cannot be read."""
+def listeners(ports: Iterable[int], *, uid: int | None = None) -> dict[int, int]:
+    """``{port: uid}`` of the sockets listening on ``ports``: another user's (not ``uid``, default this
+    process's) where there is one, else this user's; empty where ``/proc/net/tcp`` cannot be read."""
     wanted, me = set(ports), os.getuid() if uid is None else uid
     found: dict[int, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -34,6 +34,13 @@ def foreign_listeners(ports: Iterable[int], *, uid: int | None = None) -> dict[i
             if len(fields) < 8 or fields[3] != _LISTEN:
                 continue
             port, owner = int(fields[1].rpartition(":")[2], 16), int(fields[7])
-            if port in wanted and owner != me:
+            if port in wanted and found.get(port, me) == me:
                 found[port] = owner
     return found
+
+
+def foreign_listeners(ports: Iterable[int], *, uid: int | None = None) -> dict[int, int]:
+    """``{port: uid}`` of the sockets listening on ``ports`` that another user (not ``uid``, default this
+    process's) owns; empty where ``/proc/net/tcp`` cannot be read."""
+    me = os.getuid() if uid is None else uid
+    return {port: owner for port, owner in listeners(ports, uid=me).items() if owner != me}

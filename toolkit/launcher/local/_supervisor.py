@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +31,7 @@ from toolkit._owned import open_append, owned_dir, write_new
 from toolkit.hypertune import task_environment
 from toolkit.launcher._console import console_filter
 from toolkit.launcher._policy import Decision, FailurePolicy, Outcome, TaskEnd, TaskExit, judge_success
+from toolkit.launcher._portwatch import PortWatch, foreign_message, killer, privileged_hosts
 from toolkit.launcher._result import (
     EXIT_PREEMPTED,
     EXIT_TASK_FAILED,
@@ -41,11 +41,12 @@ from toolkit.launcher._result import (
     TaskEvent,
     TaskResult,
 )
+from toolkit.launcher._rotate import clear_rotated
+from toolkit.launcher._signal_dir import make_signal_dir
 from toolkit.launcher._spec import (
     ENV_JOB_DIR,
     ENV_JOB_NONCE,
     ENV_RESTART_COUNT,
-    ENV_SIGNAL_DIR,
     ENV_TASK_DIR,
     ENV_TASK_NAME,
     LaunchError,
@@ -59,7 +60,6 @@ from toolkit.launcher._task import (
     shell_exit_code,
     stop_all,
 )
-from toolkit.launcher.local._ports import foreign_listeners
 from toolkit.launcher.local._preload import ForkedTask, Preloader, PreloadError
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class Job:
     preload_starts = 0
     signal_dir: str | None = None  # made by this job (removed at its end); None: the environment named one
     watch_ports = False  # local tasks outside a private network namespace: another user could take a port
-    _next_port_check = 0.0
+    port_watch: PortWatch | None = None
 
     def __init__(self, spec: LaunchSpec, job_dir: Path, *, env: Mapping[str, str] | None,
                  stream: IO[str] | None, on_task: Callable[[TaskEvent], None] | None = None,
@@ -101,8 +101,7 @@ class Job:
         self.spec, self.job_dir = spec, job_dir
         self.policy = FailurePolicy.of(spec)
         self.base_env = {**os.environ, **(env or {})}
-        if not self.base_env.get(ENV_SIGNAL_DIR):  # a private directory no other user can create first
-            self.signal_dir = self.base_env[ENV_SIGNAL_DIR] = tempfile.mkdtemp(prefix="tfdist-signals-")
+        self.signal_dir = make_signal_dir(self.base_env)  # private: no other user can create it first
         self.wrap = wrap  # runs a task's command inside the private network namespace, if any
         self.watch_ports = wrap is None
         self.configs = self._generate()
@@ -121,10 +120,11 @@ class Job:
         for name in names:
             task = self.tasks[name] = make(name, log_path=self.job_dir / "logs" / f"{name}.log", stream=stream,
                                            lock=lock, on_event=on_task, hide=noise() if noise is not None else None)
-            task.log_limit = self.spec.max_log_bytes
+            task.log_limit, task.log_backups = self.spec.max_log_bytes, self.spec.log_backups
             owned_dir(self.job_dir / "tasks", what="the job's tasks directory", mode=0o777)
             owned_dir(self.job_dir / "tasks" / name, what=f"{name}'s task directory", mode=0o777)
             os.close(open_append(task.log_path, truncate=True))
+            clear_rotated(task.log_path)
 
     def _ready(self) -> None:
         """The chief, and the job's restart and preemption counts at zero (every kind of job keeps them)."""
@@ -182,7 +182,8 @@ class Job:
 
     # ---- cluster ----------------------------------------------------------------
     def _generate(self) -> dict[str, TFConfig]:
-        return generate_configs(self.spec, self.job_dir)
+        count = (self.spec.chief or 0) + self.spec.workers + self.spec.ps + self.spec.evaluator
+        return generate_configs(self.spec, self.job_dir, hosts=privileged_hosts(count) if self.watch_ports else None)
 
     def _env(self, task: TaskProcess) -> dict[str, str]:
         config = self.configs[task.name]
@@ -204,6 +205,8 @@ class Job:
         return self.job_dir / "tasks" / task.name / STOP_MARKER
 
     def _start(self, task: TaskProcess, fork: Callable[[Mapping[str, str]], ForkedTask] | None) -> None:
+        if self.port_watch is not None:
+            self.port_watch.rebind(task.name)
         self._marker(task).unlink(missing_ok=True)
         task.start(self.cmd, self._env(task), cwd=self.spec.cwd, fork=fork)
 
@@ -217,6 +220,13 @@ class Job:
 
     def start_all(self) -> None:
         fork = self._fork()
+        if self.watch_ports:  # from before the first task starts, until the job ends (_portwatch)
+            if self.port_watch is not None:
+                self.port_watch.stop()
+            self.port_watch = PortWatch({int(c.address.rpartition(":")[2]): name for name, c in self.configs.items()
+                                         if c.address}, killer(self.tasks.values))
+            if self.port_watch.start().lost is not None:
+                return  # another user listens on a port already: no task starts, and check() fails the job
         for task in self.tasks.values():
             self._start(task, fork)
 
@@ -335,21 +345,12 @@ class Job:
 
     def _ports_taken(self, now: float) -> Outcome | None:
         """Without a network namespace: a failure once another user listens on one of the job's ports
-        (``_ports``), checked about once a second."""
-        if not self.watch_ports or now < self._next_port_check:
+        (``_portwatch``: its thread has stopped every task already)."""
+        lost = self.port_watch.lost if self.port_watch is not None else None
+        if lost is None:
             return None
-        self._next_port_check = now + 1.0
-        ports = {int(address.rpartition(":")[2]): name for name, config in self.configs.items()
-                 for address in [config.address] if address}
-        foreign = foreign_listeners(ports)
-        if not foreign:
-            return None
-        port, uid = next(iter(foreign.items()))
         self.failures += 1
-        return Outcome(EXIT_TASK_FAILED, Reason.FAILED,
-                       f"port {port} of {ports[port]} is listened on by uid {uid}, another user: the job's gRPC "
-                       "clients could reach their socket, so every task was stopped. Run with a private network "
-                       "namespace (isolate=True, without --no-isolate) on a shared machine")
+        return Outcome(EXIT_TASK_FAILED, Reason.FAILED, foreign_message(*lost))
 
     def _awaiting_workers(self, now: float) -> bool:
         """Under ``SuccessPolicy.ALL_WORKERS``, a chief that exited 0 waits (``grace_period``) for the workers."""
@@ -375,6 +376,8 @@ class Job:
         self.stop(list(self.tasks.values()))
         for task in self.tasks.values():
             task.join_output(5.0)
+        if self.port_watch is not None:
+            self.port_watch.stop()
 
     def pass_on_preemption(self) -> None:
         """Sends SIGTERM to every running task, unmarked, and waits up to ``preemption_grace`` for them to exit."""

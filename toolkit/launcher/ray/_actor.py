@@ -36,6 +36,9 @@ from collections.abc import Mapping, Sequence
 import ray
 
 from tf_config.ports import pick_port
+from toolkit.launcher._portwatch import PORT_LOST, PortWatch, foreign_message
+from toolkit.launcher._signal_dir import remove_if_empty
+from toolkit.launcher._spec import ENV_SIGNAL_DIR
 from toolkit.launcher._task import die_with_parent, preemption_grace
 
 _MAX_BUFFERED = 20000  # lines kept for a driver that stopped reading
@@ -59,6 +62,8 @@ class TaskRunner:
     def __init__(self, name: str) -> None:
         self.name = name
         self._socket: socket.socket | None = None
+        self._port: int | None = None  # the task's, reserved here; watched from its start (``_portwatch``)
+        self._watch: PortWatch | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._lines: list[str] = []
         self._first = 0            # index of self._lines[0] in the task's whole output
@@ -106,7 +111,8 @@ class TaskRunner:
             if port:
                 raise
             self._socket = _bound(0)  # taken since the pick: the kernel's own pick then
-        return self._socket.getsockname()[1]
+        self._port = self._socket.getsockname()[1]
+        return self._port
 
     def _release(self) -> None:
         if self._socket is not None:
@@ -132,11 +138,20 @@ class TaskRunner:
         with self._cond:
             self._done = self._code_read = False
             cursor = self._first + len(self._lines)
-        self._reader = threading.Thread(target=self._pump, args=(self._proc,), daemon=True)
+        self._reader = threading.Thread(target=self._pump, args=(self._proc, env.get(ENV_SIGNAL_DIR)), daemon=True)
         self._reader.start()
+        if self._port:  # on this node, another user could listen on it before the task does (``_portwatch``)
+            self._watch = PortWatch({self._port: self.name}, self._port_lost).start()
         return self._proc.pid, cursor
 
-    def _pump(self, proc: subprocess.Popen[bytes]) -> None:
+    def _port_lost(self, port: int, task: str, uid: int) -> None:
+        """Kills the task and tells the driver, whose launcher fails the job naming the port."""
+        with self._cond:  # the note first: the driver reads it before it sees the task's exit
+            self._lines.append(PORT_LOST + foreign_message(port, task, uid))
+            self._cond.notify_all()
+        self.stop(signal.SIGKILL)
+
+    def _pump(self, proc: subprocess.Popen[bytes], signals: str | None = None) -> None:
         assert proc.stdout is not None  # started with stdout=PIPE
         for raw in iter(proc.stdout.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -149,6 +164,9 @@ class TaskRunner:
                 self._cond.notify_all()
         proc.stdout.close()
         proc.wait()
+        if self._watch is not None:
+            self._watch.stop()
+        remove_if_empty(signals)  # this node's copy of the job's signal directory, unless another task uses it
         with self._cond:
             self._done = True
             self._cond.notify_all()

@@ -22,8 +22,9 @@ from ray.actor import ActorHandle
 from ray.util.placement_group import PlacementGroup, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from toolkit.launcher._policy import FailurePolicy
-from toolkit.launcher._result import TaskEvent
+from toolkit.launcher._policy import FailurePolicy, Outcome
+from toolkit.launcher._result import EXIT_TASK_FAILED, Reason, TaskEvent
+from toolkit.launcher._signal_dir import name_remote_signal_dir
 from toolkit.launcher._spec import LaunchSpec
 from toolkit.launcher.local._supervisor import Job, generate_configs
 from toolkit.launcher.ray._actor import RemoteTaskRunner
@@ -58,6 +59,7 @@ class RayJob(Job):
         self.wrap = None  # a Ray cluster's tasks run on their nodes' own networks: no local namespace
         # Each node's own environment is the base (its PATH, its Python); the job adds only its variables.
         self.base_env = dict(env or {})
+        name_remote_signal_dir(self.base_env)  # private and random, made by each task on its node
         self.on_placement, self.should_stop = on_placement, should_stop
         self.shared_paths = [str(job_dir), *shared_paths]
         self.tag = f"{job_dir.name}-{secrets.token_hex(3)}"
@@ -133,6 +135,10 @@ class RayJob(Job):
             self._next_stop_check = now + _STOP_POLL
             if self.should_stop():
                 self.signal = int(signal.SIGTERM)
+        lost = next((t.port_lost for t in self.tasks.values() if t.port_lost), None)
+        if lost is not None:  # its actor has killed the task; every other task goes with the job
+            self.failures += 1
+            return Outcome(EXIT_TASK_FAILED, Reason.FAILED, lost)
         return super().check(deadline)
 
     def wind_down(self, grace: float) -> None:

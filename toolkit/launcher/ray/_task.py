@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import ray
 
+from toolkit.launcher._portwatch import PORT_LOST
 from toolkit.launcher._result import EXIT_PREEMPTED, EventKind, TaskEvent
 from toolkit.launcher._task import TaskBase, armed_env
 
@@ -77,6 +78,7 @@ class RayTask(TaskBase):
         self._seen: int | None = None      # the exit code the reader saw for the current run
         self._lost = False                 # the actor died under the current run
         self._restarts_noted = 0           # actor restarts the task log already tells of
+        self.port_lost: str | None = None  # another user listened on its port (its actor's ``PortWatch``)
         self.proc = _Waiter(self)
 
     # ---- placement ----------------------------------------------------------------
@@ -186,6 +188,8 @@ class RayTask(TaskBase):
                     self._seen, self._death_noted = code, True
                     return
                 for line in lines:
+                    if line.startswith(PORT_LOST):
+                        self.port_lost = line[len(PORT_LOST):]
                     log.write((line + "\n").encode())
                     self._show(line)
                 log.flush()

@@ -45,6 +45,7 @@ from toolkit.launcher._result import (
     TaskResult,
     is_preemption,
 )
+from toolkit.launcher._signal_dir import name_remote_signal_dir
 from toolkit.launcher._spec import ENV_JOB_NONCE, LaunchError, LaunchSpec
 from toolkit.launcher._task import shell_exit_code
 from toolkit.launcher.slurm import _commands as slurm
@@ -241,6 +242,7 @@ def launch_slurm(spec: LaunchSpec, *, job_dir: Path, env: Mapping[str, str] | No
     layout, names = _layout(spec)
     check_shared([str(job_dir), *shared_paths], nodes=options.nodes, asserted=options.shared_dirs)
     full_env = {**os.environ, **(env or {}), ENV_JOB_NONCE: secrets.token_hex(8)}
+    name_remote_signal_dir(full_env)  # private and random, made by each task on its node
     if options.preemption_grace:
         full_env.setdefault(ENV_PREEMPTION_GRACE, str(options.preemption_grace))
     started = time.monotonic()

@@ -32,8 +32,17 @@ from tf_config import TFConfigError, from_env
 from toolkit.hypertune import task_environment
 from toolkit.launcher._dialect import Dialect
 from toolkit.launcher._policy import Decision, FailurePolicy, TaskExit
-from toolkit.launcher._result import is_preemption
-from toolkit.launcher._spec import ENV_JOB_DIR, ENV_RESTART_COUNT, ENV_TASK_DIR, ENV_TASK_NAME, LaunchError
+from toolkit.launcher._portwatch import PortWatch, foreign_message
+from toolkit.launcher._result import EXIT_TASK_FAILED, is_preemption
+from toolkit.launcher._signal_dir import remove_if_empty
+from toolkit.launcher._spec import (
+    ENV_JOB_DIR,
+    ENV_RESTART_COUNT,
+    ENV_SIGNAL_DIR,
+    ENV_TASK_DIR,
+    ENV_TASK_NAME,
+    LaunchError,
+)
 from toolkit.launcher._task import armed_env, die_with_parent, shell_exit_code
 from toolkit.launcher.slurm._shared import status_dir
 
@@ -52,6 +61,14 @@ class _Forward:
     def __init__(self) -> None:
         self.child: subprocess.Popen[bytes] | None = None
         self.stopped = False
+        self.port_lost: str | None = None  # another user listened on the task's port: killed, never restarted
+
+    def lose_port(self, port: int, task: str, uid: int) -> None:
+        """``PortWatch``'s ``on_foreign``: the task is killed, the job fails naming the port."""
+        self.port_lost = foreign_message(port, task, uid)
+        if self.child is not None and self.child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.child.pid, signal.SIGKILL)
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.stopped = True
@@ -97,7 +114,15 @@ def _run_task(args: argparse.Namespace, cmd: list[str]) -> int:
                                              start_new_session=True, preexec_fn=die_with_parent())
         status.update(pid=forward.child.pid, restarts=runs, started_at=time.time())
         _write_status(status_path, status)
+        watch = PortWatch({int(address.rpartition(":")[2]): name}, forward.lose_port).start()  # _portwatch
         code = forward.child.wait()
+        watch.stop()
+        if forward.port_lost is not None:
+            with open(log_path, "ab") as log:
+                log.write(f"tfdist: {forward.port_lost}\n".encode())
+            print(f"{name}: {forward.port_lost}", file=sys.stderr)
+            status["reason"], code = forward.port_lost, EXIT_TASK_FAILED  # a failure of the job, as locally
+            break
         if code == 0 or forward.stopped:
             break
         preempted = is_preemption(code)
@@ -114,6 +139,7 @@ def _run_task(args: argparse.Namespace, cmd: list[str]) -> int:
         time.sleep(0.5)
     status.update(state=_final_state(code, stopped=forward.stopped), exit_code=code, ended_at=time.time())
     _write_status(status_path, status)
+    remove_if_empty(env.get(ENV_SIGNAL_DIR))  # this node's copy of the job's signal directory, once unused
     return shell_exit_code(code)
 
 

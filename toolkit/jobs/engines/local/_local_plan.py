@@ -38,6 +38,7 @@ class LocalPlan:
     timeout: int | None
     training_input: dict[str, Any]
     engine: dict[str, Any] | None = None  # where the tasks run: None on this machine, {"name": "ray", ...}
+    logs: dict[str, int] | None = None  # {"maxBytes": N, "backups": K}: each task's log capped or rotated
 
     @property
     def argv(self) -> list[str]:

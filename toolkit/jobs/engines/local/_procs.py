@@ -8,7 +8,12 @@ job's: it runs as this user, and its environment (``/proc/<pid>/environ``,
 which only its user and root can read) carries the job's nonce
 (``TFDIST_JOB_NONCE``, random per supervisor). A record forged in a store
 another user could write, naming some process's pid and start time, then
-makes no one signal it. Tasks and supervisors are session leaders
+makes no one signal it. A job recorded before nonces existed has none; its
+processes are signalled on the checks of that time, made stricter: this
+user's, the recorded start time, and a command line that carries what the
+job's command carried (``legacy``: the supervisor's ``-m
+toolkit.jobs.supervisor <job> --home <home>``, a task's ``-m <module>``).
+Tasks and supervisors are session leaders
 (``start_new_session=True``), so their pid is also their process group id.
 """
 from __future__ import annotations
@@ -17,6 +22,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Sequence
 
 _log = logging.getLogger(__name__)
 
@@ -59,17 +65,20 @@ ENV_JOB_NONCE = "TFDIST_JOB_NONCE"  # as toolkit.launcher's: every task of the j
 _MAX_ENVIRON = 1 << 20
 
 
-def is_the_jobs(pid: int, nonce: str | None) -> bool:
+def is_the_jobs(pid: int, nonce: str | None, *, legacy: Sequence[str] | None = None) -> bool:
     """Whether process ``pid`` provably belongs to the job whose nonce is ``nonce``: this user's, with
-    ``TFDIST_JOB_NONCE=<nonce>`` in its environment. Without ``/proc`` (not Linux) nothing can be proven,
-    and the pid and start time are all there is."""
+    ``TFDIST_JOB_NONCE=<nonce>`` in its environment. A job recorded before nonces (``nonce`` None) is
+    matched on ``legacy`` instead: arguments its command line must carry, in a row. Without ``/proc``
+    (not Linux) nothing can be proven, and the pid and start time are all there is."""
     if not os.path.isdir("/proc"):
         return True
-    if not nonce:
+    if not nonce and not legacy:
         return False
     try:
         if os.stat(f"/proc/{pid}").st_uid != os.getuid():
             return False
+        if not nonce:
+            return _carries(_cmdline(pid), [a.encode() for a in legacy or ()])
         with open(f"/proc/{pid}/environ", "rb") as fh:
             environ = fh.read(_MAX_ENVIRON)
     except OSError:
@@ -77,15 +86,29 @@ def is_the_jobs(pid: int, nonce: str | None) -> bool:
     return f"{ENV_JOB_NONCE}={nonce}".encode() in environ.split(b"\0")
 
 
-def signal_group(pid: int | None, ticks: int | None, sig: int, *, nonce: str | None) -> bool:
+def _cmdline(pid: int) -> list[bytes]:
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return fh.read(_MAX_ENVIRON).split(b"\0")
+
+
+def _carries(argv: list[bytes], wanted: list[bytes]) -> bool:
+    """Whether ``wanted`` appears in ``argv`` as consecutive arguments."""
+    return bool(wanted) and any(argv[i:i + len(wanted)] == wanted for i in range(len(argv) - len(wanted) + 1))
+
+
+def signal_group(pid: int | None, ticks: int | None, sig: int, *, nonce: str | None,
+                 legacy: Sequence[str] | None = None) -> bool:
     """Sends ``sig`` to the process group led by ``pid`` if it is still the same process and provably the
-    job's (``is_the_jobs``)."""
+    job's (``is_the_jobs``; ``legacy`` for a job recorded before nonces)."""
     if pid is None or not is_alive(pid, ticks):
         return False
-    if not is_the_jobs(pid, nonce):
+    if not is_the_jobs(pid, nonce, legacy=legacy):
         _log.warning("not signalling pid %d: it does not carry this job's nonce in its environment, or another "
                      "user runs it (a stale or forged record)", pid)
         return False
+    if not nonce:
+        _log.warning("job recorded without a nonce (before tfdist recorded one): signalling pid %d on its user, "
+                     "start time and command line (%s)", pid, " ".join(legacy or ()))
     try:
         os.killpg(pid, sig)
     except ProcessLookupError:
@@ -95,12 +118,13 @@ def signal_group(pid: int | None, ticks: int | None, sig: int, *, nonce: str | N
     return True
 
 
-def stop_groups(processes: list[tuple[int, int | None]], *, nonce: str | None, grace: float = 5.0) -> None:
+def stop_groups(processes: list[tuple[int, int | None]], *, nonce: str | None, grace: float = 5.0,
+                legacy: Sequence[str] | None = None) -> None:
     """SIGTERM every live group of the job, wait up to ``grace`` seconds, then SIGKILL the rest."""
-    live = [(p, t) for p, t in processes if signal_group(p, t, signal.SIGTERM, nonce=nonce)]
+    live = [(p, t) for p, t in processes if signal_group(p, t, signal.SIGTERM, nonce=nonce, legacy=legacy)]
     deadline = time.monotonic() + grace
     while live and time.monotonic() < deadline:
         time.sleep(0.1)
         live = [(p, t) for p, t in live if is_alive(p, t)]
     for pid, ticks in live:
-        signal_group(pid, ticks, signal.SIGKILL, nonce=nonce)
+        signal_group(pid, ticks, signal.SIGKILL, nonce=nonce, legacy=legacy)

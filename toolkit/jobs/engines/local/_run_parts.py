@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import toolkit
 from toolkit.jobs.engines.local._local_plan import LocalPlan
 from toolkit.jobs.engines.local._procs import start_ticks
+from toolkit.jobs.errors import BackendError
 from toolkit.jobs.storage.store import JobStore
 
 if TYPE_CHECKING:
@@ -70,11 +71,12 @@ def launch_spec(plan: LocalPlan, *, max_restarts: int, timeout: float | None, tr
     """The plan's cluster as one launch: a chief, its workers, ps and evaluator, in the job's dialect."""
     from toolkit.launcher import LaunchSpec
 
-    counts = plan.counts
+    counts, logs = plan.counts, plan.logs or {}
     return LaunchSpec(cmd=tuple(plan.argv), chief=1, workers=counts.get("worker", 0), ps=counts.get("ps", 0),
                       evaluator=counts.get("evaluator", 0), max_restarts=max_restarts,
                       timeout=timeout if timeout is not None else plan.timeout,
-                      dialect=dialect_of(plan, trial), cwd=plan.cwd)
+                      dialect=dialect_of(plan, trial), cwd=plan.cwd, max_log_bytes=logs.get("maxBytes"),
+                      log_backups=logs.get("backups", 0))
 
 
 #: the user's ``--job-dir`` in every task of a job that has one (docs/jobs.md: what the tasks share)
@@ -115,18 +117,26 @@ def no_strategy(result: LaunchResult) -> dict[str, Any] | None:
 def finish(result: LaunchResult, *, store: JobStore | None, job: str | None) -> RunResult:
     """Records each task's final state (when a store is given) and turns the launch into the job's result."""
     if store is not None and job is not None:
-        for task in result.tasks:
-            store.update_task(job, task.name, state=task.state, exit_code=task.exit_code,
-                              restarts=task.restarts, log_path=str(task.log_path),
-                              reason=None if task.exit_code == 0 else task.end)
-        store.update_details(job, restarts=restart_counts(result))
-        alone = no_strategy(result)
-        if alone is not None:
-            logger.warning("%s", alone["message"])
-            store.update_details(job, noStrategy=alone)
-        lost = {t.name: t.log_problem for t in result.tasks if t.log_problem}
-        if lost:  # a full disk (ENOSPC) or the log cap: the logs are not the whole output
-            store.update_details(job, logProblems=lost)
+        try:
+            _record_tasks(result, store, job)
+        except BackendError as exc:  # a full disk under the store: the job's end is still told (supervisor)
+            logger.error("could not record how the tasks of job %s ended: %s", job, exc)
     clean = result.ok and not result.unclean
     return RunResult(result.exit_code, None if result.ok else result.message, clean=clean,
                      message=None if clean or not result.ok else result.message)
+
+
+def _record_tasks(result: LaunchResult, store: JobStore, job: str) -> None:
+    """Each task's final state and exit code, the restarts, and what the logs lost."""
+    for task in result.tasks:
+        store.update_task(job, task.name, state=task.state, exit_code=task.exit_code,
+                          restarts=task.restarts, log_path=str(task.log_path),
+                          reason=None if task.exit_code == 0 else task.end)
+    store.update_details(job, restarts=restart_counts(result))
+    alone = no_strategy(result)
+    if alone is not None:
+        logger.warning("%s", alone["message"])
+        store.update_details(job, noStrategy=alone)
+    lost = {t.name: t.log_problem for t in result.tasks if t.log_problem}
+    if lost:  # a full disk (ENOSPC) or the log cap: the logs are not the whole output
+        store.update_details(job, logProblems=lost)

@@ -34,6 +34,7 @@ from toolkit.jobs.engines.local._procs import ENV_JOB_NONCE, is_alive, signal_gr
 from toolkit.jobs.engines.local._run import task_name
 from toolkit.jobs.errors import BackendError, JobSpecError, JobStateError, Problem
 from toolkit.jobs.model.spec import JobSpec
+from toolkit.jobs.storage._end_record import merged, note, read_end
 from toolkit.jobs.storage.logs import follow as follow_logs
 from toolkit.jobs.storage.records import JobRecord
 from toolkit.jobs.storage.states import JobState
@@ -124,8 +125,10 @@ class SupervisedBackend:
 
     def describe(self, name: str) -> JobRecord:
         record = self.store.get(name)
-        if record.is_final or not self._supervisor_dead(record):
+        if record.is_final:
             return record
+        if not self._supervisor_dead(record):
+            return merged(record)  # an end the store could not take (a full disk) is shown from end.json
         return self._reap(record)
 
     def _reap(self, record: JobRecord) -> JobRecord:
@@ -138,15 +141,39 @@ class SupervisedBackend:
             if not child.is_final:
                 self._reap(child)
         target = JobState.CANCELLED if record.state is JobState.CANCELLING else JobState.FAILED
+        end = read_end(Path(record.record_dir)) if record.record_dir else None
+        if end is not None:  # it ended, but the store could not take it then: that end, not "supervisor died"
+            return self._record_kept_end(record, end)
         try:
             return self.store.transition(name, target, error=f"supervisor died (pid {info.pid}); its tasks were "
                                                              "stopped. Submit the job again under a new name.")
         except JobStateError:  # it finished while we looked
             return self.store.get(name)
 
+    def _record_kept_end(self, record: JobRecord, end: dict[str, Any]) -> JobRecord:
+        """Records the end its supervisor kept in ``end.json``; on a store still full, shows it merged."""
+        try:
+            if end["state"] is JobState.CANCELLED and record.state is not JobState.CANCELLING:
+                self.store.transition(record.name, JobState.CANCELLING, message="the supervisor was signalled")
+            return self.store.transition(record.name, end["state"], message=note(end), error=end.get("error"),
+                                         exit_code=end.get("exitCode"))
+        except BackendError:
+            return merged(record)
+        except JobStateError:
+            return self.store.get(record.name)
+
     def _stop_tasks(self, name: str) -> None:
         stop_groups([(pid, ticks) for _, pid, ticks in self.store.task_processes(name)],
-                    nonce=self.store.supervisor(name).nonce)
+                    nonce=self.store.supervisor(name).nonce, legacy=self._task_argv(name))
+
+    def _task_argv(self, name: str) -> list[str] | None:
+        """What a task's command line carries (``-m <module>``): the check for a job recorded before nonces."""
+        plan = self.store.get(name).details.get("plan") or {}
+        return ["-m", str(plan["module"])] if plan.get("module") else None
+
+    def _supervisor_argv(self, name: str) -> list[str]:
+        """What the supervisor's command line carries (``_spawn``): the check for a job recorded before nonces."""
+        return ["-m", "toolkit.jobs.supervisor", name, "--home", str(self.store.home)]
 
     def list(self) -> list[JobRecord]:
         return [self.describe(name) for name in self.store.names(backend=self.name)]
@@ -164,7 +191,7 @@ class SupervisedBackend:
             except JobStateError:
                 return self._already_over(name)
         info = self.store.supervisor(name)
-        signal_group(info.pid, info.start_ticks, signal.SIGTERM, nonce=info.nonce)
+        signal_group(info.pid, info.start_ticks, signal.SIGTERM, nonce=info.nonce, legacy=self._supervisor_argv(name))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             record = self.describe(name)
@@ -172,7 +199,7 @@ class SupervisedBackend:
                 return record
             time.sleep(0.2)
         _log.warning("job %s: the supervisor did not stop within %.0f s; killing its processes", name, timeout)
-        signal_group(info.pid, info.start_ticks, signal.SIGKILL, nonce=info.nonce)
+        signal_group(info.pid, info.start_ticks, signal.SIGKILL, nonce=info.nonce, legacy=self._supervisor_argv(name))
         self._stop_tasks(name)
         try:
             return self.store.transition(name, JobState.CANCELLED,

@@ -37,12 +37,14 @@ from toolkit.jobs.engines.local._procs import start_ticks
 from toolkit.jobs.engines.local._run_parts import RunResult
 from toolkit.jobs.engines.local.backend import HEARTBEAT_INTERVAL, LocalBackend
 from toolkit.jobs.errors import BackendError, JobStateError
+from toolkit.jobs.storage import _end_record
 from toolkit.jobs.storage.states import JobState
 from toolkit.jobs.storage.store import JobStore
 
 _log = logging.getLogger("toolkit.jobs.supervisor")
 MAX_RESTARTS = 3  # per task, like the kubernetes backend's backoffLimit
 QUEUE_POLL = 1.0  # seconds between a queued job's looks for room
+END_RETRY, END_RETRY_INTERVAL = 600.0, 2.0  # seconds an end the store refused is retried, and between tries
 
 
 class _Heartbeat(threading.Thread):
@@ -80,6 +82,10 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         heartbeat = _Heartbeat(self.store, self.name)
         heartbeat.start()
+        try:  # room for the job's end, should the store's disk fill before then (_end_record)
+            _end_record.reserve(self.job_dir)
+        except OSError as exc:
+            _log.warning("could not reserve %s for the job's end: %s", _end_record.END_FILE, exc)
         try:
             return self._run()
         except _Cancelled:
@@ -104,15 +110,31 @@ class Supervisor:
                                   message=f"{len(plan.task_names)} tasks: {', '.join(plan.task_names)}"):
             return self._end_cancelled()
         from toolkit.jobs.engines.local._run import run_tasks
-        self.result = run_tasks(plan, self.job_dir, store=self.store, job=self.name, max_restarts=MAX_RESTARTS)
-        result = self.result
+        self.result = result = run_tasks(plan, self.job_dir, store=self.store, job=self.name,
+                                         max_restarts=MAX_RESTARTS)
+        try:
+            return self._finish(result)
+        except BackendError as exc:  # even reading the store failed (a full disk): the end is kept beside the logs
+            state, fields = self._verdict(result)
+            return self._end_unrecorded(state, exc, lambda: self._finish(result), **fields)
+
+    def _finish(self, result: RunResult) -> int:
         if result.clean:  # every task exited 0 by itself: a cancel that raced the end does not rewrite it
             return self._end_succeeded("every task finished")
         if self.cancelled.is_set() or self.store.get(self.name).state is JobState.CANCELLING:
             return self._end_cancelled()
+        state, fields = self._verdict(result, cancelled=False)
+        return self._end(state, **fields)
+
+    def _verdict(self, result: RunResult, *, cancelled: bool | None = None) -> tuple[JobState, dict[str, Any]]:
+        """How the job ended, from its tasks alone (``cancelled``: as this process saw it, when None)."""
+        if result.clean:
+            return JobState.SUCCEEDED, {"exit_code": 0, "message": "every task finished"}
+        if self.cancelled.is_set() if cancelled is None else cancelled:
+            return JobState.CANCELLED, {"message": "every task stopped"}
         if result.exit_code == 0:
-            return self._end(JobState.SUCCEEDED, exit_code=0, message=result.message or "the chief finished")
-        return self._end(JobState.FAILED, exit_code=result.exit_code, error=result.error)
+            return JobState.SUCCEEDED, {"exit_code": 0, "message": result.message or "the chief finished"}
+        return JobState.FAILED, {"exit_code": result.exit_code, "error": result.error}
 
     def _run_study(self) -> int:
         self._raise_on_signal = False
@@ -153,12 +175,45 @@ class Supervisor:
         return self._end(JobState.SUCCEEDED, exit_code=0, message=message + note)
 
     def _end_cancelled(self) -> int:
+        try:
+            return self._record_cancelled()
+        except BackendError as exc:
+            return self._end_unrecorded(JobState.CANCELLED, exc, self._record_cancelled, message="every task stopped")
+
+    def _record_cancelled(self) -> int:
         state = self.store.get(self.name).state
         if state is not JobState.CANCELLING and not state.is_final:
             self.store.transition(self.name, JobState.CANCELLING, message="the supervisor was signalled")
-        return self._end(JobState.CANCELLED, message="every task stopped")
+        return self._record_end(JobState.CANCELLED, message="every task stopped")
 
     def _end(self, state: JobState, **fields: Any) -> int:
+        try:
+            return self._record_end(state, **fields)
+        except BackendError as exc:  # the store cannot be written (a full disk): the end is kept beside the logs
+            return self._end_unrecorded(state, exc, lambda: self._record_end(state, **fields), **fields)
+
+    def _end_unrecorded(self, state: JobState, exc: BackendError, retry: Any, **fields: Any) -> int:
+        """Keeps the end in ``end.json`` (readers show it), then retries the store for ``END_RETRY`` s."""
+        self._raise_on_signal = False  # the job has ended: a late SIGTERM must not turn it into a cancel
+        _end_record.write_end(self.job_dir, state, why=str(exc), message=fields.get("message"),
+                              error=fields.get("error"), exit_code=fields.get("exit_code"))
+        _log.error("job %s ended %s, but the store cannot record it (%s); the end is kept in %s, and the store "
+                   "is tried again every %g s for %g s", self.name, state, exc, self.job_dir / _end_record.END_FILE,
+                   END_RETRY_INTERVAL, END_RETRY)
+        deadline = time.monotonic() + END_RETRY
+        while time.monotonic() < deadline:
+            time.sleep(END_RETRY_INTERVAL)
+            try:
+                code: int = retry()
+            except BackendError:
+                continue
+            _end_record.blank(self.job_dir)
+            return code
+        _log.error("job %s: the store still cannot be written; readers show the end kept in %s", self.name,
+                   self.job_dir / _end_record.END_FILE)
+        return 0 if state is JobState.SUCCEEDED else 1
+
+    def _record_end(self, state: JobState, **fields: Any) -> int:
         try:
             self.store.transition(self.name, state, **fields)
         except JobStateError:
