@@ -38,6 +38,12 @@ def tasks_on_host(cluster: Mapping[str, Sequence[str]], address: str) -> int:
     return sum(1 for addresses in cluster.values() for other in addresses if _host(other) == host)
 
 
+def _usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's cpuset), else the machine's."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
 def server_config(cluster: Mapping[str, Sequence[str]], address: str, *, cores: int | None = None) -> Any:
     """The ``ConfigProto`` for the server at ``address`` (None: TensorFlow's defaults, a task alone on its host)."""
     sharing = tasks_on_host(cluster, address)
@@ -45,7 +51,7 @@ def server_config(cluster: Mapping[str, Sequence[str]], address: str, *, cores: 
         return None
     import tensorflow as tf
 
-    cores = cores or os.cpu_count() or 1
+    cores = cores or _usable_cores()
     intra = max(1, cores // sharing)
     logger.info("%d tasks of the cluster share this host's %d cores: the server at %s runs %d intra-op thread(s)",
                 sharing, cores, address, intra)
