@@ -3,7 +3,8 @@
 Each path trains ``models.ctr`` on ``toolkit.data.criteo_like`` data (worker *i* draws its
 200,000 training examples with seed ``1 + i``, the held-out set is seed 999, as the TF1 peer
 does) for exactly ``--steps`` global steps of 512 examples, Adagrad(0.05,
-initial_accumulator_value=0.1), in ``--epochs`` epochs. The chief writes ``--out``: the time of
+initial_accumulator_value=0.1), in ``--epochs`` epochs, with the ``--steps-per-execution``
+each path's ``model.compile`` sets (as a Keras user sets it). The chief writes ``--out``: the time of
 every epoch end with its global step (the parent times a window from these and reads the CPU
 its tasks spent in it) and the held-out log loss after training.
 """
@@ -93,11 +94,11 @@ def _marks_callback(marks: list[tuple[float, int]], steps_per_epoch: int):
     return EpochMarks()
 
 
-def _compile(model) -> None:
+def _compile(model, steps_per_execution: int) -> None:
     import keras
 
     model.compile(optimizer=keras.optimizers.Adagrad(LEARNING_RATE, initial_accumulator_value=ACCUMULATOR),
-                  loss=keras.losses.BinaryCrossentropy(from_logits=True))
+                  loss=keras.losses.BinaryCrossentropy(from_logits=True), steps_per_execution=steps_per_execution)
 
 
 def _toolkit_fit(args, *, sharded: bool) -> dict[str, Any] | None:
@@ -120,7 +121,7 @@ def _toolkit_fit(args, *, sharded: bool) -> dict[str, Any] | None:
 
     def model_fn():
         model = ctr(args.vocab, seed=0, **layer)
-        _compile(model)
+        _compile(model, args.steps_per_execution)
         built.append(model)
         return model
 
@@ -149,7 +150,7 @@ def _keras_fit(args) -> dict[str, Any] | None:
     strategy = make_strategy("parameter_server")
     with strategy.scope():
         model = ctr(args.vocab, seed=0)
-        _compile(model)
+        _compile(model, args.steps_per_execution)
     marks: list[tuple[float, int]] = []
     per_epoch = args.steps // args.epochs
     model.fit(_dataset_fn(args.data_dir), epochs=args.epochs, steps_per_epoch=per_epoch, verbose=0,
@@ -174,6 +175,7 @@ def child(argv: list[str]) -> None:
     parser.add_argument("--vocab", type=int, required=True)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--steps-per-execution", type=int, default=1)
     args = parser.parse_args(argv)
     result = PATHS[args.path](args)
     if result is not None:

@@ -34,7 +34,7 @@ Not a test: the machine is shared, so compare ratios from one run.
 
 Usage:
     python benchmarks/bench_ctr.py [--seconds 80] [--vocab 100000] [--only tf1_peer toolkit_fit ...]
-                                   [--examples N] [--json FILE] [--peer PATH]
+                                   [--examples N] [--steps-per-execution 16] [--json FILE] [--peer PATH]
 """
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ from _ctr_sampling import TaskSampler, peer_task_name  # noqa: E402
 from _proc import task_name  # noqa: E402
 
 BATCH, WARMUP_SECS, EPOCHS = 512, 35.0, 20
+#: compile's steps_per_execution in the Keras paths, as a Keras user sets it for small steps
+STEPS_PER_EXECUTION = 16
 PATHS = ("tf1_peer", "toolkit_fit", "keras_fit", "toolkit_fit_sharded", "estimator", "estimator_model_fn")
 #: the issue's targets: examples/s ratio against the peer; CPU per example at most 0.7x the peer's
 SPEED_TARGETS = {"toolkit_fit": 1.5, "keras_fit": 1.2, "toolkit_fit_sharded": 1.5, "estimator": 1.0,
@@ -133,6 +135,8 @@ def _run_tfdist(path: str, args: argparse.Namespace, steps: int, work: Path) -> 
     cmd = [sys.executable, str(Path(__file__).resolve().parent / child), "--child", path, "--out", str(out),
            "--steps", str(steps), "--epochs", str(EPOCHS), "--vocab", str(args.vocab),
            "--model-dir", str(work / path / "model"), "--data-dir", str(work / "data")]
+    if not estimator:
+        cmd += ["--steps-per-execution", str(args.steps_per_execution)]
     env = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(_REPO)}
     # the Estimator's chief trains (as TF1's worker 0 did): chief + 1 worker are its two workers
     shape = {"chief": 1, "workers": 1 if estimator else 2, "ps": 2}
@@ -194,6 +198,9 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=None,
                         help="examples every tfdist path trains (default: as many as the peer did, else 12,000 "
                              "per --seconds)")
+    parser.add_argument("--steps-per-execution", type=int, default=STEPS_PER_EXECUTION,
+                        help="what the Keras paths' model.compile sets (default %(default)s; the peer runs one step "
+                             "per session.run)")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--peer", default=None, help="the TF1 click-through peer script")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per path")

@@ -37,6 +37,7 @@ from strategies._lean import SERVER_UNUSED_MODULES, skip_imports
 from strategies._names import check_name
 from strategies._net import is_listening
 from strategies._serve_options import ServeOptions
+from strategies._server_threads import server_config
 from strategies._signals import clear_signals, ensure_private_dir, signal_path, take_signal
 
 if TYPE_CHECKING:
@@ -202,7 +203,8 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, peer: str = "ch
         import tensorflow as tf
 
         server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
-                                      protocol=cfg.rpc_layer or "grpc", start=True)
+                                      protocol=cfg.rpc_layer or "grpc", start=True,
+                                      config=server_config(cluster, cluster[job][index]))
     logger.info("%s-%d serving at %s (%s); exits when the %s at %s says goodbye or is gone for %.0f s",
                 job, index, cfg.address, server.target, peer, cfg.chief_address, options.chief_lost_after)
     watch = _ChiefWatch(chief, start_timeout=options.chief_start_timeout,

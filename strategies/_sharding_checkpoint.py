@@ -14,23 +14,43 @@ This relies on TensorFlow's saveable-object protocol (the one
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import tensorflow as tf
 
 from strategies._compat import ResourceVariableSaveable, SaveableObject, SaveSpec
 from strategies._sharding_errors import ShardingError
-
-if TYPE_CHECKING:
-    from strategies.sharding import ShardedTable
+from strategies._sharding_layout import ShardLayout
 
 __all__ = ["table_saveables"]
+
+
+class _Table(Protocol):
+    """What a checkpoint needs of a ``strategies.sharding.ShardedTable`` (described here: imports run one way)."""
+
+    name: str
+    layout: ShardLayout
+
+    @property
+    def shards(self) -> Sequence[tf.Variable]: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def partition(self) -> str: ...
+
+    @property
+    def num_shards(self) -> int: ...
 
 
 class _LayoutSaveable(SaveableObject):
     """Saves the layout signature; on restore, refuses an incompatible one."""
 
-    def __init__(self, table: ShardedTable, name: str) -> None:
+    def __init__(self, table: _Table, name: str) -> None:
         self._table = table
         self._signature = table.layout.signature(table.dim)
         tensor = tf.constant(self._signature)
@@ -49,7 +69,7 @@ class _LayoutSaveable(SaveableObject):
         return tf.no_op()
 
 
-def _mismatch_message(table: ShardedTable, saved: str, current: str) -> str:
+def _mismatch_message(table: _Table, saved: str, current: str) -> str:
     fields = dict(part.split("=", 1) for part in saved.split())
     advice = []
     if fields.get("partition") == "mod" and fields.get("shards") != str(table.num_shards):
@@ -64,7 +84,7 @@ def _mismatch_message(table: ShardedTable, saved: str, current: str) -> str:
             f"table has {current}. To restore it, {how}.")
 
 
-def table_saveables(table: ShardedTable) -> dict[str, Callable[[str], SaveableObject | list[SaveableObject]]]:
+def table_saveables(table: _Table) -> dict[str, Callable[[str], SaveableObject | list[SaveableObject]]]:
     """The ``_gather_saveables_for_checkpoint`` answer of a sharded table."""
     # the key names everything a restore must match, so a mismatched table finds no
     # entry to read (instead of a shape error or scrambled rows) and the layout check explains

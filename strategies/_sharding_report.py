@@ -1,18 +1,42 @@
 """The placement report of sharded tables: which shard of which table lives where, how big, per-device totals."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import tensorflow as tf
 
 from strategies._device_map_report import render_table
 from strategies._placement import describe_bytes
 
-if TYPE_CHECKING:
-    from strategies.sharding import ShardedTable
-
 __all__ = ["placement_report"]
+
+
+class _Placement(Protocol):
+    """A ``strategies.sharding.ShardPlacement`` as the report reads it (described here: imports run one way)."""
+
+    @property
+    def table(self) -> str: ...
+    @property
+    def shard(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def rows(self) -> str: ...
+    @property
+    def num_rows(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def slot_bytes(self) -> int: ...
+
+
+class _Table(Protocol):
+    """A ``strategies.sharding.ShardedTable`` as the report reads it."""
+
+    name: str
+
+    def placement(self, *, slots: Iterable[Any] = ()) -> Sequence[_Placement]: ...
 
 
 def _task_label(device: str) -> str:
@@ -24,7 +48,7 @@ def _task_label(device: str) -> str:
 
 
 def placement_report(
-    tables: Iterable[ShardedTable], *, slots: Mapping[str, Iterable[ShardedTable]] | None = None
+    tables: Iterable[_Table], *, slots: Mapping[str, Iterable[_Table]] | None = None
 ) -> str:
     """Which shard of which table lives where, how big, and per-device totals.
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from strategies._server_threads import server_config
 from strategies._shutdown import between_graph_ending, end_job, expect_trainers, report_done
 
 __all__ = ["RECOVERY_WAIT_SECS", "STOP_GRACE_SECS", "FastWorkerSessionCreator", "between_graph_ending", "end_job",
@@ -42,7 +43,8 @@ def start_server(cluster: Mapping[str, list[str]], job: str, index: int, *, prot
     key = (job, index)
     if key not in _servers:
         _servers[key] = tf.distribute.Server(tf.train.ClusterSpec(dict(cluster)), job_name=job, task_index=index,
-                                             protocol=protocol, start=True)
+                                             protocol=protocol, start=True,
+                                             config=server_config(cluster, cluster[job][index]))
         logger.info("%s-%d: server at %s", job, index, _servers[key].target)
     return _servers[key].target
 

@@ -257,3 +257,11 @@ def test_jobs_subpackages_import_only_downwards():
                 wrong.append(f"{module} imports {target} ({kind})")
     assert not wrong, "imports against toolkit.jobs' layers (model <- storage <- engines <- api):\n" + \
         "\n".join(sorted(set(wrong)))
+
+
+def test_strategies_has_no_import_cycle_even_through_type_checking_imports():
+    """The sharding modules once named each other (``sharding`` <-> ``_sharding_checkpoint``, for a type)."""
+    every = {m: {t for t, _ in edges if t.startswith("strategies")} for m, edges in _graph().items()
+             if m.startswith("strategies")}
+    cycles = _cycles(every)
+    assert not cycles, "import cycles in strategies (type-checking imports included):\n" + _report(cycles)
