@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -79,11 +80,26 @@ def _single_values(features: Mapping[str, Any], key: str) -> tf.Tensor | None:
     return value
 
 
+_IDS: weakref.WeakKeyDictionary[tf.Graph, dict[Any, tf.Tensor | None]] = weakref.WeakKeyDictionary()
+
+
 def _dense_ids(features: Mapping[str, Any], column: Any) -> tf.Tensor | None:
-    """The column's ids as a dense int64 ``[batch]`` tensor (-1 where missing), or None when it does not qualify."""
+    """The column's ids as a dense int64 ``[batch]`` tensor (-1 where missing), or None when it does not qualify.
+
+    Computed once per graph for a feature and column: the deep and wide parts of a wide & deep model
+    look the same ids up (and check them) once.
+    """
     value = _single_values(features, column.key)
     if value is None:
         return None
+    known = _IDS.setdefault(value.graph, {})
+    key = (value.ref(), column)
+    if key not in known:
+        known[key] = _transform(value, column)
+    return known[key]
+
+
+def _transform(value: tf.Tensor, column: Any) -> tf.Tensor | None:
     if not identity_column(column):  # hashing, vocabulary tables: the column's own transform
         ids = categorical_ids(column, {column.key: value})
         return tf.reshape(tf.sparse.to_dense(ids, default_value=-1), [-1])
@@ -97,9 +113,8 @@ def _dense_ids(features: Mapping[str, Any], column: Any) -> tf.Tensor | None:
     message = (f"feature {column.key} has an id outside [0, {buckets}), the num_buckets of its "
                "categorical_column_with_identity. Map the ids into that range, raise num_buckets, or pass "
                "default_value for ids outside it.")
-    checks = [v1.assert_less(ids, tf.constant(buckets, tf.int64), message=message),
-              v1.assert_greater_equal(ids, tf.constant(-1, tf.int64), message=message)]
-    with tf.control_dependencies(checks):
+    valid = tf.reduce_all(tf.logical_and(ids >= -1, ids < buckets))
+    with tf.control_dependencies([tf.debugging.Assert(valid, [message])]):  # a plain Assert op, no cond
         return tf.identity(ids)
 
 
@@ -115,7 +130,11 @@ def _parts(candidates: Any, name: str) -> list[Any]:
 
 
 def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
-    """Rows ``[batch, width]`` of each table (its parts, in order) for its ids; zeros for ids in no part."""
+    """Rows ``[batch, width]`` of each table (its parts, in order) for its ids; zeros for ids in no part.
+
+    On each ps, the ids of all its parts are offset and range-checked as one ``[batch, parts]`` tensor;
+    each part then gathers only the rows of the ids it holds (its gradient is row-sparse over them).
+    """
     by_device: dict[str, list[tuple[int, int, Any]]] = {}
     for t, parts in enumerate(tables):
         offset = 0
@@ -124,19 +143,20 @@ def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> 
             offset += int(part.shape[0])
     found: list[list[tf.Tensor]] = [[] for _ in tables]
     for entries in by_device.values():
-        used = sorted({t for t, _, _ in entries})
-        stacked = tf.stack([ids[t] for t in used], axis=1)  # one id transfer to this ps
-        rows = []
-        with v1.colocate_with(entries[0][2]):
-            batch = tf.shape(stacked, out_type=tf.int64)[0]
-            for t, offset, part in entries:
-                local = stacked[:, used.index(t)] - offset
-                here = tf.logical_and(local >= 0, local < int(part.shape[0]))
-                gathered = tf.gather(part, tf.boolean_mask(local, here))
-                rows.append(tf.scatter_nd(tf.where(here), gathered,
-                                          tf.stack([batch, tf.constant(int(part.shape[1]), tf.int64)])))
-            packed = tf.concat(rows, axis=1) if len(rows) > 1 else rows[0]  # one row transfer back
+        stacked = tf.stack([ids[t] for t, _, _ in entries], axis=1)  # one id transfer to this ps
         widths = [int(part.shape[1]) for _, _, part in entries]
+        with v1.colocate_with(entries[0][2]):
+            local = stacked - tf.constant([offset for _, offset, _ in entries], tf.int64)
+            here = tf.logical_and(local >= 0, local < tf.constant([int(p.shape[0]) for _, _, p in entries], tf.int64))
+            batch = tf.shape(stacked, out_type=tf.int64)[0]
+            shapes = {w: tf.stack([batch, tf.constant(w, tf.int64)]) for w in sorted(set(widths))}
+            rows = []
+            for (_, _, part), width, local_ids, held in zip(entries, widths, tf.unstack(local, axis=1),
+                                                          tf.unstack(here, axis=1), strict=True):
+                where = tf.where(held)  # [k, 1]: the examples whose id this part holds
+                gathered = tf.gather(part, tf.gather(local_ids, tf.reshape(where, [-1])))
+                rows.append(tf.scatter_nd(where, gathered, shapes[width]))  # gradient: one GatherNd
+            packed = tf.concat(rows, axis=1) if len(rows) > 1 else rows[0]  # one row transfer back
         for (t, _, _), piece in zip(entries, tf.split(packed, widths, axis=1), strict=True):
             found[t].append(piece)
     return [tf.add_n(pieces) if len(pieces) > 1 else pieces[0] for pieces in found]
