@@ -165,3 +165,29 @@ def test_linear_model_over_hashed_and_vocabulary_columns_sums_the_weights_tf_doe
     np.testing.assert_allclose(packed, stock, rtol=1e-6)
     for a, b in zip(fast_grads, stock_grads, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_deep_and_wide_parts_share_one_id_check_and_routing_and_equal_tf():
+    ids = np.array([[0, 3, 5], [7, -1, 2], [4, 4, 8]], np.int64)
+    wide = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]
+    deep = [fc.embedding_column(c, 2) for c in wide]
+
+    def build(features, fast):
+        if fast:
+            parts = [fast_input_layer(features, deep),
+                     fast_linear_logits(features, wide, units=1, sparse_combiner="sum")]
+        else:
+            parts = [fc.input_layer(features, deep), fc.linear_model(features, wide, units=1, sparse_combiner="sum")]
+        return tf.concat(parts, axis=1)
+
+    ((stock, names, stock_grads), (packed, fast_names, fast_grads)), gathers = _both(build, ids)
+    assert gathers == 2 * 3 * 2 and names == fast_names
+    np.testing.assert_allclose(packed, stock, rtol=1e-6)
+    for a, b in zip(fast_grads, stock_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    with tf.Graph().as_default() as graph, v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(2)):
+        build(_features(ids), True)
+        kinds = [op.type for op in graph.get_operations()  # the packed path's own ops, not TF's unused ones
+                 if "input_layer" not in op.name and "linear_model" not in op.name]
+    assert kinds.count("Where") == 3 * 2  # one routing per part, shared by both tables
+    assert kinds.count("Assert") == 3  # one id check per feature

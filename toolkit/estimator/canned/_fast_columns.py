@@ -129,11 +129,38 @@ def _parts(candidates: Any, name: str) -> list[Any]:
     return [v for _, v in sorted(found, key=lambda item: item[0])]
 
 
+_ROUTES: weakref.WeakKeyDictionary[tf.Graph, dict[Any, tuple[tf.Tensor, list[tuple[tf.Tensor, tf.Tensor]]]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _routes(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any
+            ) -> tuple[tf.Tensor, list[tuple[tf.Tensor, tf.Tensor]]]:
+    """(batch size, and per part: the examples whose id it holds ``[k, 1]``, their rows in the part ``[k]``).
+
+    Computed on the ps from one ``[batch, parts]`` id tensor (one transfer), once per graph for the same
+    ids and row ranges: the deep and wide tables of a wide & deep model share their ids' transfer and routing.
+    """
+    known = _ROUTES.setdefault(ids[0].graph, {})
+    key = (device, tuple(i.ref() for i in ids), tuple(offsets), tuple(sizes))
+    if key not in known:
+        stacked = tf.stack(ids, axis=1)
+        with v1.colocate_with(colocate):
+            local = stacked - tf.constant(offsets, tf.int64)
+            here = tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64))
+            routes = []
+            for local_ids, held in zip(tf.unstack(local, axis=1), tf.unstack(here, axis=1), strict=True):
+                where = tf.where(held)
+                routes.append((where, tf.gather(local_ids, tf.reshape(where, [-1]))))
+            known[key] = (tf.shape(stacked, out_type=tf.int64)[0], routes)
+    return known[key]
+
+
 def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
     """Rows ``[batch, width]`` of each table (its parts, in order) for its ids; zeros for ids in no part.
 
-    On each ps, the ids of all its parts are offset and range-checked as one ``[batch, parts]`` tensor;
-    each part then gathers only the rows of the ids it holds (its gradient is row-sparse over them).
+    On each ps, the ids of all its parts arrive as one ``[batch, parts]`` tensor and are offset and
+    range-checked together; each part then gathers only the rows of the ids it holds (its gradient is
+    row-sparse over them), and the rows go back as one ``[batch, widths]`` tensor.
     """
     by_device: dict[str, list[tuple[int, int, Any]]] = {}
     for t, parts in enumerate(tables):
@@ -142,20 +169,14 @@ def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> 
             by_device.setdefault(part.device, []).append((t, offset, part))
             offset += int(part.shape[0])
     found: list[list[tf.Tensor]] = [[] for _ in tables]
-    for entries in by_device.values():
-        stacked = tf.stack([ids[t] for t, _, _ in entries], axis=1)  # one id transfer to this ps
+    for device, entries in by_device.items():
         widths = [int(part.shape[1]) for _, _, part in entries]
+        batch, routes = _routes(device, [ids[t] for t, _, _ in entries], [offset for _, offset, _ in entries],
+                                [int(part.shape[0]) for _, _, part in entries], entries[0][2])
         with v1.colocate_with(entries[0][2]):
-            local = stacked - tf.constant([offset for _, offset, _ in entries], tf.int64)
-            here = tf.logical_and(local >= 0, local < tf.constant([int(p.shape[0]) for _, _, p in entries], tf.int64))
-            batch = tf.shape(stacked, out_type=tf.int64)[0]
             shapes = {w: tf.stack([batch, tf.constant(w, tf.int64)]) for w in sorted(set(widths))}
-            rows = []
-            for (_, _, part), width, local_ids, held in zip(entries, widths, tf.unstack(local, axis=1),
-                                                          tf.unstack(here, axis=1), strict=True):
-                where = tf.where(held)  # [k, 1]: the examples whose id this part holds
-                gathered = tf.gather(part, tf.gather(local_ids, tf.reshape(where, [-1])))
-                rows.append(tf.scatter_nd(where, gathered, shapes[width]))  # gradient: one GatherNd
+            rows = [tf.scatter_nd(where, tf.gather(part, local), shapes[width])  # gradient: one GatherNd
+                    for (_, _, part), width, (where, local) in zip(entries, widths, routes, strict=True)]
             packed = tf.concat(rows, axis=1) if len(rows) > 1 else rows[0]  # one row transfer back
         for (t, _, _), piece in zip(entries, tf.split(packed, widths, axis=1), strict=True):
             found[t].append(piece)
