@@ -129,56 +129,62 @@ def _parts(candidates: Any, name: str) -> list[Any]:
     return [v for _, v in sorted(found, key=lambda item: item[0])]
 
 
-_ROUTES: weakref.WeakKeyDictionary[tf.Graph, dict[Any, tuple[tf.Tensor, list[tuple[tf.Tensor, tf.Tensor]]]]] = (
-    weakref.WeakKeyDictionary())
+_Route = tuple[tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
+_ROUTES: weakref.WeakKeyDictionary[tf.Graph, dict[Any, _Route]] = weakref.WeakKeyDictionary()
 
 
-def _routes(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any
-            ) -> tuple[tf.Tensor, list[tuple[tf.Tensor, tf.Tensor]]]:
-    """(batch size, and per part: the examples whose id it holds ``[k, 1]``, their rows in the part ``[k]``).
+def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any) -> _Route:
+    """Which part holds which example's id, computed on the ps from one ``[batch, parts]`` id tensor.
 
-    Computed on the ps from one ``[batch, parts]`` id tensor (one transfer), once per graph for the same
-    ids and row ranges: the deep and wide tables of a wide & deep model share their ids' transfer and routing.
+    Returns ``(batch, pairs, rows, positions)``: ``pairs`` ``[k, 2]`` the (example, part) pairs whose
+    id the part holds, row-major; per part, ``rows`` its local rows of them and ``positions`` their
+    places among the pairs. Once per graph for the same ids and row ranges: the deep and wide tables
+    of a wide & deep model share their ids' transfer and routing.
     """
     known = _ROUTES.setdefault(ids[0].graph, {})
     key = (device, tuple(i.ref() for i in ids), tuple(offsets), tuple(sizes))
     if key not in known:
-        stacked = tf.stack(ids, axis=1)
+        stacked = tf.stack(ids, axis=1)  # one id transfer to this ps
         with v1.colocate_with(colocate):
             local = stacked - tf.constant(offsets, tf.int64)
-            here = tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64))
-            routes = []
-            for local_ids, held in zip(tf.unstack(local, axis=1), tf.unstack(here, axis=1), strict=True):
-                where = tf.where(held)
-                routes.append((where, tf.gather(local_ids, tf.reshape(where, [-1]))))
-            known[key] = (tf.shape(stacked, out_type=tf.int64)[0], routes)
+            pairs = tf.where(tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64)))
+            part = tf.cast(pairs[:, 1], tf.int32)
+            rows = tf.dynamic_partition(tf.gather_nd(local, pairs), part, len(ids))
+            positions = tf.dynamic_partition(tf.range(tf.shape(pairs)[0]), part, len(ids))
+            known[key] = (tf.shape(stacked, out_type=tf.int64)[0], pairs, rows, positions)
     return known[key]
+
+
+def _lookup_on(device: str, entries: list[tuple[int, int, Any]], ids: Sequence[tf.Tensor]) -> tf.Tensor:
+    """``[batch, parts * width]``: the rows of parts of one width on one device, from one scatter."""
+    width = int(entries[0][2].shape[1])
+    batch, pairs, rows, positions = _route(device, [ids[t] for t, _, _ in entries],
+                                           [offset for _, offset, _ in entries],
+                                           [int(part.shape[0]) for _, _, part in entries], entries[0][2])
+    with v1.colocate_with(entries[0][2]):
+        gathered = [tf.gather(part, local) for (_, _, part), local in zip(entries, rows, strict=True)]
+        stitched = tf.dynamic_stitch(positions, gathered) if len(entries) > 1 else gathered[0]
+        shape = tf.stack([batch, tf.constant(len(entries), tf.int64), tf.constant(width, tf.int64)])
+        return tf.reshape(tf.scatter_nd(pairs, stitched, shape), [-1, len(entries) * width])
 
 
 def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
     """Rows ``[batch, width]`` of each table (its parts, in order) for its ids; zeros for ids in no part.
 
-    On each ps, the ids of all its parts arrive as one ``[batch, parts]`` tensor and are offset and
-    range-checked together; each part then gathers only the rows of the ids it holds (its gradient is
-    row-sparse over them), and the rows go back as one ``[batch, widths]`` tensor.
+    On each ps, the ids of all its parts arrive as one ``[batch, parts]`` tensor and are routed
+    together; each part gathers only the rows of the ids it holds (its gradient is row-sparse over
+    them), and the rows go back as one ``[batch, widths]`` tensor.
     """
-    by_device: dict[str, list[tuple[int, int, Any]]] = {}
+    groups: dict[tuple[str, int], list[tuple[int, int, Any]]] = {}
     for t, parts in enumerate(tables):
         offset = 0
         for part in parts:
-            by_device.setdefault(part.device, []).append((t, offset, part))
+            groups.setdefault((part.device, int(part.shape[1])), []).append((t, offset, part))
             offset += int(part.shape[0])
     found: list[list[tf.Tensor]] = [[] for _ in tables]
-    for device, entries in by_device.items():
-        widths = [int(part.shape[1]) for _, _, part in entries]
-        batch, routes = _routes(device, [ids[t] for t, _, _ in entries], [offset for _, offset, _ in entries],
-                                [int(part.shape[0]) for _, _, part in entries], entries[0][2])
-        with v1.colocate_with(entries[0][2]):
-            shapes = {w: tf.stack([batch, tf.constant(w, tf.int64)]) for w in sorted(set(widths))}
-            rows = [tf.scatter_nd(where, tf.gather(part, local), shapes[width])  # gradient: one GatherNd
-                    for (_, _, part), width, (where, local) in zip(entries, widths, routes, strict=True)]
-            packed = tf.concat(rows, axis=1) if len(rows) > 1 else rows[0]  # one row transfer back
-        for (t, _, _), piece in zip(entries, tf.split(packed, widths, axis=1), strict=True):
+    for (device, width), entries in groups.items():
+        packed = _lookup_on(device, entries, ids)  # one row transfer back per device and width
+        for (t, _, _), piece in zip(entries, tf.split(packed, [width] * len(entries), axis=1), strict=True):
             found[t].append(piece)
     return [tf.add_n(pieces) if len(pieces) > 1 else pieces[0] for pieces in found]
 
