@@ -187,8 +187,11 @@ def test_deep_and_wide_parts_share_one_id_check_and_routing_and_equal_tf():
     for a, b in zip(fast_grads, stock_grads, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     with tf.Graph().as_default() as graph, v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(2)):
-        build(_features(ids), True)
+        grads = tf.gradients(tf.reduce_sum(build(_features(ids), True)), v1.trainable_variables())
         kinds = [op.type for op in graph.get_operations()  # the packed path's own ops, not TF's unused ones
                  if "input_layer" not in op.name and "linear_model" not in op.name]
+    # each part's gradient is its rows' IndexedSlices, without TF's per-part reshapes (ExpandDims, Size, ...)
+    assert sum(isinstance(g, tf.IndexedSlices) for g in grads) == 2 * 3 * 2
+    assert kinds.count("ExpandDims") == 0 and kinds.count("VariableShape") == 2 * 3 * 2
     assert kinds.count("Where") == 1  # one routing per ps (one device here), shared by both tables
     assert kinds.count("Assert") == 3  # one id check per feature

@@ -155,13 +155,27 @@ def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[in
     return known[key]
 
 
+_GATHER_GRAD = "TfdistPackedRowsGather"
+
+
+@tf.RegisterGradient(_GATHER_GRAD)
+def _rows_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.IndexedSlices, None]:
+    """A part's gradient: the rows' gradients at their ids, the ``IndexedSlices`` TF's gather gradient gives.
+
+    TF's builds it with about seven shape ops per part (reshapes that are no-ops for 1-D ids);
+    here one op reads the part's shape.
+    """
+    return tf.IndexedSlices(grad, op.inputs[1], tf.raw_ops.VariableShape(input=op.inputs[0])), None
+
+
 def _lookup_on(device: str, entries: list[tuple[int, int, Any]], ids: Sequence[tf.Tensor]) -> tf.Tensor:
     """``[batch, parts * width]``: the rows of parts of one width on one device, from one scatter."""
     width = int(entries[0][2].shape[1])
     batch, pairs, rows, positions = _route(device, [ids[t] for t, _, _ in entries],
                                            [offset for _, offset, _ in entries],
                                            [int(part.shape[0]) for _, _, part in entries], entries[0][2])
-    with v1.colocate_with(entries[0][2]):
+    graph = pairs.graph
+    with v1.colocate_with(entries[0][2]), graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
         gathered = [tf.gather(part, local) for (_, _, part), local in zip(entries, rows, strict=True)]
         stitched = tf.dynamic_stitch(positions, gathered) if len(entries) > 1 else gathered[0]
         shape = tf.stack([batch, tf.constant(len(entries), tf.int64), tf.constant(width, tf.int64)])
