@@ -113,19 +113,22 @@ def _write(export_dir: str, name: str, layout: ShardLayout, dim: int, dtype: tf.
                             "number), or remove the old export.", field="export_dir")
     parent = os.path.dirname(os.path.abspath(export_dir))
     os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(tempfile.mkdtemp(prefix=".lookup-", dir=parent), "export")
-    graph, saver, signatures = _lookup_graph(name, layout, dim, dtype)
-    builder = v1.saved_model.Builder(tmp)
-    variables_dir = os.path.join(tmp, "variables")
-    os.makedirs(variables_dir)
-    _shard_bundles(write_shard, layout, os.path.join(variables_dir, "variables"))
-    with graph.as_default(), v1.Session(graph=graph) as session:  # nothing is run: the variables are written
-        builder.add_meta_graph_and_variables(session, [v1.saved_model.tag_constants.SERVING],
-                                             signature_def_map=signatures, saver=saver, clear_devices=True,
-                                             strip_default_attrs=True)
-    builder.save()
-    os.replace(tmp, export_dir)
-    shutil.rmtree(os.path.dirname(tmp), ignore_errors=True)
+    holder = tempfile.mkdtemp(prefix=".lookup-", dir=parent)  # a reader sees the whole export or none
+    try:
+        tmp = os.path.join(holder, "export")
+        graph, saver, signatures = _lookup_graph(name, layout, dim, dtype)
+        builder = v1.saved_model.Builder(tmp)
+        variables_dir = os.path.join(tmp, "variables")
+        os.makedirs(variables_dir)
+        _shard_bundles(write_shard, layout, os.path.join(variables_dir, "variables"))
+        with graph.as_default(), v1.Session(graph=graph) as session:  # nothing runs: the variables are written
+            builder.add_meta_graph_and_variables(session, [v1.saved_model.tag_constants.SERVING],
+                                                 signature_def_map=signatures, saver=saver, clear_devices=True,
+                                                 strip_default_attrs=True)
+        builder.save()
+        os.replace(tmp, export_dir)
+    finally:
+        shutil.rmtree(holder, ignore_errors=True)
     nbytes = layout.rows * dim * dtype.size
     logger.info("exported the lookup of %r (%d x %d, %.1f MiB in %d shard(s)) to %s", name, layout.rows, dim,
                 nbytes / 2**20, layout.num_shards, export_dir)

@@ -21,6 +21,13 @@ that tensor goes back as one tensor too and is split into each shard's row-spars
 its fetches need). For a single id per example every combiner gives the row itself, and a
 missing value (-1, ``''``, or outside a vocabulary without OOV buckets) gives zeros, as TF's sparse
 path does.
+
+The number of ops per step counts as much as the transfers (a ps runs its part of every step, op
+by op, on few cores), so the per-part work is kept to what the maths needs: each ps routes all its
+parts' ids together (one ``Where``, two ``DynamicPartition``s), the deep and wide tables share that
+routing and the ids' transfer, one ``ScatterNd`` per ps and width places the rows, each id is
+checked and transformed once per graph, and each part's gradient is its rows' ``IndexedSlices``
+built directly (TF's gather gradient adds seven shape ops per part).
 """
 from __future__ import annotations
 
