@@ -195,3 +195,19 @@ def test_deep_and_wide_parts_share_one_id_check_and_routing_and_equal_tf():
     assert kinds.count("ExpandDims") == 0 and kinds.count("VariableShape") == 2 * 3 * 2
     assert kinds.count("Where") == 1  # one routing per ps (one device here), shared by both tables
     assert kinds.count("Assert") == 3  # one id check per feature
+
+
+def test_a_built_graph_is_not_kept_alive_by_the_memoised_ids():
+    import gc
+    import weakref
+
+    columns = [fc.embedding_column(fc.categorical_column_with_identity("C1", 10), 2)]
+    graphs = []
+    for _ in range(2):  # as an Estimator builds a graph per call
+        graph = tf.Graph()
+        with graph.as_default():
+            fast_input_layer({"C1": tf.constant([[3], [1]], tf.int64)}, columns)
+        graphs.append(weakref.ref(graph))
+        del graph
+    gc.collect()
+    assert graphs[0]() is None

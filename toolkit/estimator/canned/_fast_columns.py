@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import re
-import weakref
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,7 +87,24 @@ def _single_values(features: Mapping[str, Any], key: str) -> tf.Tensor | None:
     return value
 
 
-_IDS: weakref.WeakKeyDictionary[tf.Graph, dict[Any, tf.Tensor | None]] = weakref.WeakKeyDictionary()
+class _GraphMemo(threading.local):
+    """Tensors memoised for the graph this thread is building: only its latest graph's.
+
+    Memoised tensors hold their graph, so a cache keyed by graph would keep every graph an
+    Estimator ever built (one per train/evaluate/predict call) alive; this keeps at most one.
+    """
+
+    def __init__(self) -> None:
+        self.graph: tf.Graph | None = None
+        self.items: dict[Any, Any] = {}
+
+    def of(self, graph: tf.Graph) -> dict[Any, Any]:
+        if self.graph is not graph:
+            self.graph, self.items = graph, {}
+        return self.items
+
+
+_MEMO = _GraphMemo()
 
 
 def _dense_ids(features: Mapping[str, Any], column: Any) -> tf.Tensor | None:
@@ -99,8 +116,8 @@ def _dense_ids(features: Mapping[str, Any], column: Any) -> tf.Tensor | None:
     value = _single_values(features, column.key)
     if value is None:
         return None
-    known = _IDS.setdefault(value.graph, {})
-    key = (value.ref(), column)
+    known = _MEMO.of(value.graph)
+    key = ("ids", value.ref(), column)
     if key not in known:
         known[key] = _transform(value, column)
     return known[key]
@@ -137,7 +154,6 @@ def _parts(candidates: Any, name: str) -> list[Any]:
 
 
 _Route = tuple[tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
-_ROUTES: weakref.WeakKeyDictionary[tf.Graph, dict[Any, _Route]] = weakref.WeakKeyDictionary()
 
 
 def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any) -> _Route:
@@ -148,8 +164,8 @@ def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[in
     places among the pairs. Once per graph for the same ids and row ranges: the deep and wide tables
     of a wide & deep model share their ids' transfer and routing.
     """
-    known = _ROUTES.setdefault(ids[0].graph, {})
-    key = (device, tuple(i.ref() for i in ids), tuple(offsets), tuple(sizes))
+    known = _MEMO.of(ids[0].graph)
+    key = ("route", device, tuple(i.ref() for i in ids), tuple(offsets), tuple(sizes))
     if key not in known:
         stacked = tf.stack(ids, axis=1)  # one id transfer to this ps
         with v1.colocate_with(colocate):
