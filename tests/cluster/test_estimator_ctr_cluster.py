@@ -107,3 +107,11 @@ def test_wide_and_deep_ctr_tables_partitioned_over_two_ps_train_row_sparse(tmp_p
     found = re.search(r"held-out log loss ([0-9.]+) base rate ([0-9.]+)", chief)
     assert found, chief[-3000:]
     assert float(found.group(1)) < float(found.group(2)) - 0.02, found.group(0)
+
+    # the deep table's lookup alone, exported shard by shard from the checkpoint, serves its rows
+    from toolkit.training.export_lookup import export_checkpoint_lookup
+
+    export_checkpoint_lookup(str(model_dir), str(tmp_path / "lookup"), key=_TABLE)
+    ids = np.array([[0, 19], [20, 39]], np.int64)
+    served = tf.saved_model.load(str(tmp_path / "lookup")).signatures["serving_default"](ids=tf.constant(ids))
+    np.testing.assert_array_equal(served["embeddings"].numpy(), tf.train.load_variable(last, _TABLE)[ids])

@@ -18,23 +18,29 @@ def _features(ids: np.ndarray) -> dict[str, tf.Tensor]:
     return features
 
 
-def _both(build, ids: np.ndarray, partitions: int = 2):
-    """(stock, fast) outputs and their gradients w.r.t. every variable, each in a fresh graph from one seed."""
+def _both(build, ids: np.ndarray, partitions: int = 2, features=_features):
+    """(stock, fast) outputs and their gradients w.r.t. every variable, each in a fresh graph from one seed.
+
+    Also returns the fast graph's number of per-part packed gathers (``ResourceGather`` outside TF's
+    ops), so a test knows the packed path was taken rather than TF's.
+    """
     results = []
     for fast in (False, True):
-        with tf.Graph().as_default():
+        with tf.Graph().as_default() as graph:
             v1.set_random_seed(0)
             with v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(partitions)):
-                out = build(_features(ids), fast)
+                out = build(features(ids), fast)
             variables = sorted(v1.trainable_variables(), key=lambda v: v.op.name)
             grads = tf.gradients(tf.reduce_sum(out * tf.range(1.0, 1.0 + out.shape[-1])), variables)
+            packed = sum(op.type == "ResourceGather" and "input_layer" not in op.name and "linear_model" not in op.name
+                 for op in graph.get_operations())
             with v1.Session() as session:
-                session.run(v1.global_variables_initializer())
+                session.run([v1.global_variables_initializer(), v1.tables_initializer()])
                 for v in variables:  # non-zero weights so that the linear sums are not trivially zero
                     session.run(v.assign(tf.reshape(tf.range(float(np.prod(v.shape))), v.shape) / 7.0))
                 dense_grads = [tf.convert_to_tensor(g) for g in grads]
                 results.append((session.run(out), [v.op.name for v in variables], session.run(dense_grads)))
-    return results
+    return results, packed
 
 
 def test_embedding_columns_look_up_the_rows_tf_does_with_the_same_variables_and_gradients():
@@ -45,7 +51,8 @@ def test_embedding_columns_look_up_the_rows_tf_does_with_the_same_variables_and_
     def build(features, fast):
         return fast_input_layer(features, columns) if fast else fc.input_layer(features, columns)
 
-    (stock, names, stock_grads), (packed, fast_names, fast_grads) = _both(build, ids)
+    ((stock, names, stock_grads), (packed, fast_names, fast_grads)), gathers = _both(build, ids)
+    assert gathers == 3 * 2
     assert names == fast_names and "m/input_layer/C10_embedding/embedding_weights/part_1" in names
     np.testing.assert_allclose(packed, stock, rtol=1e-6)
     assert np.all(packed[1, 6:9] == 0)  # C2 (after C10, C1 by name) is missing (-1): zeros, as TF reads it
@@ -62,7 +69,8 @@ def test_linear_model_over_identity_columns_sums_the_weights_tf_does():
             return fast_linear_logits(features, columns, units=1, sparse_combiner="sum")
         return fc.linear_model(features, columns, units=1, sparse_combiner="sum")
 
-    (stock, names, stock_grads), (packed, fast_names, fast_grads) = _both(build, ids)
+    ((stock, names, stock_grads), (packed, fast_names, fast_grads)), gathers = _both(build, ids)
+    assert gathers == 3 * 2
     assert names == fast_names and "m/linear_model/C1/weights/part_0" in names
     np.testing.assert_allclose(packed, stock, rtol=1e-6)
     for a, b in zip(fast_grads, stock_grads, strict=True):
@@ -89,3 +97,117 @@ def test_multivalent_or_sparse_ids_take_tf_s_own_path():
             session.run(v1.global_variables_initializer())
             table = session.run(v1.trainable_variables()[0])
             np.testing.assert_allclose(session.run(out), [table[3] + table[4], table[1] + table[2]], rtol=1e-6)
+
+
+def _transformed_columns(vocabulary_file):
+    return [fc.categorical_column_with_hash_bucket("H", 7),
+            fc.categorical_column_with_hash_bucket("I", 5, dtype=tf.int64),
+            fc.categorical_column_with_vocabulary_list("V", ["a", "b", "c", "d"], num_oov_buckets=2),
+            fc.categorical_column_with_vocabulary_list("W", [10, 20, 30], dtype=tf.int64),
+            fc.categorical_column_with_vocabulary_file("F", str(vocabulary_file), vocabulary_size=3,
+                                                       num_oov_buckets=1)]
+
+
+def _mixed_features(rows):
+    """Strings and ints per example, with missing values ('' and -1) and ids outside each vocabulary."""
+    del rows
+    return {"H": tf.constant([["x"], [""], ["y"], ["x"]]), "I": tf.constant([[3], [-1], [12345], [7]], tf.int64),
+            "V": tf.constant([["b"], ["zz"], ["a"], ["d"]]), "W": tf.constant([[20], [99], [10], [30]], tf.int64),
+            "F": tf.constant([["pear"], ["fig"], ["kiwi"], ["apple"]]),
+            "C1": tf.constant([[0], [3], [5], [9]], tf.int64), "C2": tf.constant([[7], [-1], [2], [0]], tf.int64)}
+
+
+@pytest.mark.parametrize("kind", ["embedding", "shared"])
+def test_hashed_vocabulary_and_shared_embedding_columns_look_up_packed_as_tf_does(tmp_path, kind):
+    vocabulary = tmp_path / "fruit.txt"
+    vocabulary.write_text("apple\npear\nfig\n")
+    def make_columns():  # TF makes shared embedding columns in graph mode only
+        if kind == "embedding":
+            return [fc.embedding_column(c, 3) for c in _transformed_columns(vocabulary)]
+        # one table for C1 and C2, one for both hashed string columns
+        return [*fc.shared_embedding_columns([fc.categorical_column_with_identity("C1", 10),
+                                              fc.categorical_column_with_identity("C2", 10)], 3),
+                *fc.shared_embedding_columns([fc.categorical_column_with_hash_bucket("H", 7),
+                                              fc.categorical_column_with_hash_bucket("V", 7)], 2)]
+
+    tables = 5 if kind == "embedding" else 4  # lookups: one per column
+
+    def build(features, fast):
+        columns = make_columns()
+        return fast_input_layer(features, columns) if fast else fc.input_layer(features, columns)
+
+    ((stock, names, stock_grads), (packed, fast_names, fast_grads)), gathers = _both(build, None,
+                                                                                    features=_mixed_features)
+    assert gathers == tables * 2 and names == fast_names
+    if kind == "shared":
+        assert names == ["m/input_layer/C1_C2_shared_embedding/embedding_weights/part_0",
+                         "m/input_layer/C1_C2_shared_embedding/embedding_weights/part_1",
+                         "m/input_layer/H_V_shared_embedding/embedding_weights/part_0",
+                         "m/input_layer/H_V_shared_embedding/embedding_weights/part_1"]
+    np.testing.assert_allclose(packed, stock, rtol=1e-6)
+    assert np.count_nonzero(np.all(packed == 0, axis=1)) == 0 and np.any(packed == 0)  # missing values read zeros
+    for a, b in zip(fast_grads, stock_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_linear_model_over_hashed_and_vocabulary_columns_sums_the_weights_tf_does(tmp_path):
+    vocabulary = tmp_path / "fruit.txt"
+    vocabulary.write_text("apple\npear\nfig\n")
+    columns = _transformed_columns(vocabulary)
+
+    def build(features, fast):
+        if fast:
+            return fast_linear_logits(features, columns, units=2, sparse_combiner="sum")
+        return fc.linear_model(features, columns, units=2, sparse_combiner="sum")
+
+    ((stock, names, stock_grads), (packed, fast_names, fast_grads)), gathers = _both(build, None,
+                                                                                    features=_mixed_features)
+    assert gathers == 5 * 2 and names == fast_names and "m/linear_model/F/weights/part_1" in names
+    np.testing.assert_allclose(packed, stock, rtol=1e-6)
+    for a, b in zip(fast_grads, stock_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_deep_and_wide_parts_share_one_id_check_and_routing_and_equal_tf():
+    ids = np.array([[0, 3, 5], [7, -1, 2], [4, 4, 8]], np.int64)
+    wide = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]
+    deep = [fc.embedding_column(c, 2) for c in wide]
+
+    def build(features, fast):
+        if fast:
+            parts = [fast_input_layer(features, deep),
+                     fast_linear_logits(features, wide, units=1, sparse_combiner="sum")]
+        else:
+            parts = [fc.input_layer(features, deep), fc.linear_model(features, wide, units=1, sparse_combiner="sum")]
+        return tf.concat(parts, axis=1)
+
+    ((stock, names, stock_grads), (packed, fast_names, fast_grads)), gathers = _both(build, ids)
+    assert gathers == 2 * 3 * 2 and names == fast_names
+    np.testing.assert_allclose(packed, stock, rtol=1e-6)
+    for a, b in zip(fast_grads, stock_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    with tf.Graph().as_default() as graph, v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(2)):
+        grads = tf.gradients(tf.reduce_sum(build(_features(ids), True)), v1.trainable_variables())
+        kinds = [op.type for op in graph.get_operations()  # the packed path's own ops, not TF's unused ones
+                 if "input_layer" not in op.name and "linear_model" not in op.name]
+    # each part's gradient is its rows' IndexedSlices, without TF's per-part reshapes (ExpandDims, Size, ...)
+    assert sum(isinstance(g, tf.IndexedSlices) for g in grads) == 2 * 3 * 2
+    assert kinds.count("ExpandDims") == 0 and kinds.count("VariableShape") == 2 * 3 * 2
+    assert kinds.count("Where") == 1  # one routing per ps (one device here), shared by both tables
+    assert kinds.count("Assert") == 3  # one id check per feature
+
+
+def test_a_built_graph_is_not_kept_alive_by_the_memoised_ids():
+    import gc
+    import weakref
+
+    columns = [fc.embedding_column(fc.categorical_column_with_identity("C1", 10), 2)]
+    graphs = []
+    for _ in range(2):  # as an Estimator builds a graph per call
+        graph = tf.Graph()
+        with graph.as_default():
+            fast_input_layer({"C1": tf.constant([[3], [1]], tf.int64)}, columns)
+        graphs.append(weakref.ref(graph))
+        del graph
+    gc.collect()
+    assert graphs[0]() is None

@@ -6,7 +6,9 @@
   them blocked).
 * TF1's feature columns (``tf.compat.v1.feature_column``'s ``_FeatureColumn``
   classes) only have ``_parse_example_spec`` and ``_variable_shape``; the
-  canned estimators accept them next to the v2 columns.
+  canned estimators accept them next to the v2 columns. A categorical column's
+  ids come from its ``_get_sparse_tensors`` through a ``_LazyBuilder`` (its hashing
+  and vocabulary tables), for the canned estimators' packed lookups.
 * A graph's ``Operation._update_input`` rewires one input of a built op, and
   ``Operation._get_control_flow_context`` says whether an op is inside a TF1
   ``while_loop``/``cond``; the Estimator's transfer packing needs both.
@@ -34,7 +36,8 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "estimator_loss_scaling", "mirrored_on",
+__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical_ids", "estimator_loss_scaling",
+           "mirrored_on",
            "in_control_flow", "is_dense_column", "loss_scaled_by_optimizer",
            "is_feature_column", "missing_symbols",
            "named_variable", "parse_example_spec", "sync_optimizers", "update_input"]
@@ -66,6 +69,18 @@ def is_dense_column(column: Any) -> bool:
 def parse_example_spec(column: Any) -> Any:
     """The ``{key: FixedLenFeature/VarLenFeature}`` a v2 or TF1 column parses."""
     return column.parse_example_spec if hasattr(column, "parse_example_spec") else column._parse_example_spec
+
+
+def categorical_ids(column: Any, features: Any) -> Any:
+    """A categorical column's ids of ``features`` (a ``SparseTensor``), by the column's own transform.
+
+    Hashing and vocabulary tables exactly as ``input_layer``/``linear_model`` apply them (TF1's
+    ``_get_sparse_tensors`` through a ``_LazyBuilder``); the packed lookups of the canned estimators
+    read them.
+    """
+    from tensorflow.python.feature_column import feature_column as fc_old
+
+    return column._get_sparse_tensors(fc_old._LazyBuilder(dict(features))).id_tensor
 
 
 def update_input(op: Any, index: int, tensor: Any) -> None:
@@ -187,4 +202,10 @@ def missing_symbols() -> list[str]:
     for attribute in ("_parse_example_spec", "_variable_shape"):
         if not hasattr(v1_column, attribute):
             missing.append(f"tf.compat.v1.feature_column.numeric_column(...).{attribute}")
+    try:
+        with tf.Graph().as_default():
+            hashed = v1.feature_column.categorical_column_with_hash_bucket("x", 5)
+            categorical_ids(hashed, {"x": tf.constant([["a"]])})
+    except (AttributeError, ImportError) as exc:
+        missing.append(f"feature_column._LazyBuilder / _CategoricalColumn._get_sparse_tensors: {exc}")
     return missing + strategies_compat.missing_symbols()

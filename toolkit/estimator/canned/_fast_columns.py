@@ -7,52 +7,127 @@ shard go to its ps, its rows come back, and its gradient goes back again, each a
 (26 features x 2 parts x 2 shards is over 300 per worker step), and the lookups are
 ``safe_embedding_lookup_sparse`` on ids turned sparse. Those RPCs, not the maths, set the pace.
 
-Here, for a column whose ids are an identity column's dense ``[batch]`` or ``[batch, 1]`` ints
-(one id per example, the usual click-through input), the stock ``input_layer`` /
+Here, for a column whose feature holds one value per example (a dense ``[batch]`` or ``[batch, 1]``
+int or string tensor, the usual click-through input) and whose ids are an identity, hashed
+(``categorical_column_with_hash_bucket``) or vocabulary (``..._with_vocabulary_list/_file``)
+column's, in an ``embedding_column`` or ``shared_embedding_columns``, the stock ``input_layer`` /
 ``linear_model`` still create the variables (same names, shapes, partitions, initialisers and
 collections as TF), but the logits come from a packed lookup: all of a ps's shards are looked up
 on that ps from one ``[batch, tables]`` id tensor, and their rows come back as one
-``[batch, sum of widths]`` tensor. Built with ``colocate_gradients_with_ops``, the gradient of
+``[batch, sum of widths]`` tensor. Hashing and vocabulary tables are the column's own (TF's
+transform, on the worker). Built with ``colocate_gradients_with_ops``, the gradient of
 that tensor goes back as one tensor too and is split into each shard's row-sparse
 ``IndexedSlices`` on the ps. The stock ops stay in the graph unused (a session runs only what
 its fetches need). For a single id per example every combiner gives the row itself, and a
-missing id (-1) gives zeros, as TF's sparse path does.
+missing value (-1, ``''``, or outside a vocabulary without OOV buckets) gives zeros, as TF's sparse
+path does.
+
+The number of ops per step counts as much as the transfers (a ps runs its part of every step, op
+by op, on few cores), so the per-part work is kept to what the maths needs: each ps routes all its
+parts' ids together (one ``Where``, two ``DynamicPartition``s), the deep and wide tables share that
+routing and the ids' transfer, one ``ScatterNd`` per ps and width places the rows, each id is
+checked and transformed once per graph, and each part's gradient is its rows' ``IndexedSlices``
+built directly (TF's gather gradient adds seven shape ops per part).
 """
 from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-__all__ = ["fast_input_layer", "fast_linear_logits", "packed_lookup"]
+from toolkit._compat.tensorflow import categorical_ids
+
+__all__ = ["categorical_column", "fast_input_layer", "fast_linear_logits", "packable_embedding", "packed_lookup"]
 
 v1 = tf.compat.v1
 
 
 @functools.lru_cache(maxsize=1)
-def _column_types() -> tuple[Any, Any]:
-    """(identity column, embedding column) classes, as the public constructors make them."""
-    identity = v1.feature_column.categorical_column_with_identity("k", 1)
-    return type(identity), type(v1.feature_column.embedding_column(identity, 1))
+def _column_types() -> dict[str, tuple[Any, ...]]:
+    """The column classes the packed path takes, as the public constructors make them."""
+    fc = v1.feature_column
+    identity = fc.categorical_column_with_identity("k", 2)
+    others = (fc.categorical_column_with_hash_bucket("k", 2), fc.categorical_column_with_vocabulary_list("k", ["a"]),
+              fc.categorical_column_with_vocabulary_file("k", "vocabulary.txt", vocabulary_size=1))
+    with tf.Graph().as_default():  # TF refuses to make shared embedding columns eagerly
+        shared = fc.shared_embedding_columns([identity], 1)[0]
+    return {"identity": (type(identity),), "transformed": tuple(type(c) for c in others),
+            "embedding": (type(fc.embedding_column(identity, 1)),), "shared": (type(shared),)}
 
 
 def identity_column(column: Any) -> bool:
-    return isinstance(column, _column_types()[0])
+    return isinstance(column, _column_types()["identity"])
 
 
-def embedding_over_identity(column: Any) -> bool:
-    return isinstance(column, _column_types()[1]) and identity_column(column.categorical_column)
+def categorical_column(column: Any) -> bool:
+    """An identity, hashed or vocabulary column: one bucket id per input value."""
+    return identity_column(column) or isinstance(column, _column_types()["transformed"])
+
+
+def packable_embedding(column: Any) -> bool:
+    """An ``embedding_column`` or ``shared_embedding_columns`` member over such a column, without ``max_norm``."""
+    kinds = _column_types()["embedding"] + _column_types()["shared"]
+    return (isinstance(column, kinds) and categorical_column(column.categorical_column)
+            and column.max_norm is None)
+
+
+def _single_values(features: Mapping[str, Any], key: str) -> tf.Tensor | None:
+    """The feature as a dense ``[batch]``/``[batch, 1]`` int or string tensor (one value per example), or None."""
+    value = features.get(key)
+    if not isinstance(value, tf.Tensor) or value.shape.rank not in (1, 2):
+        return None
+    if not (value.dtype.is_integer or value.dtype == tf.string):
+        return None
+    if value.shape.rank == 2 and value.shape[-1] != 1:
+        return None
+    return value
+
+
+class _GraphMemo(threading.local):
+    """Tensors memoised for the graph this thread is building: only its latest graph's.
+
+    Memoised tensors hold their graph, so a cache keyed by graph would keep every graph an
+    Estimator ever built (one per train/evaluate/predict call) alive; this keeps at most one.
+    """
+
+    def __init__(self) -> None:
+        self.graph: tf.Graph | None = None
+        self.items: dict[Any, Any] = {}
+
+    def of(self, graph: tf.Graph) -> dict[Any, Any]:
+        if self.graph is not graph:
+            self.graph, self.items = graph, {}
+        return self.items
+
+
+_MEMO = _GraphMemo()
 
 
 def _dense_ids(features: Mapping[str, Any], column: Any) -> tf.Tensor | None:
-    """The column's ids as a dense int64 ``[batch]`` tensor (validated), or None when it does not qualify."""
-    value = features.get(column.key)
-    if not isinstance(value, tf.Tensor) or not value.dtype.is_integer or value.shape.rank not in (1, 2):
+    """The column's ids as a dense int64 ``[batch]`` tensor (-1 where missing), or None when it does not qualify.
+
+    Computed once per graph for a feature and column: the deep and wide parts of a wide & deep model
+    look the same ids up (and check them) once.
+    """
+    value = _single_values(features, column.key)
+    if value is None:
         return None
-    if value.shape.rank == 2 and value.shape[-1] != 1:
+    known = _MEMO.of(value.graph)
+    key = ("ids", value.ref(), column)
+    if key not in known:
+        known[key] = _transform(value, column)
+    return known[key]
+
+
+def _transform(value: tf.Tensor, column: Any) -> tf.Tensor | None:
+    if not identity_column(column):  # hashing, vocabulary tables: the column's own transform
+        ids = categorical_ids(column, {column.key: value})
+        return tf.reshape(tf.sparse.to_dense(ids, default_value=-1), [-1])
+    if not value.dtype.is_integer:
         return None
     ids = tf.reshape(tf.cast(value, tf.int64), [-1])
     buckets = column.num_buckets
@@ -62,9 +137,8 @@ def _dense_ids(features: Mapping[str, Any], column: Any) -> tf.Tensor | None:
     message = (f"feature {column.key} has an id outside [0, {buckets}), the num_buckets of its "
                "categorical_column_with_identity. Map the ids into that range, raise num_buckets, or pass "
                "default_value for ids outside it.")
-    checks = [v1.assert_less(ids, tf.constant(buckets, tf.int64), message=message),
-              v1.assert_greater_equal(ids, tf.constant(-1, tf.int64), message=message)]
-    with tf.control_dependencies(checks):
+    valid = tf.reduce_all(tf.logical_and(ids >= -1, ids < buckets))
+    with tf.control_dependencies([tf.debugging.Assert(valid, [message])]):  # a plain Assert op, no cond
         return tf.identity(ids)
 
 
@@ -79,59 +153,113 @@ def _parts(candidates: Any, name: str) -> list[Any]:
     return [v for _, v in sorted(found, key=lambda item: item[0])]
 
 
+_Route = tuple[tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
+
+
+def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any) -> _Route:
+    """Which part holds which example's id, computed on the ps from one ``[batch, parts]`` id tensor.
+
+    Returns ``(batch, pairs, rows, positions)``: ``pairs`` ``[k, 2]`` the (example, part) pairs whose
+    id the part holds, row-major; per part, ``rows`` its local rows of them and ``positions`` their
+    places among the pairs. Once per graph for the same ids and row ranges: the deep and wide tables
+    of a wide & deep model share their ids' transfer and routing.
+    """
+    known = _MEMO.of(ids[0].graph)
+    key = ("route", device, tuple(i.ref() for i in ids), tuple(offsets), tuple(sizes))
+    if key not in known:
+        stacked = tf.stack(ids, axis=1)  # one id transfer to this ps
+        with v1.colocate_with(colocate):
+            local = stacked - tf.constant(offsets, tf.int64)
+            pairs = tf.where(tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64)))
+            part = tf.cast(pairs[:, 1], tf.int32)
+            rows = tf.dynamic_partition(tf.gather_nd(local, pairs), part, len(ids))
+            positions = tf.dynamic_partition(tf.range(tf.shape(pairs)[0]), part, len(ids))
+            known[key] = (tf.shape(stacked, out_type=tf.int64)[0], pairs, rows, positions)
+    return known[key]
+
+
+_GATHER_GRAD = "TfdistPackedRowsGather"
+
+
+@tf.RegisterGradient(_GATHER_GRAD)
+def _rows_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.IndexedSlices, None]:
+    """A part's gradient: the rows' gradients at their ids, the ``IndexedSlices`` TF's gather gradient gives.
+
+    TF's builds it with about seven shape ops per part (reshapes that are no-ops for 1-D ids);
+    here one op reads the part's shape.
+    """
+    return tf.IndexedSlices(grad, op.inputs[1], tf.raw_ops.VariableShape(input=op.inputs[0])), None
+
+
+def _lookup_on(device: str, entries: list[tuple[int, int, Any]], ids: Sequence[tf.Tensor]) -> tf.Tensor:
+    """``[batch, parts * width]``: the rows of parts of one width on one device, from one scatter."""
+    width = int(entries[0][2].shape[1])
+    batch, pairs, rows, positions = _route(device, [ids[t] for t, _, _ in entries],
+                                           [offset for _, offset, _ in entries],
+                                           [int(part.shape[0]) for _, _, part in entries], entries[0][2])
+    graph = pairs.graph
+    with v1.colocate_with(entries[0][2]), graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
+        gathered = [tf.gather(part, local) for (_, _, part), local in zip(entries, rows, strict=True)]
+        stitched = tf.dynamic_stitch(positions, gathered) if len(entries) > 1 else gathered[0]
+        shape = tf.stack([batch, tf.constant(len(entries), tf.int64), tf.constant(width, tf.int64)])
+        return tf.reshape(tf.scatter_nd(pairs, stitched, shape), [-1, len(entries) * width])
+
+
 def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
-    """Rows ``[batch, width]`` of each table (its parts, in order) for its ids; zeros for ids in no part."""
-    by_device: dict[str, list[tuple[int, int, Any]]] = {}
+    """Rows ``[batch, width]`` of each table (its parts, in order) for its ids; zeros for ids in no part.
+
+    On each ps, the ids of all its parts arrive as one ``[batch, parts]`` tensor and are routed
+    together; each part gathers only the rows of the ids it holds (its gradient is row-sparse over
+    them), and the rows go back as one ``[batch, widths]`` tensor.
+    """
+    groups: dict[tuple[str, int], list[tuple[int, int, Any]]] = {}
     for t, parts in enumerate(tables):
         offset = 0
         for part in parts:
-            by_device.setdefault(part.device, []).append((t, offset, part))
+            groups.setdefault((part.device, int(part.shape[1])), []).append((t, offset, part))
             offset += int(part.shape[0])
     found: list[list[tf.Tensor]] = [[] for _ in tables]
-    for entries in by_device.values():
-        used = sorted({t for t, _, _ in entries})
-        stacked = tf.stack([ids[t] for t in used], axis=1)  # one id transfer to this ps
-        rows = []
-        with v1.colocate_with(entries[0][2]):
-            batch = tf.shape(stacked, out_type=tf.int64)[0]
-            for t, offset, part in entries:
-                local = stacked[:, used.index(t)] - offset
-                here = tf.logical_and(local >= 0, local < int(part.shape[0]))
-                gathered = tf.gather(part, tf.boolean_mask(local, here))
-                rows.append(tf.scatter_nd(tf.where(here), gathered,
-                                          tf.stack([batch, tf.constant(int(part.shape[1]), tf.int64)])))
-            packed = tf.concat(rows, axis=1) if len(rows) > 1 else rows[0]  # one row transfer back
-        widths = [int(part.shape[1]) for _, _, part in entries]
-        for (t, _, _), piece in zip(entries, tf.split(packed, widths, axis=1), strict=True):
+    for (device, width), entries in groups.items():
+        packed = _lookup_on(device, entries, ids)  # one row transfer back per device and width
+        for (t, _, _), piece in zip(entries, tf.split(packed, [width] * len(entries), axis=1), strict=True):
             found[t].append(piece)
     return [tf.add_n(pieces) if len(pieces) > 1 else pieces[0] for pieces in found]
 
 
+def _embedding_parts(column: Any, variables: Mapping[Any, list[Any]]) -> list[Any]:
+    """The parts of an embedding column's table; a shared table is the one in its graph collection."""
+    if isinstance(column, _column_types()["shared"]):
+        (table,) = v1.get_collection(column.shared_embedding_collection_name)
+        return [table] if isinstance(table, tf.Variable) else list(table)  # a PartitionedVariable: its parts
+    return _parts(variables[column], f"{column.name}/embedding_weights")
+
+
 def fast_input_layer(features: Mapping[str, Any], columns: Sequence[Any]) -> tf.Tensor:
-    """``input_layer(features, columns)``, with single-valued identity embedding columns looked up packed."""
+    """``input_layer(features, columns)``, with single-valued embedding columns looked up packed."""
     outputs: dict[Any, tf.Tensor] = {}
     variables: dict[Any, list[Any]] = {}
     stock = v1.feature_column.input_layer(dict(features), list(columns), cols_to_vars=variables,
                                           cols_to_output_tensors=outputs)
-    fast = [(c, ids) for c in columns if embedding_over_identity(c) and c.max_norm is None
+    fast = [(c, ids) for c in columns if packable_embedding(c)
             and (ids := _dense_ids(features, c.categorical_column)) is not None]
     if not fast:
         return stock
-    rows = packed_lookup([ids for _, ids in fast], [_parts(variables[c], f"{c.name}/embedding_weights")
-                                                    for c, _ in fast])
+    rows = packed_lookup([ids for _, ids in fast], [_embedding_parts(c, variables) for c, _ in fast])
     outputs.update({c: r for (c, _), r in zip(fast, rows, strict=True)})
     return tf.concat([outputs[c] for c in sorted(columns, key=lambda c: c.name)], axis=1)
 
 
 def fast_linear_logits(features: Mapping[str, Any], columns: Sequence[Any], *, units: int,
                        sparse_combiner: str) -> tf.Tensor:
-    """``linear_model(...)``; packed when every column is an identity column with one id per example."""
+    """``linear_model(...)``; packed when every column is an identity, hashed or vocabulary column with one
+    value per example."""
     variables: dict[Any, list[Any]] = {}
     stock = v1.feature_column.linear_model(dict(features), list(columns), units=units,
                                            sparse_combiner=sparse_combiner, cols_to_vars=variables)
-    ids = [_dense_ids(features, c) if identity_column(c) else None for c in columns]
+    ids = [_dense_ids(features, c) if categorical_column(c) else None for c in columns]
     if any(i is None for i in ids):
         return stock
     rows = packed_lookup(ids, [_parts(variables[c], f"{c.name}/weights") for c in columns])
-    bias = _parts(variables["bias"], "bias_weights")
+    # TF's cols_to_vars lists only a partitioned bias's first part: find all of them by its name
+    bias = _parts(v1.global_variables(), re.sub(r"/part_\d+$", "", variables["bias"][0].op.name))
     return tf.nn.bias_add(tf.add_n(rows), tf.concat(bias, axis=0) if len(bias) > 1 else bias[0])
