@@ -7,7 +7,8 @@
   evaluates the chief's checkpoints as ``train_and_evaluate`` did, ends with the final one, and exits 0.
 * The Estimator guide's distribution section: MirroredStrategy on 2 logical CPUs takes the same
   steps as one device on the global batch; so does CentralStorageStrategy (one copy of each variable,
-  on the CPU, and model_fn on both replicas).
+  on the CPU, and model_fn on both replicas); ``model_to_estimator`` under MirroredStrategy starts from the
+  Keras model's weights.
 """
 from __future__ import annotations
 
@@ -94,3 +95,6 @@ def test_mirrored_and_central_storage_equal_one_device_on_the_global_batch(tmp_p
     # input_fn got an InputContext: one input pipeline feeding 2 replicas (and 1 without a strategy)
     assert report["contexts"][:2] == [[1, 2], [1, 2]] and report["eval"]["global_step"] == 20
     assert report["eval"]["loss"] > 0 and report["eval"]["mae"] > 0
+    # model_to_estimator under MirroredStrategy: one step away from the Keras model's own weights
+    keras_run = next(line["keras"] for line in lines if "keras" in line)
+    assert keras_run["step"] == 1 and 0 < keras_run["moved"] < 0.01 and keras_run["eval"] > 0, keras_run

@@ -79,10 +79,11 @@ class CompiledLoss:
                                                                 sample_weights, strict=True):
             if function is None:
                 continue
-            if isinstance(function, self._loss_class):  # reduces itself; weights go through its argument
-                value = function(target, prediction, sample_weight=sample)
-            else:
-                per_example = tf.convert_to_tensor(function(target, prediction))
+            if isinstance(function, self._loss_class) and not tf.distribute.has_strategy():
+                value = function(target, prediction, sample_weight=sample)  # reduces itself
+            else:  # a function; or, under a strategy (where Keras refuses to reduce), the per-example loss
+                per_example = tf.convert_to_tensor(function.call(target, prediction) if isinstance(
+                    function, self._loss_class) else function(target, prediction))
                 if sample is not None:
                     per_example = per_example * tf.reshape(tf.cast(sample, per_example.dtype),
                                                            [-1] + [1] * (per_example.shape.rank - 1))

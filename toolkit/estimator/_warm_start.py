@@ -31,10 +31,46 @@ class WarmStartSettings:
 def warm_start_if_new(settings: WarmStartSettings | None, model_dir: str) -> None:
     """In the default graph, after model_fn: the warm start, when ``model_dir`` has no checkpoint yet."""
     if settings is not None and tf.train.latest_checkpoint(model_dir) is None:
-        tf.compat.v1.train.warm_start(settings.ckpt_to_initialize_from,
-                                      vars_to_warm_start=settings.vars_to_warm_start,
+        selection, previous = _per_component(settings)
+        tf.compat.v1.train.warm_start(settings.ckpt_to_initialize_from, vars_to_warm_start=selection,
                                       var_name_to_vocab_info=settings.var_name_to_vocab_info,
-                                      var_name_to_prev_var_name=settings.var_name_to_prev_var_name)
+                                      var_name_to_prev_var_name=previous)
+
+
+def _per_component(settings: WarmStartSettings) -> tuple[Any, Any]:
+    """Under a tf.distribute strategy: each selected mirrored variable's components, each read from the
+    mirrored variable's name in the checkpoint. (TF's warm start would take a mirrored variable listed beside
+    its components for the slices of one partitioned variable, and initialising the mirrored variable itself
+    leaves its components' initialisers as they were.) Otherwise the settings as they are."""
+    import re
+
+    v1 = tf.compat.v1
+    selection, previous = settings.vars_to_warm_start, settings.var_name_to_prev_var_name
+    patterns = [selection] if isinstance(selection, str) or selection is None else list(selection)
+    if not all(isinstance(p, str) for p in patterns if p is not None):
+        return selection, previous
+    collection = v1.GraphKeys.TRAINABLE_VARIABLES if isinstance(selection, str) or selection is None \
+        else v1.GraphKeys.GLOBAL_VARIABLES
+    chosen = [v for v in v1.get_collection(collection) if any(p is None or re.match(p, v.name) for p in patterns)]
+    mirrored = [v for v in chosen if any(c is not v for c in getattr(v, "values", ()))]
+    if not mirrored:
+        return selection, previous
+    components = {id(c) for v in mirrored for c in v.values}
+    renamed = dict(previous or {})
+    expanded: list[Any] = []
+    for variable in chosen:
+        if id(variable) in components or any(variable is e for e in expanded):
+            continue
+        if not any(variable is m for m in mirrored):
+            expanded.append(variable)
+            continue
+        base = variable.name.split(":")[0]
+        for component in variable.values:
+            name = component.name.split(":")[0]
+            if name != base:
+                renamed[name] = renamed.get(base, base)
+            expanded.append(component)
+    return expanded, renamed
 
 
 def export_fallback(settings: WarmStartSettings | None) -> str | None:

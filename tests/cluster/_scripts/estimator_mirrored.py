@@ -74,3 +74,18 @@ for name, (est, replica_calls, variable_devices) in runs.items():
                       "devices": variable_devices, "weights": weights.tolist()}), flush=True)
 metrics = mirrored.evaluate(lambda: tf.data.Dataset.from_tensor_slices(({"x": X}, Y)).batch(32))
 print(json.dumps({"eval": {k: float(v) for k, v in metrics.items()}, "contexts": contexts}), flush=True)
+
+# model_to_estimator under the same strategy: the Keras model's weights warm-start the mirrored variables
+import keras  # noqa: E402
+
+keras.utils.set_random_seed(0)
+inputs = keras.Input((5,), name="x")
+model = keras.Model(inputs, keras.layers.Dense(1, name="out")(keras.layers.Dense(8, activation="relu")(inputs)))
+model.compile(optimizer=keras.optimizers.SGD(1e-6), loss="mse", metrics=["mae"])  # a step moves it little
+kernel, name = model.layers[1].kernel.numpy(), f"{model.layers[1].name}/kernel"
+converted = tf_estimator.model_to_estimator(keras_model=model, config=tf_estimator.RunConfig(
+    train_distribute=mirrored_strategy, model_dir=os.path.join(OUT, "keras")))
+converted.train(input_fn(PER_REPLICA), steps=1)
+print(json.dumps({"keras": {"step": int(converted.get_variable_value("global_step")),
+                            "moved": float(np.abs(converted.get_variable_value(name) - kernel).max()),
+                            "eval": float(converted.evaluate(input_fn(32), steps=2)["mae"])}}), flush=True)
