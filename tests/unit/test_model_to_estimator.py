@@ -72,4 +72,7 @@ def test_bad_input_names_the_argument(tmp_path):
     with pytest.raises(EstimatorError, match=r"compiled `loss` has keys \['nope'\] that are not its outputs") as info:
         model_to_estimator(keras_model=two, model_dir=str(tmp_path / "b"))
     assert info.value.field == "loss"
+    two.compile(optimizer="sgd", loss="no_such_loss")
+    with pytest.raises(EstimatorError, match="compiled loss 'no_such_loss' for output 'a' cannot be translated"):
+        model_to_estimator(keras_model=two, model_dir=str(tmp_path / "b"))
     assert not (tmp_path / "b").exists()  # refused before anything was written
