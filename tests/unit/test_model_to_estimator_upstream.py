@@ -68,6 +68,7 @@ def test_tf_keras_model_trains_and_evaluates_to_keras_figures_via_compat_v1(tmp_
 
     est = tf1.keras.estimator.model_to_estimator(keras_model=model, model_dir=str(tmp_path / "m"),
                                                  checkpoint_format="saver")
+    assert callable(est.export_savedmodel)  # TF1's keras.estimator gave a tf.compat.v1 Estimator
     before = est.evaluate(_input_fn(x_test, y_test))  # no checkpoint yet: the Keras weights (warm start)
     for i, name in enumerate(["loss", *metrics]):
         assert before[name] == pytest.approx(keras_eval[i], rel=1e-4), (name, keras_eval[i], before[name])

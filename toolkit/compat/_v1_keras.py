@@ -2,8 +2,9 @@
 
 Published TF 2.x code converts models with ``tf.keras.estimator.model_to_estimator(keras_model=...)``.
 ``tf_keras`` still has the name, but it raises ``NotImplementedError`` (tensorflow-estimator is gone), so
-this namespace answers ``estimator.model_to_estimator`` with ``toolkit.estimator.model_to_estimator`` and
-everything else with ``tf_keras``' own v1 module, untouched.
+this namespace answers ``estimator.model_to_estimator`` with ``toolkit.estimator.keras_lib.model_to_estimator_v1``
+(TF1's: a ``tf.compat.v1`` Estimator, ``checkpoint_format='saver'``) and everything else with
+``tf_keras``' own v1 module, untouched.
 """
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ class _Keras(types.ModuleType):
 
 def keras() -> types.ModuleType:
     from toolkit._compat.tf_keras import v1_keras
-    from toolkit.estimator.keras_lib import model_to_estimator
+    from toolkit.estimator.keras_lib import model_to_estimator_v1
 
     estimator = types.ModuleType("toolkit.compat.v1.keras.estimator",
                                  "tf.keras.estimator: model_to_estimator for Keras 2 and Keras 3 models.")
-    estimator.model_to_estimator = model_to_estimator  # type: ignore[attr-defined]
+    estimator.model_to_estimator = model_to_estimator_v1  # type: ignore[attr-defined]
     return _Keras(v1_keras(), estimator)

@@ -38,7 +38,7 @@ from toolkit.estimator._keras_io import (
 )
 from toolkit.estimator._keras_model import KerasModel
 
-__all__ = ["FormattedKeyError", "KerasIOError", "model_to_estimator"]
+__all__ = ["FormattedKeyError", "KerasIOError", "model_to_estimator", "model_to_estimator_v1"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,8 +157,29 @@ def model_to_estimator(keras_model: Any = None, keras_model_path: str | None = N
             optimizer or metric with no TF1 translation, a bad ``metric_names_map`` (each named, with what
             to do instead); ``KerasIOError`` (a ``KeyError``) for ``export_outputs`` keys that are no output.
     """
+    from toolkit.estimator.estimator import Estimator
+
+    return _convert(Estimator, keras_model, keras_model_path, custom_objects, model_dir, config, checkpoint_format,
+                    metric_names_map, export_outputs)
+
+
+def model_to_estimator_v1(keras_model: Any = None, keras_model_path: str | None = None,
+                          custom_objects: Mapping[str, Any] | None = None, model_dir: str | None = None,
+                          config: Any = None, checkpoint_format: str | None = "saver",
+                          metric_names_map: Mapping[str, str] | None = None, export_outputs: Any = None) -> Any:
+    """``tf.compat.v1.keras.estimator.model_to_estimator``: the same, as a ``tf.compat.v1.estimator.Estimator``
+    (which still has ``export_savedmodel``), with TF1's default ``checkpoint_format='saver'``."""
+    from toolkit.estimator.estimator import EstimatorV1
+
+    return _convert(EstimatorV1, keras_model, keras_model_path, custom_objects, model_dir, config,
+                    checkpoint_format, metric_names_map, export_outputs)
+
+
+def _convert(estimator_class: Any, keras_model: Any, keras_model_path: str | None,
+             custom_objects: Mapping[str, Any] | None, model_dir: str | None, config: Any,
+             checkpoint_format: str | None, metric_names_map: Mapping[str, str] | None, export_outputs: Any) -> Any:
     from toolkit.estimator._keras_compiled import CompiledLoss, CompiledMetrics
-    from toolkit.estimator.estimator import Estimator, WarmStartSettings
+    from toolkit.estimator.estimator import WarmStartSettings
 
     _check_args(keras_model, keras_model_path, checkpoint_format)
     if keras_model is None:
@@ -185,7 +206,7 @@ def model_to_estimator(keras_model: Any = None, keras_model_path: str | None = N
         ckpt, names = _write_warm_start(km, os.path.join(config.model_dir, "keras"))
         warm_start = WarmStartSettings(ckpt, vars_to_warm_start=[re.escape(n) + ":" for n in names])
     model_fn = _model_fn(km, output_names, loss, metrics, optimizer, export_outputs)
-    return Estimator(model_fn, config=config, warm_start_from=warm_start)
+    return estimator_class(model_fn, config=config, warm_start_from=warm_start)
 
 
 def _model_fn(km: KerasModel, output_names: list[str], loss: Any, metrics: Any, optimizer: Any,
