@@ -246,3 +246,14 @@ def test_model_dir_conflict_and_the_compile_arguments_fence(tmp_path):
     with pytest.raises(ValueError, match="`model_dir` are set both in constructor and `RunConfig`"):
         model_to_estimator(keras_model=model, model_dir=str(tmp_path / "a"),
                            config=RunConfig(model_dir=str(tmp_path / "b")))
+
+
+@pytest.mark.parametrize("k", [keras, tf_keras], ids=["keras3", "tf_keras"])
+def test_layer_state_updates_run_with_each_training_step(tmp_path, k):
+    x = (np.random.RandomState(0).randn(256, 4) + 5).astype("float32")
+    model = k.Sequential([k.Input((4,), name="x"), k.layers.BatchNormalization(momentum=0.5), k.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    est = model_to_estimator(keras_model=model, model_dir=str(tmp_path / "m"))
+    est.train(_input_fn({"x": x}, x[:, :1], epochs=None, batch=32), steps=20)
+    # the batch-norm moving mean follows the data (mean 5) from its initial 0, as under Keras' fit
+    assert est.get_variable_value(f"{model.layers[0].name}/moving_mean") == pytest.approx([5.0] * 4, abs=0.3)

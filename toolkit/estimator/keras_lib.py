@@ -41,6 +41,8 @@ from toolkit.estimator._keras_model import KerasModel
 __all__ = ["FormattedKeyError", "KerasIOError", "model_to_estimator", "model_to_estimator_v1"]
 
 logger = logging.getLogger(__name__)
+#: the ops by which a layer updates its own variables during its call (moving averages, seed states)
+_STATE_UPDATES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
 
 
 def _seed_states_local() -> None:
@@ -227,7 +229,10 @@ def _model_fn(km: KerasModel, output_names: list[str], loss: Any, metrics: Any, 
             inputs = inputs[0] if isinstance(inputs, list) and len(inputs) == 1 else inputs
         else:
             inputs = to_inputs(features, input_names, structure)
+        graph = tf.compat.v1.get_default_graph()
+        known = len(graph.get_operations())
         outputs = model(inputs, training=mode == ModeKeys.TRAIN)
+        updates = [op for op in graph.get_operations()[known:] if op.type in _STATE_UPDATES]
         _seed_states_local()
         flat = ([outputs[name] for name in output_names] if isinstance(outputs, Mapping)
                 else list(outputs) if isinstance(outputs, (list, tuple)) else [outputs])
@@ -247,7 +252,9 @@ def _model_fn(km: KerasModel, output_names: list[str], loss: Any, metrics: Any, 
         step = tf.compat.v1.train.get_global_step()
         train_op = get_optimizer("optimizer", optimizer, learning_rate=None).minimize(
             value, global_step=step, var_list=km.variables(model, trainable=True))
-        return EstimatorSpec(mode, loss=value, train_op=train_op, predictions=predictions)
+        # the layers' own state updates (batch-norm moving statistics, dropout seeds) run with each step,
+        # as Keras' updates did in TF's model_to_estimator
+        return EstimatorSpec(mode, loss=value, train_op=tf.group(train_op, *updates), predictions=predictions)
 
     return model_fn
 
