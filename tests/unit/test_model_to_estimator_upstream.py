@@ -257,3 +257,33 @@ def test_layer_state_updates_run_with_each_training_step(tmp_path, k):
     est.train(_input_fn({"x": x}, x[:, :1], epochs=None, batch=32), steps=20)
     # the batch-norm moving mean follows the data (mean 5) from its initial 0, as under Keras' fit
     assert est.get_variable_value(f"{model.layers[0].name}/moving_mean") == pytest.approx([5.0] * 4, abs=0.3)
+
+
+def test_upstreams_multi_io_model_with_a_string_input_and_lambda_layers(tmp_path):
+    """upstream's multi_inputs_multi_outputs_model and do_test_multi_inputs_multi_outputs_with_input_fn."""
+    k = tf_keras
+    input_a = k.layers.Input(shape=(16,), name="input_a")
+    input_b = k.layers.Input(shape=(16,), name="input_b")
+    input_m = k.layers.Input(shape=(8,), dtype="string", name="input_m")
+    dense = k.layers.Dense(8, name="dense_1")
+    interm_m = k.layers.Lambda(tf.strings.to_number)(input_m)
+    interm_s = k.layers.Lambda(lambda t: t[0] * t[1])([interm_m, dense(input_a)])
+    merged = k.layers.concatenate([interm_s, dense(input_b)], name="merge")
+    model = k.models.Model(inputs=[input_a, input_b, input_m],
+                           outputs=[k.layers.Dense(3, activation="softmax", name="dense_2")(merged),
+                                    k.layers.Dense(2, activation="softmax", name="dense_3")(merged)])
+    model.compile(loss="categorical_crossentropy", optimizer="rmsprop",
+                  metrics={"dense_2": "categorical_accuracy", "dense_3": "categorical_accuracy"})
+    (a, b, c, d), (a_test, b_test, c_test, d_test) = _multi_io_data()
+    (m, _), (m_test, _) = get_test_data(_TRAIN, 50, (8,), 2, _SEED)
+    features = {"input_a": a, "input_b": b, "input_m": m.astype(str)}
+    test_features = {"input_a": a_test, "input_b": b_test, "input_m": m_test.astype(str)}
+    keras_pred = model.predict([a_test, b_test, m_test.astype(str)], verbose=0)
+
+    est = model_to_estimator(keras_model=model, model_dir=str(tmp_path / "m"))
+    predicted = list(est.predict(lambda: tf.data.Dataset.from_tensors(test_features)))[:50]
+    np.testing.assert_allclose([p["dense_2"] for p in predicted], keras_pred[0], atol=1e-5)  # the Lambdas rebuilt
+    baseline = est.evaluate(lambda: (test_features, {"dense_2": c_test, "dense_3": d_test}), steps=1)
+    est.train(lambda: (features, {"dense_2": c, "dense_3": d}), steps=_TRAIN // 16)
+    after = est.evaluate(lambda: (test_features, {"dense_2": c_test, "dense_3": d_test}), steps=1)
+    assert after["loss"] < baseline["loss"], (baseline, after)

@@ -12,7 +12,7 @@ import importlib
 from types import ModuleType
 
 __all__ = ["LEGACY_LAYERS_MODULE", "V1_KERAS_MODULE", "compile_arguments", "legacy_layers", "restore_eager_model_class",
-           "v1_keras"]
+           "trusted_deserialization", "v1_keras"]
 
 LEGACY_LAYERS_MODULE = "tf_keras.api._v1.keras.__internal__.legacy.layers"
 V1_KERAS_MODULE = "tf_keras.api._v1.keras"
@@ -63,3 +63,11 @@ def restore_eager_model_class(model: object) -> None:
     if tf.compat.v1.executing_eagerly_outside_functions():
         cls = type(model)
         cls.__new__(cls)
+
+
+def trusted_deserialization() -> object:
+    """tf_keras' scope where ``Lambda`` layers holding Python functions are rebuilt (safe mode off), for a
+    config read from a live model object, not from a file."""
+    from tf_keras.src.saving import serialization_lib
+
+    return serialization_lib.SafeModeScope(safe_mode=False)

@@ -113,6 +113,16 @@ class KerasModel:
         with self.keras.utils.custom_object_scope(dict(self.custom_objects)):
             yield
 
+    def _trusted(self) -> Any:
+        """The config comes from the live model, not a file: its Lambda layers' functions are rebuilt too."""
+        if self.tf_keras:
+            from toolkit._compat.tf_keras import trusted_deserialization as tf_keras_trusted
+
+            return tf_keras_trusted()
+        from toolkit._compat.keras import trusted_deserialization
+
+        return trusted_deserialization()
+
     def rebuild(self) -> Any:
         """A fresh copy of the architecture (its config, without compiled state or weights) in the current graph."""
         import copy
@@ -120,7 +130,7 @@ class KerasModel:
         from toolkit.estimator._construct import EstimatorError
 
         try:
-            with self.scope():
+            with self.scope(), self._trusted():
                 return type(self.model).from_config(copy.deepcopy(self.config))
         except (TypeError, ValueError) as exc:
             raise EstimatorError(f"The Keras model {self.model.name!r} cannot be rebuilt from its config: {exc}\n"
