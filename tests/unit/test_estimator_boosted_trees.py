@@ -36,6 +36,16 @@ def test_a_tree_of_depth_five_takes_five_steps_and_fits_upstreams_toy_classifica
     assert est.evaluate(input_fn, steps=1)["accuracy"] == 1.0
 
 
+def test_upstreams_two_tree_toy_regression_ends_at_upstreams_loss(tmp_path):
+    est = BoostedTreesRegressor(_BUCKETIZED, n_batches_per_layer=1, n_trees=2, max_depth=5, config=_config(tmp_path))
+    est.train(_toy([[1.5], [0.3], [0.2], [2.0], [5.0]]), steps=100)  # stops after 2 trees of 5 layers
+    assert est.get_variable_value("global_step") == 10
+    # upstream's testTrainAndEvaluateRegressor: every layer moves every example by a Newton step, also where the
+    # node has one example left (a zero-gain split), as TF's kernels did with pruning_mode='none'
+    result = est.evaluate(_toy([[1.5], [0.3], [0.2], [2.0], [5.0]]), steps=1)
+    assert result["average_loss"] == pytest.approx(1.008551, abs=1e-5)
+
+
 def test_an_indicator_column_that_defines_the_labels_is_learnt_exactly(tmp_path):
     labels = np.array([[0.0], [5.7], [5.7], [0.0], [0.0]], np.float32)
     color = fc.indicator_column(fc.categorical_column_with_vocabulary_list("c", ("bad", "good", "ok")))

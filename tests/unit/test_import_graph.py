@@ -75,12 +75,7 @@ EAGER, IN_FUNCTION, NEVER_RUN = "eager", "in function", "never run"
 
 # Cycles through imports inside functions that are still there, and why; each is a
 # sorted strongly connected group. Remove an entry when its cycle is broken.
-KNOWN_LAZY_CYCLES: set[tuple[str, ...]] = {
-    # Estimator graphs map Keras 3 optimizers to the canned estimators' TF1 twins (one translation table);
-    # the canned errors derive from EstimatorError. The mapping is imported when a graph is made.
-    ("toolkit.estimator._keras3_optimizers", "toolkit.estimator.canned._errors",
-     "toolkit.estimator.canned._keras_optimizers", "toolkit.estimator.estimator"),
-}
+KNOWN_LAZY_CYCLES: set[tuple[str, ...]] = set()
 
 
 def _kinds(tree: ast.AST) -> dict[int, str]:

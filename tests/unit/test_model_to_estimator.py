@@ -64,8 +64,15 @@ def test_bad_input_names_the_argument(tmp_path):
     inputs = keras.Input((4,), name="x")
     outputs = {"a": keras.layers.Dense(1, name="a")(inputs), "b": keras.layers.Dense(1, name="b")(inputs)}
     two = keras.Model(inputs, outputs)
-    two.compile(optimizer="sgd", loss={"a": "mse", "b": "mae"})
-    with pytest.raises(EstimatorError, match="one loss per output.*cannot translate") as info:
+    two.compile(optimizer=keras.optimizers.Lion(), loss={"a": "mse", "b": "mae"})
+    with pytest.raises(EstimatorError, match="Lion, which has no TF1 graph counterpart") as info:
+        model_to_estimator(keras_model=two, model_dir=str(tmp_path / "b"))
+    assert info.value.field == "optimizer"
+    two.compile(optimizer="sgd", loss={"a": "mse", "nope": "mae"})
+    with pytest.raises(EstimatorError, match=r"compiled `loss` has keys \['nope'\] that are not its outputs") as info:
         model_to_estimator(keras_model=two, model_dir=str(tmp_path / "b"))
     assert info.value.field == "loss"
+    two.compile(optimizer="sgd", loss="no_such_loss")
+    with pytest.raises(EstimatorError, match="compiled loss 'no_such_loss' for output 'a' cannot be translated"):
+        model_to_estimator(keras_model=two, model_dir=str(tmp_path / "b"))
     assert not (tmp_path / "b").exists()  # refused before anything was written

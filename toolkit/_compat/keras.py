@@ -29,7 +29,7 @@ __all__ = ["PATCHED_METHODS", "install", "uninstall", "installed", "original", "
            "install_distribution_lib", "uninstall_distribution_lib", "original_set_distribution",
            "current_name_path", "own_variables", "original_add_weight", "original_optimizer_build",
            "layout_map_of", "distribution_lib_installed",
-           "fresh_layer_names", "graph_learning_rate"]
+           "fresh_layer_names", "graph_learning_rate", "trusted_deserialization"]
 
 #: the ``keras.Model`` methods replaced while distributed Keras is enabled.
 PATCHED_METHODS = ("compile", "fit", "evaluate", "predict")
@@ -251,6 +251,17 @@ def fresh_layer_names() -> Iterator[None]:
         global_state.set_global_attribute("object_name_uids", saved)
 
 
+def trusted_deserialization() -> Any:
+    """A scope where Keras rebuilds ``Lambda`` layers holding Python functions (its safe mode off).
+
+    For a config read from a live model object (``model_to_estimator`` rebuilds the
+    user's own model in each Estimator graph, as TF's clone did), not from a file.
+    """
+    from keras.src.saving import serialization_lib
+
+    return serialization_lib.SafeModeScope(safe_mode=False)
+
+
 def missing_symbols() -> list[str]:
     """The Keras (and, through ``strategies._compat``, TensorFlow) symbols fenced here that are gone."""
     missing = [f"keras.Model.{name}" for name in (*PATCHED_METHODS, "train_step") if not hasattr(keras.Model, name)]
@@ -282,6 +293,10 @@ def missing_symbols() -> list[str]:
         attribute = symbol.rsplit(".", 1)[1]
         if not hasattr(make(), attribute):
             missing.append(symbol)
+    try:
+        trusted_deserialization()
+    except (ImportError, AttributeError) as exc:
+        missing.append(f"keras.src.saving.serialization_lib.SafeModeScope: {exc}")
     if not _keeps_compile_arguments():
         missing.append("keras.Model.compile keeping its arguments in _compile_config.config")
     if not _binds_variables():

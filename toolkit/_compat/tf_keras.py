@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["LEGACY_LAYERS_MODULE", "V1_KERAS_MODULE", "legacy_layers", "v1_keras"]
+__all__ = ["LEGACY_LAYERS_MODULE", "V1_KERAS_MODULE", "compile_arguments", "legacy_layers", "restore_eager_model_class",
+           "trusted_deserialization", "v1_keras"]
 
 LEGACY_LAYERS_MODULE = "tf_keras.api._v1.keras.__internal__.legacy.layers"
 V1_KERAS_MODULE = "tf_keras.api._v1.keras"
@@ -35,3 +36,38 @@ def legacy_layers() -> ModuleType:
 def v1_keras() -> ModuleType:
     """``tf.keras`` as TF1 graph code saw it (Keras 2, v1 API)."""
     return _load(V1_KERAS_MODULE)
+
+
+def compile_arguments(model: object) -> dict | None:
+    """The arguments a ``tf_keras`` model's ``compile`` was last called with, unserialized (None: never compiled).
+
+    tf_keras keeps them in ``_compile_config.config``, as Keras 3 does; its
+    ``get_compile_config()`` serializes them, losing functions and metric objects.
+    """
+    config = getattr(model, "_compile_config", None)
+    return None if config is None else dict(config.config)
+
+
+def restore_eager_model_class(model: object) -> None:
+    """Undoes tf_keras' class swap after its model class was instantiated in a TF1 graph.
+
+    tf_keras picks ``training.Model`` or ``training_v1.Model`` as the base of a
+    model *class* (``Sequential``, ``Functional``, a subclass) each time one is
+    instantiated: v1 inside a graph. Rebuilding a model in an Estimator graph
+    therefore turns every existing eager model of that class into a v1 one
+    (``get_weights``/``fit`` then fail; TF's model_to_estimator had the same bug).
+    Instantiating the class once more while eager swaps the base back.
+    """
+    import tensorflow as tf
+
+    if tf.compat.v1.executing_eagerly_outside_functions():
+        cls = type(model)
+        cls.__new__(cls)
+
+
+def trusted_deserialization() -> object:
+    """tf_keras' scope where ``Lambda`` layers holding Python functions are rebuilt (safe mode off), for a
+    config read from a live model object, not from a file."""
+    from tf_keras.src.saving import serialization_lib
+
+    return serialization_lib.SafeModeScope(safe_mode=False)

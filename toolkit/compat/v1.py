@@ -47,7 +47,7 @@ _V1 = _tf.compat.v1
 _OURS = {
     "estimator": lambda: importlib.import_module("toolkit.compat._v1_estimator"),
     "layers": lambda: importlib.import_module("toolkit._compat.tf_keras").legacy_layers(),
-    "keras": lambda: importlib.import_module("toolkit._compat.tf_keras").v1_keras(),
+    "keras": lambda: importlib.import_module("toolkit.compat._v1_keras").keras(),
     "train": lambda: importlib.import_module("toolkit.compat._v1_server").namespace("train"),
     "distribute": lambda: importlib.import_module("toolkit.compat._v1_server").namespace("distribute"),
 }

@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -40,6 +39,7 @@ from toolkit.estimator._construct import (
 )
 from toolkit.estimator._graph import call_input_fn, call_model_fn
 from toolkit.estimator._preemption import PreemptionHook, raise_if_preempted
+from toolkit.estimator._warm_start import WarmStartSettings, export_fallback, warm_start_if_new
 from toolkit.estimator.run_config import RunConfig
 from toolkit.estimator.spec import EstimatorSpec, ModeKeys
 
@@ -48,16 +48,6 @@ __all__ = ["Estimator", "EstimatorError", "EstimatorTypeError", "EstimatorV1", "
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
 
-
-
-@dataclasses.dataclass(frozen=True)
-class WarmStartSettings:
-    """``tf.estimator.WarmStartSettings``: which variables start from another checkpoint."""
-
-    ckpt_to_initialize_from: str
-    vars_to_warm_start: Any = ".*"
-    var_name_to_vocab_info: Mapping[str, Any] | None = None
-    var_name_to_prev_var_name: Mapping[str, str] | None = None
 
 
 class Estimator:
@@ -273,11 +263,7 @@ class Estimator:
         return spec, stop
 
     def _warm_start_if_new(self) -> None:
-        if self._warm_start is not None and self.latest_checkpoint() is None:
-            settings = self._warm_start
-            v1.train.warm_start(settings.ckpt_to_initialize_from, vars_to_warm_start=settings.vars_to_warm_start,
-                                var_name_to_vocab_info=settings.var_name_to_vocab_info,
-                                var_name_to_prev_var_name=settings.var_name_to_prev_var_name)
+        warm_start_if_new(self._warm_start, self.model_dir)
 
     def _run_training(self, spec: EstimatorSpec, hooks: list[Any], listeners: list[Any], target: str,
                       session_config: Any = None) -> None:
@@ -348,6 +334,7 @@ class Estimator:
         v1.train.get_or_create_global_step()
         features, labels = self._inputs(input_fn, ModeKeys.EVAL)
         spec = self._call(features, labels, ModeKeys.EVAL)
+        self._warm_start_if_new()
         return spec, [*(spec.evaluation_hooks or ()), *hooks]
 
     def predict(self, input_fn: Callable[..., Any], predict_keys: Sequence[str] | None = None,
@@ -362,6 +349,7 @@ class Estimator:
             v1.train.get_or_create_global_step()
             features, _ = self._inputs(input_fn, ModeKeys.PREDICT)
             spec = self._call(features, None, ModeKeys.PREDICT)
+            self._warm_start_if_new()
             yield from run_prediction(spec, self._saver_scaffold(spec), path, predict_keys=predict_keys,
                                       hooks=[*(spec.prediction_hooks or ()), *hooks], single=yield_single_examples,
                                       error=_restore_error, config=self._local_session_config())
@@ -397,7 +385,7 @@ class Estimator:
 
     def _export_checkpoint(self, checkpoint_path: str | None) -> str:
         path = self._checkpoint_or_none(checkpoint_path, "export", fresh=True) if checkpoint_path else \
-            self.latest_checkpoint()
+            self.latest_checkpoint() or export_fallback(self._warm_start)
         if path is None:
             raise EstimatorError(f"Couldn't find trained model at {self.model_dir}: export_saved_model() exports "
                                  "a checkpoint. Call train() first, or pass checkpoint_path=.", field="model_dir")

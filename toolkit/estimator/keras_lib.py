@@ -1,13 +1,18 @@
 """``model_to_estimator``: a compiled Keras model as an ``Estimator``, as ``tf.keras.estimator.model_to_estimator``.
 
-What TF did, on this engine: the model's architecture (its config, without the
-compiled state) is rebuilt in each Estimator graph and called on the features;
-the compiled loss is the spec's loss, the compiled optimizer trains as its
-``tf.compat.v1.train`` twin (same hyper-parameters; Keras 3 optimizers cannot
-update a TF1 graph), the compiled metrics become ``tf.compat.v1.metrics`` pairs,
-and the model's current weights are written to ``model_dir/keras/keras_model.ckpt``
-and warm-start the Estimator (once, while ``model_dir`` has no checkpoint of its own).
-Both ``checkpoint_format`` values warm-start from that name-based checkpoint.
+What TF did, on this engine, for Keras 3 models and ``tf_keras`` (Keras 2) models alike:
+the model's architecture (its config, without the compiled state) is rebuilt in
+each Estimator graph and called on the features (a tensor, a list in input order,
+or a dict keyed by input names); the compiled losses (one per output, with
+``loss_weights`` and sample weights) sum to the spec's loss, the compiled
+optimizer trains as its ``tf.compat.v1.train`` twin (a ``tf.compat.v1.train``
+optimizer given to a tf_keras ``compile`` trains as it is), the compiled metrics
+become ``tf_keras`` metric objects under Keras' names, and the model's current
+weights are written to ``model_dir/keras/keras_model.ckpt`` and warm-start the
+Estimator on the chief (once, while ``model_dir`` has no checkpoint of its own).
+Predictions are ``{output name: tensor}``; ``export_outputs`` adds a signature
+per output. Both ``checkpoint_format`` values write name-based checkpoints (the
+ones the Estimator reads back); TF's ``'checkpoint'`` wrote object-based ones.
 
 Example:
     >>> est = model_to_estimator(keras_model=model, model_dir="runs/keras")  # doctest: +SKIP
@@ -15,218 +20,244 @@ Example:
 """
 from __future__ import annotations
 
-import copy
+import logging
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from toolkit.estimator._construct import EstimatorError
+from toolkit.estimator._keras_io import (
+    KerasIOError,
+    missed_keys_error,
+    per_output_weights,
+    split_sample_weights,
+    to_inputs,
+    to_targets,
+)
+from toolkit.estimator._keras_model import KerasModel
 
-__all__ = ["model_to_estimator"]
+__all__ = ["FormattedKeyError", "KerasIOError", "model_to_estimator", "model_to_estimator_v1"]
 
-#: compiled metric name -> a builder of its TF1 ``(value, update_op)`` pair from (labels, predictions, loss name)
-_METRICS = ("accuracy", "acc", "mae", "mean_absolute_error", "mse", "mean_squared_error", "auc")
-_SPARSE = ("sparse_categorical_crossentropy",)
-_BINARY = ("binary_crossentropy",)
-
-
-def _loss_name(loss: Any) -> str:
-    if isinstance(loss, str):
-        return loss
-    name = getattr(loss, "name", None) or getattr(loss, "__name__", None) or type(loss).__name__
-    return str(name)
-
-
-def _loss_fn(loss: Any, field: str = "loss") -> Callable[[Any, Any], Any]:
-    """The compiled loss as ``fn(labels, predictions) -> scalar``; refuses what has no single translation."""
-    import keras
-
-    if loss is None:
-        raise EstimatorError("The given keras model has not been compiled yet: its loss is None. Please compile the "
-                             "model with `model.compile(optimizer=..., loss=...)` before calling "
-                             "`model_to_estimator()`.", field="keras_model")
-    if isinstance(loss, (Mapping, list, tuple)):
-        raise EstimatorError(f"The Keras model's compiled `{field}` is {loss!r}, one loss per output, which "
-                             "model_to_estimator cannot translate into one Estimator loss. Compile the model with "
-                             "a single loss, or write a model_fn that combines the outputs' losses.", field=field)
-    try:
-        function = keras.losses.get(loss)
-    except (ValueError, TypeError) as exc:
-        raise EstimatorError(f"The Keras model's compiled `{field}` {_loss_name(loss)!r} cannot be translated into "
-                             f"an Estimator loss ({exc}). Compile with a Keras loss name or object, or pass "
-                             "custom_objects={name: function}.", field=field) from exc
-    if not callable(function):
-        raise EstimatorError(f"The Keras model's compiled `{field}` {_loss_name(loss)!r} is not callable; expected a "
-                             "Keras loss name, object or function(y_true, y_pred).", field=field)
-
-    def scalar(labels: Any, predictions: Any) -> Any:
-        import tensorflow as tf
-
-        return tf.reduce_mean(function(labels, predictions))
-
-    return scalar
+logger = logging.getLogger(__name__)
+#: the ops by which a layer updates its own variables during its call (moving averages, seed states)
+_STATE_UPDATES = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
 
 
-def _metric_pairs(names: list[str], loss_name: str, labels: Any, predictions: Any) -> dict[str, Any]:
-    import tensorflow as tf
-
-    v1 = tf.compat.v1
-    pairs: dict[str, Any] = {}
-    for name in names:
-        if name in ("accuracy", "acc"):
-            if loss_name in _SPARSE or "categorical" in loss_name:
-                classes = tf.argmax(predictions, axis=-1)
-                truth = tf.reshape(labels, tf.shape(classes)) if loss_name in _SPARSE else tf.argmax(labels, -1)
-                pairs[name] = v1.metrics.accuracy(tf.cast(truth, tf.int64), classes)
-            else:
-                pairs[name] = v1.metrics.accuracy(tf.cast(labels > 0.5, tf.int64) if labels.dtype.is_floating
-                                                  else labels, tf.cast(predictions > 0.5, tf.int64))
-        elif name in ("mae", "mean_absolute_error"):
-            pairs[name] = v1.metrics.mean_absolute_error(tf.cast(labels, predictions.dtype), predictions)
-        elif name in ("mse", "mean_squared_error"):
-            pairs[name] = v1.metrics.mean_squared_error(tf.cast(labels, predictions.dtype), predictions)
-        elif name == "auc":
-            pairs[name] = v1.metrics.auc(labels, predictions)
-    return pairs
-
-
-def _metric_names(model: Any) -> list[str]:
-    from toolkit._compat.keras import compile_arguments
-
-    metrics = (compile_arguments(model) or {}).get("metrics") or []
-    names = []
-    for metric in metrics if isinstance(metrics, (list, tuple)) else [metrics]:
-        name = metric if isinstance(metric, str) else getattr(metric, "name", None) or type(metric).__name__
-        key = str(name).lower()
-        if key not in _METRICS:
-            raise EstimatorError(f"The Keras model's compiled metric {name!r} has no TF1 graph counterpart here "
-                                 f"(translated: {', '.join(_METRICS)}). Compile without it and add it with "
-                                 "toolkit.estimator.add_metrics(estimator, metric_fn).", field="metrics")
-        names.append(key)
-    return names
-
-
-def _inputs(names: list[str], features: Any) -> Any:
-    if isinstance(features, Mapping) and len(names) == 1 and len(features) == 1:
-        return next(iter(features.values()))  # one input, one feature: TF 2's `dense_input` keys keep working
-    if isinstance(features, Mapping):
-        missing = [name for name in names if name not in features]
-        if missing:
-            raise EstimatorError(f"The Keras model's inputs are named {names}, but input_fn's features have keys "
-                                 f"{sorted(features)} (missing {missing}). Name the features after the model's "
-                                 "Input layers (keras.Input(..., name=...)).", field="input_fn")
-        values = [features[name] for name in names]
-        return values[0] if len(values) == 1 else values
-    return features
-
-
-def _seed_states_local(model: Any) -> None:
-    """Keras' dropout seed states (named by a process-wide counter, so differently in each graph) are
+def _seed_states_local() -> None:
+    """Keras 3's dropout seed states (named by a process-wide counter, so differently in each graph) are
     local variables: initialised in every session, never checkpointed."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
-    del model  # Keras keeps a layer's SeedGenerator outside its weights: find the states by name
     saved = v1.get_collection_ref(v1.GraphKeys.GLOBAL_VARIABLES)
-    seeds = {id(v) for v in saved if "seed_generator" in v.op.name}
-    moved = [v for v in saved if id(v) in seeds]
-    saved[:] = [v for v in saved if id(v) not in seeds]
+    moved = [v for v in saved if "seed_generator" in v.op.name]
+    saved[:] = [v for v in saved if "seed_generator" not in v.op.name]
     for variable in moved:
         v1.add_to_collection(v1.GraphKeys.LOCAL_VARIABLES, variable)
 
 
-def _write_warm_start(model_config: dict, cls: Any, weights: list[Any], shapes: list[Any],
-                      directory: str, custom_objects: Any) -> tuple[str, list[str]]:
+def _placeholders(structure: Any) -> Any:
+    import tensorflow as tf
+
+    return tf.nest.map_structure(lambda t: tf.compat.v1.placeholder(tf.as_dtype(t.dtype), t.shape), structure)
+
+
+def _write_warm_start(km: KerasModel, directory: str) -> tuple[str, list[str]]:
     """The model's current weights as a TF1 checkpoint under the names the Estimator graph gives them."""
-    import keras
+    os.makedirs(directory, exist_ok=True)
+    weights = km.model.get_weights()
+    try:
+        return _save_in_graph(km, weights, directory)
+    finally:
+        km.eager_again()
+
+
+def _save_in_graph(km: KerasModel, weights: list[Any], directory: str) -> tuple[str, list[str]]:
     import tensorflow as tf
 
     v1 = tf.compat.v1
-    os.makedirs(directory, exist_ok=True)
-    with tf.Graph().as_default(), keras.saving.custom_object_scope(custom_objects or {}):
-        model = cls.from_config(copy.deepcopy(model_config))
-        model([v1.placeholder(tf.float32 if dtype is None else dtype, shape) for shape, dtype in shapes]
-              if len(shapes) > 1 else v1.placeholder(shapes[0][1], shapes[0][0]))
-        variables = [w.value for w in model.weights]
+    with tf.Graph().as_default():
+        model = km.rebuild()
+        model(_placeholders(km.input_structure()))
+        variables = km.variables(model)
         names = [v.op.name for v in variables]
-        saver = v1.train.Saver(dict(zip(names, variables, strict=True)))
+        step = v1.train.get_or_create_global_step()  # so that an export before training can read this checkpoint
+        saver = v1.train.Saver({**dict(zip(names, variables, strict=True)), step.op.name: step})
         with v1.Session() as session:
+            session.run(step.initializer)
             for variable, value in zip(variables, weights, strict=True):
                 variable.load(value, session)
             path = saver.save(session, os.path.join(directory, "keras_model.ckpt"), write_meta_graph=False)
     return path, names
 
 
-def model_to_estimator(keras_model: Any = None, keras_model_path: str | None = None,
-                       custom_objects: Mapping[str, Any] | None = None, model_dir: str | None = None,
-                       config: Any = None, checkpoint_format: str = "checkpoint",
-                       metric_names_map: Mapping[str, str] | None = None, export_outputs: Any = None) -> Any:
-    """An ``Estimator`` training, evaluating, predicting and exporting a compiled Keras model (TF's arguments).
-
-    Raises:
-        EstimatorError: neither or both of keras_model / keras_model_path, an uncompiled model, a loss,
-            optimizer or metric with no TF1 translation (each named, with what to do instead).
-    """
+def _load(path: str, custom_objects: Mapping[str, Any] | None) -> Any:
+    """A saved Keras model: Keras 3's loader first, then tf_keras' (an HDF5 file or SavedModel of Keras 2)."""
     import keras
 
-    from toolkit.estimator.canned._keras_optimizers import from_keras
-    from toolkit.estimator.estimator import Estimator, WarmStartSettings
+    try:
+        return keras.models.load_model(path, custom_objects=custom_objects)
+    except (ValueError, OSError, TypeError) as keras3_error:
+        try:
+            import tf_keras
+
+            return tf_keras.models.load_model(path, custom_objects=custom_objects)
+        except (ValueError, OSError, TypeError, ImportError) as exc:
+            raise EstimatorError(f"`keras_model_path` {path!r} is not a Keras model Keras 3 or tf_keras can load "
+                                 f"({keras3_error}; {exc}). Save it with model.save(...) first.",
+                                 field="keras_model_path") from exc
+
+
+def _config(config: Any, model_dir: str | None) -> Any:
     from toolkit.estimator.run_config import RunConfig
 
+    if config is None:
+        config = RunConfig(model_dir=model_dir)
+    elif model_dir is not None:
+        if config.model_dir is not None and os.path.abspath(config.model_dir) != os.path.abspath(model_dir):
+            raise EstimatorError(f"`model_dir` are set both in constructor and `RunConfig`, but with different "
+                                 f"values. In constructor: '{model_dir}', in `RunConfig`: '{config.model_dir}'. "
+                                 "Pass one of them.", field="model_dir")
+        config = config.replace(model_dir=model_dir)
+    return config if config.model_dir is not None else config.replace(model_dir=tempfile.mkdtemp())
+
+
+def _optimizer(model: Any) -> Any:
+    from toolkit.estimator.canned._errors import CannedError
+    from toolkit.estimator.canned.optimizers import check_optimizer
+
+    optimizer = model.optimizer
+    optimizer = getattr(optimizer, "optimizer", optimizer) if type(optimizer).__name__ == "TFOptimizer" else optimizer
+    try:
+        return check_optimizer("optimizer", optimizer)
+    except CannedError as exc:
+        raise EstimatorError(f"The Keras model's compiled optimizer cannot train an Estimator graph: {exc}",
+                             field="optimizer") from exc
+
+
+def _check_args(keras_model: Any, keras_model_path: Any, checkpoint_format: str | None) -> None:
     if keras_model is None and keras_model_path is None:
         raise EstimatorError("Either `keras_model` or `keras_model_path` needs to be provided.", field="keras_model")
     if keras_model is not None and keras_model_path is not None:
         raise EstimatorError("Please specity either `keras_model` or `keras_model_path`, but not both: got both. "
                              "Pass one of them.", field="keras_model_path")
-    if checkpoint_format not in ("checkpoint", "saver"):
-        raise EstimatorError(f"`checkpoint_format` is {checkpoint_format!r}; expected 'checkpoint' or 'saver'.",
+    if checkpoint_format not in (None, "checkpoint", "saver"):
+        raise EstimatorError(f'Checkpoint format must be one of "checkpoint" or "saver". Got {checkpoint_format!r}.',
                              field="checkpoint_format")
+
+
+def model_to_estimator(keras_model: Any = None, keras_model_path: str | None = None,
+                       custom_objects: Mapping[str, Any] | None = None, model_dir: str | None = None,
+                       config: Any = None, checkpoint_format: str | None = "checkpoint",
+                       metric_names_map: Mapping[str, str] | None = None, export_outputs: Any = None) -> Any:
+    """An ``Estimator`` training, evaluating, predicting and exporting a compiled Keras model (TF's arguments).
+
+    Raises:
+        EstimatorError: neither or both of keras_model / keras_model_path, an uncompiled model, a loss,
+            optimizer or metric with no TF1 translation, a bad ``metric_names_map`` (each named, with what
+            to do instead); ``KerasIOError`` (a ``KeyError``) for ``export_outputs`` keys that are no output.
+    """
+    from toolkit.estimator.estimator import Estimator
+
+    return _convert(Estimator, keras_model, keras_model_path, custom_objects, model_dir, config, checkpoint_format,
+                    metric_names_map, export_outputs)
+
+
+def model_to_estimator_v1(keras_model: Any = None, keras_model_path: str | None = None,
+                          custom_objects: Mapping[str, Any] | None = None, model_dir: str | None = None,
+                          config: Any = None, checkpoint_format: str | None = "saver",
+                          metric_names_map: Mapping[str, str] | None = None, export_outputs: Any = None) -> Any:
+    """``tf.compat.v1.keras.estimator.model_to_estimator``: the same, as a ``tf.compat.v1.estimator.Estimator``
+    (which still has ``export_savedmodel``), with TF1's default ``checkpoint_format='saver'``."""
+    from toolkit.estimator.estimator import EstimatorV1
+
+    return _convert(EstimatorV1, keras_model, keras_model_path, custom_objects, model_dir, config,
+                    checkpoint_format, metric_names_map, export_outputs)
+
+
+def _convert(estimator_class: Any, keras_model: Any, keras_model_path: str | None,
+             custom_objects: Mapping[str, Any] | None, model_dir: str | None, config: Any,
+             checkpoint_format: str | None, metric_names_map: Mapping[str, str] | None, export_outputs: Any) -> Any:
+    from toolkit.estimator._keras_compiled import CompiledLoss, CompiledMetrics
+    from toolkit.estimator.estimator import WarmStartSettings
+
+    _check_args(keras_model, keras_model_path, checkpoint_format)
     if keras_model is None:
-        keras_model = keras.models.load_model(keras_model_path, custom_objects=custom_objects)
-    if getattr(keras_model, "optimizer", None) is None or not getattr(keras_model, "compiled", True):
+        keras_model = _load(str(keras_model_path), custom_objects)
+    if getattr(keras_model, "optimizer", None) is None:
         raise EstimatorError("The given keras model has not been compiled yet. Please compile the model with "
                              "`model.compile()` before calling `model_to_estimator()`.", field="keras_model")
-    loss = _loss_fn(keras_model.loss)
-    loss_name = _loss_name(keras_model.loss).lower()
-    optimizer = from_keras("optimizer", keras_model.optimizer)
-    metric_names = _metric_names(keras_model)
-    renamed = dict(metric_names_map or {})
-    cls, model_config = type(keras_model), keras_model.get_config()
-    input_names = [getattr(t, "name", f"input_{i}").split(":")[0] for i, t in enumerate(keras_model.inputs)]
-    output_name = keras_model.output_names[0] if getattr(keras_model, "output_names", None) else "output"
-    shapes = [(tuple(t.shape), t.dtype) for t in keras_model.inputs]
-    weights = keras_model.get_weights()
-    config = config if config is not None else RunConfig(model_dir=model_dir)
-    if model_dir is not None and config.model_dir is None:
-        config = config.replace(model_dir=model_dir)
-    target_dir = config.model_dir or tempfile.mkdtemp()
-    config = config.replace(model_dir=target_dir) if config.model_dir is None else config
-    ckpt, names = _write_warm_start(model_config, cls, weights, shapes, os.path.join(target_dir, "keras"),
-                                    custom_objects)
+    km = KerasModel.of(keras_model, custom_objects)
+    compiled = km.compile_arguments()
+    output_names = km.output_names()
+    loss = CompiledLoss(km.keras, compiled.get("loss", getattr(keras_model, "loss", None)),
+                        compiled.get("loss_weights"), output_names)
+    metrics = CompiledMetrics(compiled.get("metrics"), output_names, metric_names_map)
+    optimizer = _optimizer(keras_model)
+    if export_outputs is not None and set(export_outputs) - set(output_names):
+        raise missed_keys_error("export_outputs", "outputs", output_names, list(export_outputs),
+                                "Key export_outputs by the model's output names.")
+    config = _config(config, model_dir)
+    warm_start = None
+    if km.is_subclassed:
+        logger.warning("model_to_estimator: a subclassed Keras model starts from fresh weights (as in TF); its "
+                       "current weights are not carried over.")
+    elif config.is_chief:
+        ckpt, names = _write_warm_start(km, os.path.join(config.model_dir, "keras"))
+        warm_start = WarmStartSettings(ckpt, vars_to_warm_start=[re.escape(n) + ":" for n in names])
+    model_fn = _model_fn(km, output_names, loss, metrics, optimizer, export_outputs)
+    return estimator_class(model_fn, config=config, warm_start_from=warm_start)
+
+
+def _model_fn(km: KerasModel, output_names: list[str], loss: Any, metrics: Any, optimizer: Any,
+              export_outputs: Any) -> Any:
+    input_names, structure = ([], None) if km.is_subclassed else (km.input_names(), km.input_structure())
 
     def model_fn(features: Any, labels: Any, mode: str) -> Any:
         import tensorflow as tf
 
+        from toolkit.estimator.canned.optimizers import get_optimizer
         from toolkit.estimator.export import PredictOutput
         from toolkit.estimator.spec import EstimatorSpec, ModeKeys
 
-        with keras.saving.custom_object_scope(dict(custom_objects or {})):
-            model = cls.from_config(copy.deepcopy(model_config))
-        predictions = model(_inputs(input_names, features), training=mode == ModeKeys.TRAIN)
-        _seed_states_local(model)
-        outputs = {output_name: predictions}
+        features, sample_weights = split_sample_weights(features)
+        model = km.rebuild()
+        if km.is_subclassed:
+            inputs = list(features.values()) if isinstance(features, Mapping) else features
+            inputs = inputs[0] if isinstance(inputs, list) and len(inputs) == 1 else inputs
+        else:
+            inputs = to_inputs(features, input_names, structure)
+        graph = tf.compat.v1.get_default_graph()
+        known = len(graph.get_operations())
+        outputs = model(inputs, training=mode == ModeKeys.TRAIN)
+        updates = [op for op in graph.get_operations()[known:] if op.type in _STATE_UPDATES]
+        _seed_states_local()
+        flat = ([outputs[name] for name in output_names] if isinstance(outputs, Mapping)
+                else list(outputs) if isinstance(outputs, (list, tuple)) else [outputs])
+        predictions = dict(zip(output_names, flat, strict=True))
+        exports = {"serving_default": PredictOutput(predictions)}
+        exports.update({key: cls(predictions[key]) for key, cls in (export_outputs or {}).items()})
         if mode == ModeKeys.PREDICT:
-            return EstimatorSpec(mode, predictions=outputs,
-                                 export_outputs=export_outputs or {"serving_default": PredictOutput(outputs)})
-        value = loss(labels, predictions)
+            return EstimatorSpec(mode, predictions=predictions, export_outputs=exports)
+        targets = to_targets(labels, output_names)
+        weights = per_output_weights(sample_weights, output_names)
+        value = loss(targets, flat, weights)
+        regularization = [tf.cast(r, value.dtype) for r in model.losses]
+        value = tf.add_n([value, *regularization]) if regularization else value
         if mode == ModeKeys.EVAL:
-            metrics = _metric_pairs(metric_names, loss_name, labels, predictions)
-            return EstimatorSpec(mode, loss=value, eval_metric_ops={renamed.get(k, k): v for k, v in metrics.items()})
-        train_op = optimizer().minimize(value, global_step=tf.compat.v1.train.get_global_step(),
-                                        var_list=[w.value for w in model.trainable_weights])
-        return EstimatorSpec(mode, loss=value, train_op=train_op, predictions=outputs)
+            return EstimatorSpec(mode, loss=value, predictions=predictions,
+                                 eval_metric_ops=metrics.eval_metric_ops(targets, flat, weights))
+        step = tf.compat.v1.train.get_global_step()
+        train_op = get_optimizer("optimizer", optimizer, learning_rate=None).minimize(
+            value, global_step=step, var_list=km.variables(model, trainable=True))
+        # the layers' own state updates (batch-norm moving statistics, dropout seeds) run with each step,
+        # as Keras' updates did in TF's model_to_estimator
+        return EstimatorSpec(mode, loss=value, train_op=tf.group(train_op, *updates), predictions=predictions)
 
-    return Estimator(model_fn, config=config,
-                     warm_start_from=WarmStartSettings(ckpt, vars_to_warm_start=[re.escape(n) + ":" for n in names]))
+    return model_fn
+
+
+#: TF's name for the error ``KerasIOError`` is (``keras_lib.FormattedKeyError``)
+FormattedKeyError = KerasIOError

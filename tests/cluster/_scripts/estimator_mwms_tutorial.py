@@ -1,7 +1,9 @@
 """TensorFlow's "Multi-worker training with Estimator" tutorial, as published, with two changes:
 ``tf.estimator`` -> ``toolkit.estimator``, and scikit-learn's digits (8x8) instead of the MNIST download.
 
-argv: model_dir out_dir max_steps. Each worker saves its final weights to ``out_dir/<type>-<index>.npy``.
+argv: model_dir out_dir max_steps [evaluator start delay]. Each worker saves its final weights to
+``out_dir/<type>-<index>.npy``; each task prints what ``train_and_evaluate`` returned (an evaluator task:
+its last evaluation).
 """
 import json
 import os
@@ -14,6 +16,8 @@ from sklearn.datasets import load_digits
 from toolkit import estimator as tf_estimator
 
 MODEL_DIR, OUT_DIR, MAX_STEPS = sys.argv[1], sys.argv[2], int(sys.argv[3])
+# an evaluator task waits start_delay_secs (120 s by default) before it looks for checkpoints: a test shortens it
+EVAL_DELAY = {"start_delay_secs": int(sys.argv[4]), "throttle_secs": 0} if len(sys.argv) > 4 else {}
 BUFFER_SIZE = 10000
 BATCH_SIZE = 64
 _DIGITS = load_digits()
@@ -83,9 +87,10 @@ def model_fn(features, labels, mode):
 strategy = tf.distribute.experimental.MultiWorkerMirroredStrategy()
 config = tf_estimator.RunConfig(train_distribute=strategy, save_checkpoints_steps=MAX_STEPS)
 classifier = tf_estimator.Estimator(model_fn=model_fn, model_dir=MODEL_DIR, config=config)
-tf_estimator.train_and_evaluate(
+result, exports = tf_estimator.train_and_evaluate(
     classifier,
     train_spec=tf_estimator.TrainSpec(input_fn=input_fn, max_steps=MAX_STEPS),
-    eval_spec=tf_estimator.EvalSpec(input_fn=input_fn)
+    eval_spec=tf_estimator.EvalSpec(input_fn=input_fn, **EVAL_DELAY)
 )
+print("RESULT", json.dumps({k: float(v) for k, v in (result or {}).items()}), flush=True)
 print("replicas in sync:", strategy.num_replicas_in_sync, "steps run:", classifier.last_local_steps, flush=True)

@@ -10,7 +10,9 @@ the node it reaches. A split's gain and leaf weight are the second-order
 hessians and ``G'`` = ``G`` soft-thresholded by ``l1``, a node's weight is
 ``-G' / (H + l2)`` and its gain ``G'^2 / (H + l2)``; a split gains
 ``gain(left) + gain(right) - gain(node) - tree_complexity``, and both sides need
-a hessian of at least ``min_node_weight``.
+a hessian of at least ``min_node_weight``. With ``pruning_mode='none'`` a node takes its
+best candidate even at zero gain, one side empty included, as TF's kernels did: each
+layer then moves every example by a Newton step.
 """
 from __future__ import annotations
 
@@ -123,7 +125,9 @@ def best_splits(stats: tf.Tensor, dimension: int, params: TreeParams) -> dict[st
     _, node_gain = newton(total_g, total_h, params)
     gain = left_gain + right_gain - node_gain - params.tree_complexity           # [nodes, features, buckets]
     hess_l, hess_r = tf.reduce_sum(left_h, -1), tf.reduce_sum(right_h, -1)
-    ok = (hess_l >= params.min_node_weight) & (hess_r >= params.min_node_weight) & (hess_l > 0) & (hess_r > 0)
+    ok = (hess_l >= params.min_node_weight) & (hess_r >= params.min_node_weight)
+    if params.pruning_mode != "none":
+        ok &= (hess_l > 0) & (hess_r > 0)
     gain = tf.where(ok, gain, tf.fill(tf.shape(gain), -float("inf")))
     n_nodes, n_buckets = tf.shape(gain)[0], tf.shape(gain)[2]
     flat = tf.reshape(gain, [n_nodes, -1])
@@ -131,7 +135,12 @@ def best_splits(stats: tf.Tensor, dimension: int, params: TreeParams) -> dict[st
     best_gain = tf.reduce_max(flat, axis=1)
     feature, threshold = best // n_buckets, best % n_buckets
     at = tf.stack([tf.range(n_nodes), feature, threshold], axis=1)
-    minimum = 0.0 if params.pruning_mode == "none" else 1e-12
+    if params.pruning_mode == "none":
+        # TF's kernels: the best candidate even at zero gain, an empty side included (a node left with one
+        # example, or one bucket, still moves by its Newton step), for a node that examples reached
+        reached = tf.reduce_sum(total_h[:, 0, 0, :], axis=-1) > 0
+        valid = tf.math.is_finite(best_gain) & (best_gain >= 0.0) & reached
+    else:
+        valid = tf.math.is_finite(best_gain) & (best_gain > 1e-12)
     return {"feature": feature, "threshold": threshold, "gain": best_gain,
-            "left": tf.gather_nd(left_w, at), "right": tf.gather_nd(right_w, at),
-            "valid": tf.math.is_finite(best_gain) & (best_gain > minimum)}
+            "left": tf.gather_nd(left_w, at), "right": tf.gather_nd(right_w, at), "valid": valid}

@@ -5,7 +5,7 @@ catches every Estimator argument error, canned or not.
 """
 from __future__ import annotations
 
-from toolkit.estimator.estimator import EstimatorError
+from toolkit.estimator._construct import EstimatorError
 
 __all__ = ["CannedError"]
 
