@@ -6,9 +6,10 @@ de-duplicates and routes the ids once for both). Sent as they are, each table's
 row gradient and each table's row indices cross from the worker to the ps as a
 tensor of its own. :func:`exchange_rows` sends the gradients of such tables as
 one ``[rows, sum of dims]`` tensor, concatenated on the worker and split on the
-ps, and names the rows by the routed ids the lookup already sent there: one
-gradient transfer per ps and step instead of one per table, and no index
-transfer. The values are the same tensors, so the update is the same.
+ps, and names the rows by the routed ids the lookup already sent there (not by
+each gradient's own reshaped copy of them): one gradient transfer per ps and
+step instead of one per table. The values are the same tensors, so the update
+is the same.
 
 Only graph-mode gradients whose rows are one lookup's routed ids, computed on a
 task other than their shard's, are grouped; everything else is left as it is.

@@ -307,6 +307,7 @@ def _first_execution(session: tf.compat.v1.Session, fetches: list[Any], index: i
                 for node in graph_def.node if node.op == "_Recv" and not node.attr["client_terminated"].b]
     logger.info("worker-%d: an execution of up to %d step(s) moves %d tensors between tasks", index,
                 (len(fetches) - 1) // 2, len(received))
+    logger.debug("worker-%d: the tensors an execution moves: %s", index, sorted(received))
     return int(ran)
 
 

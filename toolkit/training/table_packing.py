@@ -8,10 +8,6 @@ built step so that the gathers of one ps with the same ids are concatenated
 there and split on the worker: one transfer per ps and step for all such tables
 (the gradients travel likewise: ``toolkit.layers._row_exchange``).
 
-It also answers each table gradient's question for its shard's shape on the
-worker, from the shape the variable was declared with (``VariableShape`` on the
-ps would be one more small transfer per shard and step).
-
 The values are the same tensors, moved together; the gradients (built before)
 do not read the gathered rows, so they are unchanged.
 """
@@ -82,33 +78,9 @@ def _pack_gathers(graph: tf.Graph) -> int:
     return saved
 
 
-def _declared_shapes(graph: tf.Graph) -> int:
-    """``VariableShape`` read on another task, of a variable declared with a full shape: a constant there."""
-    replaced = 0
-    for op in graph.get_operations():
-        if op.type != "VariableShape" or in_control_flow(op):
-            continue
-        handle = op.inputs[0].op
-        if handle.type != "VarHandleOp":
-            continue
-        shape = tf.TensorShape(handle.get_attr("shape"))
-        target = _one_device(op.outputs[0], graph)
-        if not shape.is_fully_defined() or target is None:
-            continue
-        spec = tf.DeviceSpec.from_string(target)
-        if task_of(op) == (spec.job, spec.replica or 0, spec.task):
-            continue
-        with graph.as_default(), v1.control_dependencies(None), v1.device(target):
-            known = tf.constant(shape.as_list(), dtype=op.get_attr("out_type"), name="declared_shape")
-        for consumer, index in _consumers(op.outputs[0]):
-            update_input(consumer, index, known)
-        replaced += 1
-    return replaced
-
-
 def pack_table_reads(graph: tf.Graph) -> int:
     """Packs the gathers of each ps that share their ids; returns the transfers saved per execution."""
-    saved = _pack_gathers(graph) + _declared_shapes(graph)
+    saved = _pack_gathers(graph)
     if saved:
         logger.debug("table reads: %d transfers fewer per execution", saved)
     return saved
