@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from strategies.sharding import ShardedTable, ShardingError, colocated_with
 from tf_config.checks import check_number
+from toolkit.layers._row_exchange import exchange_rows
 
 __all__ = ["SPARSE_OPTIMIZERS", "SparseAdagrad", "SparseAdam", "SparseOptimizer", "SparseSGD",
            "make_sparse_optimizer"]
@@ -128,6 +129,10 @@ class SparseOptimizer(tf.Module):
             raise ShardingError(f"{type(self).__name__}.apply called before build(tables). "
                                 "Call build(tables) once, under the strategy scope, before training.", field="build")
         step = tf.cast(self.iterations + 1, tf.float32)
+        tables_and_gradients = [(table, list(gradients)) for table, gradients in tables_and_gradients]
+        # tables looked up with the same ids: their row gradients travel to each ps as one tensor
+        moved = iter(exchange_rows([(shard, gradient) for table, gradients in tables_and_gradients
+                                    for shard, gradient in zip(table.shards, gradients, strict=False)]))
         for table, gradients in tables_and_gradients:
             slots = self.slots.get(table.name)
             if slots is None:
@@ -138,11 +143,14 @@ class SparseOptimizer(tf.Module):
                 logger.warning("%s: table %r got no gradient in this step (the loss does not depend on it, or its "
                                "shards are not watched); it is not updated", type(self).__name__, table.name)
             for i, (shard, gradient) in enumerate(zip(table.shards, gradients, strict=False)):
+                exchanged = next(moved)
                 if gradient is None and not self.touches_every_row:
                     continue
                 with tf.device(shard.device):
                     if gradient is None:  # no row of this shard was looked up: an empty update
                         rows, values = tf.zeros([0], tf.int64), tf.zeros([0, *shard.shape[1:]], shard.dtype)
+                    elif exchanged is not None:  # one lookup's routed ids (distinct), with the other tables'
+                        rows, values = exchanged
                     else:
                         rows, values = _dedupe(gradient)
                     shard_slots = {name: slot.shards[i] for name, slot in slots.items()}

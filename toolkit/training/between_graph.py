@@ -53,7 +53,9 @@ WORKER_FLAG = "tfdist_between_graph_worker"
 #: how long the chief waits for every worker's flag before it coordinates the steps itself
 _FLAG_WAIT_SECS = 5.0
 QUEUE_CAPACITY = 2**31 - 1
-_MIN_POLL_SECS, _MAX_POLL_SECS = 0.001, 0.05
+#: the chief's sleeps between reads of the global step: long while many steps are left (each read is an RPC,
+#: and the chief should use ~no CPU while the workers step), short near the chunk's end (workers idle there)
+_MIN_POLL_SECS, _MAX_POLL_SECS = 0.001, 0.25
 #: a wait that sees no step for this long, and at least _STALL_GAPS times the longest pause between steps so far,
 #: with no token left, re-releases the missing tokens (a worker lost mid-step took its token with it)
 _STALL_SECS, _STALL_GAPS = 30.0, 10

@@ -32,6 +32,7 @@ from toolkit.training.extensions import step_factory_for
 from toolkit.training.runners import DatasetFn, _check_batch
 from toolkit.training.state import GlobalStepSchedule, TrainState
 from toolkit.training.step import Forward, TrainStep
+from toolkit.training.table_packing import pack_table_reads
 
 if TYPE_CHECKING:
     from tf_config import TFConfig
@@ -262,8 +263,8 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
     with graph.as_default():
         train, token, initializer, ready = build_worker_step(
             manifest, num_workers=num_workers, index=index, worker_device=worker_device, **step_args)
-    saved = pack_transfers(graph, [*train, token])
-    logger.info("worker-%d: %d fewer transfers per step (packed per pair of tasks)", index, saved)
+    saved = pack_table_reads(graph) + pack_transfers(graph, [*train, token])
+    logger.info("worker-%d: %d fewer transfers per execution (packed per pair of tasks)", index, saved)
     if stop.is_set():  # the job ended while this worker built its steps
         return _ended_before_first_step(index)
     steps = 0
@@ -280,6 +281,8 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
             run_steps = session.make_callable([token, *train])
             logger.info("worker-%d: between-graph steps ready (%d variables on the ps)", index,
                         len(manifest["model"]))
+            if not stop.is_set():
+                steps += _first_execution(session, [token, *train], index)
             while not stop.is_set():
                 steps += int(run_steps()[0])
         except tf.errors.OutOfRangeError:  # the chief closed the queue: training is over
@@ -294,6 +297,18 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
             watcher.join()
     logger.info("worker-%d: between-graph steps done: %d steps", index, steps)
     return steps
+
+
+def _first_execution(session: tf.compat.v1.Session, fetches: list[Any], index: int) -> int:
+    """Runs one execution and logs how many tensors crossed between tasks in it; returns its steps."""
+    metadata = v1.RunMetadata()
+    ran = session.run(fetches, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)[0]
+    received = [node.attr["tensor_name"].s.decode() for graph_def in metadata.partition_graphs
+                for node in graph_def.node if node.op == "_Recv" and not node.attr["client_terminated"].b]
+    logger.info("worker-%d: an execution of up to %d step(s) moves %d tensors between tasks", index,
+                (len(fetches) - 1) // 2, len(received))
+    logger.debug("worker-%d: the tensors an execution moves: %s", index, sorted(received))
+    return int(ran)
 
 
 def _ended_before_first_step(index: int) -> int:
