@@ -8,7 +8,6 @@ the same ``TrainStep`` run eagerly in this process on the same batches.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import uuid
 
@@ -16,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _inprocess import ps_and_worker_target
 from _models import compiled
 
 from toolkit._compat.tensorflow import named_variable
@@ -44,17 +44,9 @@ OPTIMIZERS = {
 }
 
 
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    spec = tf.train.ClusterSpec({"ps": [f"localhost:{_port()}"], "worker": [f"localhost:{_port()}"]})
-    servers = [tf.distribute.Server(spec, job_name=job, task_index=0, start=True) for job in ("ps", "worker")]
-    return servers[1].target
+    return ps_and_worker_target()
 
 
 def _model():

@@ -7,12 +7,11 @@ step moves one rows tensor and one gradient tensor per shard (plus the routed id
 """
 from __future__ import annotations
 
-import socket
-
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from _inprocess import ps_and_worker_target
 
 from strategies.sharding import ShardedTable, ShardLayout
 from toolkit.layers import SparseAdagrad
@@ -24,17 +23,9 @@ ROWS, DIMS = 40, {"deep": 4, "wide": 1}
 IDS = np.array([[3, 7, 3, 25], [39, 7, 0, 21], [22, 3, 19, 20]], np.int64)  # repeats, both shards
 
 
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    spec = tf.train.ClusterSpec({"ps": [f"localhost:{_port()}"], "worker": [f"localhost:{_port()}"]})
-    servers = [tf.distribute.Server(spec, job_name=job, task_index=0, start=True) for job in ("ps", "worker")]
-    return servers[1].target
+    return ps_and_worker_target()
 
 
 def _initial() -> dict[str, np.ndarray]:
