@@ -114,6 +114,7 @@ class KMeans(Estimator):
                               "KMeans.KMEANS_PLUS_PLUS_INIT, an array of centers or a function.",
                               field="initial_clusters")
         del mini_batch_steps_per_iteration
+        self._distance_metric = distance_metric
         settings = dict(k=num_clusters, init=initial_clusters, metric=distance_metric, seed=seed,
                         mini_batch=use_mini_batch, retries=kmeans_plus_plus_num_retries,
                         tolerance=relative_tolerance, columns=feature_columns)
@@ -133,9 +134,12 @@ class KMeans(Estimator):
             yield int(prediction[self.CLUSTER_INDEX])
 
     def transform(self, input_fn: Callable[..., Any]) -> Iterator[np.ndarray]:
-        """The distance of each point to every center."""
+        """The distance of each point to every center: Euclidean (not squared) under
+        SQUARED_EUCLIDEAN_DISTANCE, as upstream's transform and sklearn's; the ``all_distances``
+        prediction keeps the squared values."""
         for prediction in self.predict(input_fn, predict_keys=[self.ALL_DISTANCES]):
-            yield prediction[self.ALL_DISTANCES]
+            distances = prediction[self.ALL_DISTANCES]
+            yield np.sqrt(distances) if self._distance_metric == self.SQUARED_EUCLIDEAN_DISTANCE else distances
 
     def score(self, input_fn: Callable[..., Any]) -> float:
         """The summed distance of the points (one step of input_fn) to their nearest center."""
