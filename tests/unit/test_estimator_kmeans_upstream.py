@@ -3,7 +3,8 @@
 Ported from upstream's test (Copyright The TensorFlow Authors, Apache License 2.0): its random centers and
 points helpers, ``KMeansTest._infer_helper`` (cluster index, score and ``transform`` against numpy, where
 ``transform`` under SQUARED_EUCLIDEAN_DISTANCE gives the Euclidean distance, as sklearn's) and
-``KMeansTestMultiStageInit.test_kmeans_plus_plus_batch_too_small``. Smaller data than upstream's, to stay fast.
+``KMeansTestMultiStageInit.test_kmeans_plus_plus_batch_too_small`` and ``test_random``.
+Smaller data than upstream's, to stay fast.
 """
 from __future__ import annotations
 
@@ -56,3 +57,17 @@ def test_upstream_kmeans_plus_plus_batch_too_small(tmp_path):
                     mini_batch_steps_per_iteration=100, seed=24, relative_tolerance=None)
     with pytest.raises(tf.errors.InvalidArgumentError):
         kmeans.train(input_fn=lambda: tf.constant(points[:4]), steps=1)
+
+
+def test_upstream_multi_stage_random_init_reads_batches_until_k_points(tmp_path):
+    # upstream's KMeansTestMultiStageInit.test_random: batches of one point, in order, seed all five centers
+    points = np.array([[1, 2], [3, 4], [5, 6], [7, 8], [9, 0]], dtype=np.float32)
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(points).repeat().batch(1)
+
+    kmeans = KMeans(num_clusters=points.shape[0], model_dir=str(tmp_path), initial_clusters=KMeans.RANDOM_INIT,
+                    distance_metric=KMeans.SQUARED_EUCLIDEAN_DISTANCE, use_mini_batch=True,
+                    mini_batch_steps_per_iteration=100, seed=24, relative_tolerance=None)
+    kmeans.train(input_fn=input_fn, steps=1)
+    np.testing.assert_array_equal(kmeans.cluster_centers(), points)
