@@ -3,7 +3,8 @@
 Ported from upstream's test (Copyright The TensorFlow Authors, Apache License 2.0): its ``create_checkpoint``
 helper, which writes a checkpoint under upstream's variable names ('rnn_model/rnn/kernel', ...), then
 ``RNNClassifierEvaluationTest.testBinaryClassEvaluationMetrics`` (upstream's exact metric figures from that
-checkpoint) and ``RNNClassifierTrainingTest.testBinaryClassFromScratchWithDefaultOptimizer`` (stacked cells on a
+checkpoint; then TF1's ``export_savedmodel``, which upstream's RNN estimators kept) and
+``RNNClassifierTrainingTest.testBinaryClassFromScratchWithDefaultOptimizer`` (stacked cells on a
 batch of one sparse sequence; the checkpoint holds upstream's names and shapes, 'kernel' then 'kernel_1').
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from toolkit.estimator.experimental import RNNClassifier
+from toolkit.estimator.export import build_parsing_serving_input_receiver_fn
 
 CELL_KERNEL_NAME = "rnn_model/rnn/kernel"
 CELL_RECURRENT_KERNEL_NAME = "rnn_model/rnn/recurrent_kernel"
@@ -35,8 +37,8 @@ def create_checkpoint(kernel, recurrent, bias, dense_kernel, dense_bias, global_
 def test_upstream_binary_class_evaluation_metrics_from_upstream_checkpoint(tmp_path):
     create_checkpoint(kernel=[[.1, -.2]], recurrent=[[.2, -.3], [.3, -.4]], bias=[.2, .5],
                       dense_kernel=[[-1.], [1.]], dense_bias=[0.3], global_step=100, model_dir=str(tmp_path))
-    est = RNNClassifier(units=[2], sequence_feature_columns=[tf.feature_column.sequence_numeric_column(
-        "price", shape=(1,))], model_dir=str(tmp_path))
+    columns = [tf.feature_column.sequence_numeric_column("price", shape=(1,))]
+    est = RNNClassifier(units=[2], sequence_feature_columns=columns, model_dir=str(tmp_path))
 
     def eval_input_fn():
         return {"price": tf.sparse.SparseTensor(values=[10., 5., 2.], indices=[[0, 0], [0, 1], [1, 0]],
@@ -50,6 +52,10 @@ def test_upstream_binary_class_evaluation_metrics_from_upstream_checkpoint(tmp_p
     assert sorted(metrics) == sorted(expected)
     for key, value in expected.items():
         assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    # upstream's RNN estimators keep TF1's export_savedmodel (its _test_complete_flow exports with it)
+    spec = tf.feature_column.make_parse_example_spec(columns)
+    export_dir = est.export_savedmodel(str(tmp_path / "export"), build_parsing_serving_input_receiver_fn(spec))
+    assert tf.io.gfile.exists(f"{export_dir.decode() if isinstance(export_dir, bytes) else export_dir}/saved_model.pb")
 
 
 def test_upstream_binary_class_from_scratch_stacked_cells_checkpoint_names(tmp_path):

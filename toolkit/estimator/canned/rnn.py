@@ -31,6 +31,7 @@ from toolkit.estimator.canned._model_fns import _minimize, _spec
 from toolkit.estimator.canned.head_based import check_head
 from toolkit.estimator.canned.heads import classifier_head
 from toolkit.estimator.canned.optimizers import check_optimizer, get_optimizer
+from toolkit.estimator.estimator import EstimatorV1
 
 __all__ = ["RNNClassifier", "RNNEstimator"]
 
@@ -190,9 +191,9 @@ def _rnn_estimator(self: Estimator, head: Any, *, sequence_feature_columns: Any,
     self.head = head
 
 
-class RNNEstimator(Estimator):
+class RNNEstimator(EstimatorV1):
     """A recurrent network over sequence feature columns under ``head``
-    (``tf.estimator.experimental.RNNEstimator``).
+    (``tf.estimator.experimental.RNNEstimator``; as upstream's, it keeps TF1's ``export_savedmodel``).
 
     Args:
         head: a head, e.g. ``toolkit.estimator.RegressionHead()``.
