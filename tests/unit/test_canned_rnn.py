@@ -50,7 +50,7 @@ def test_rnn_classifier_learns_the_last_valid_step_and_predicts(tmp_path):
     hits = np.mean([int(p["class_ids"][0]) == int(c) for p, c in zip(preds, CLASSES[:, 0], strict=True)])
     assert hits > 0.9
     names = est.get_variable_names()
-    assert any(n.startswith("rnn/") and "logits" in n for n in names), names
+    assert any(n.startswith("rnn_model/") and "logits" in n for n in names), names
 
 
 def test_rnn_estimator_with_context_and_lstm_regresses(tmp_path):
@@ -80,7 +80,8 @@ def test_rnn_cell_fn_builds_the_callers_cells(tmp_path):
     (dict(units=[8, 0]), "`units` is [8, 0]"),
     (dict(units=8, cell_type="rnn"),
      "`cell_type` is 'rnn'; supported cell types are ['basic_rnn', 'gru', 'lstm', 'simple_rnn']"),
-    (dict(units=8, rnn_cell_fn=lambda: None), "units (8) and cell_type ('basic_rnn') must not be specified"),
+    (dict(units=8, rnn_cell_fn=lambda: None),
+     "units and cell_type must not be specified when using rnn_cell_fn (got units=8, cell_type='basic_rnn')"),
     (dict(units=8, optimizer="Adamax"), "`optimizer` is 'Adamax'"),
     (dict(units=8, n_classes=1), "n_classes"),
 ])

@@ -1,10 +1,11 @@
 """``experimental.KMeans``: k-means clustering as an Estimator (``tf.compat.v1.estimator.experimental.KMeans``).
 
 ``input_fn`` returns the points (a ``[batch, dim]`` tensor, or a dict of
-features read through ``feature_columns``; labels are ignored). The first
-training step seeds the centers from the batch (random points, or k-means++
-with ``initial_clusters=KMeans.KMEANS_PLUS_PLUS_INIT``, or the array / function
-given); each later step moves them: with ``use_mini_batch`` each center by
+features read through ``feature_columns``; labels are ignored). Before the
+first training step the centers are seeded (random points, read from as many
+batches as it takes to get k, as upstream's; or k-means++ over the first batch
+with ``initial_clusters=KMeans.KMEANS_PLUS_PLUS_INIT``; or the array / function
+given); each training step moves them: with ``use_mini_batch`` each center by
 the running mean of the points assigned to it so far, otherwise to the mean of
 the batch's points assigned to it (Lloyd's step: the input_fn should then
 return the whole data set each step). The loss and ``score`` are the summed
@@ -52,6 +53,20 @@ def _distances(points: tf.Tensor, centers: tf.Tensor, metric: str) -> tf.Tensor:
         return 1.0 - tf.matmul(tf.nn.l2_normalize(points, 1), tf.nn.l2_normalize(centers, 1), transpose_b=True)
     return (tf.reduce_sum(tf.square(points), 1, keepdims=True) - 2.0 * tf.matmul(points, centers, transpose_b=True)
             + tf.expand_dims(tf.reduce_sum(tf.square(centers), 1), 0))
+
+
+class _SeedCentersHook(tf.compat.v1.train.SessionRunHook):
+    """Seeds the centers before the first training step, reading as many batches as it takes (at most k), as
+    upstream's cluster-initialization hook; a step that still finds them unseeded seeds them instead."""
+
+    def __init__(self, initialized: Any, seed_op: tf.Tensor, k: int) -> None:
+        self._initialized, self._seed_op, self._k = initialized, seed_op, k
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        for _ in range(self._k):
+            if session.run(self._initialized):
+                return
+            session.run(self._seed_op)
 
 
 class _RelativeToleranceHook(tf.compat.v1.train.SessionRunHook):
@@ -114,6 +129,7 @@ class KMeans(Estimator):
                               "KMeans.KMEANS_PLUS_PLUS_INIT, an array of centers or a function.",
                               field="initial_clusters")
         del mini_batch_steps_per_iteration
+        self._distance_metric = distance_metric
         settings = dict(k=num_clusters, init=initial_clusters, metric=distance_metric, seed=seed,
                         mini_batch=use_mini_batch, retries=kmeans_plus_plus_num_retries,
                         tolerance=relative_tolerance, columns=feature_columns)
@@ -133,9 +149,12 @@ class KMeans(Estimator):
             yield int(prediction[self.CLUSTER_INDEX])
 
     def transform(self, input_fn: Callable[..., Any]) -> Iterator[np.ndarray]:
-        """The distance of each point to every center."""
+        """The distance of each point to every center: Euclidean (not squared) under
+        SQUARED_EUCLIDEAN_DISTANCE, as upstream's transform and sklearn's; the ``all_distances``
+        prediction keeps the squared values."""
         for prediction in self.predict(input_fn, predict_keys=[self.ALL_DISTANCES]):
-            yield prediction[self.ALL_DISTANCES]
+            distances = prediction[self.ALL_DISTANCES]
+            yield np.sqrt(distances) if self._distance_metric == self.SQUARED_EUCLIDEAN_DISTANCE else distances
 
     def score(self, input_fn: Callable[..., Any]) -> float:
         """The summed distance of the points (one step of input_fn) to their nearest center."""
@@ -183,7 +202,18 @@ def _kmeans_model_fn(features: Any, mode: str, *, k: int, init: Any, metric: str
                              eval_metric_ops={KMeans.SCORE: v1.metrics.mean(loss)})
     global_step = v1.train.get_or_create_global_step()
 
+    seeded = v1.get_variable("clusters_num_seeded", [], tf.int32, v1.zeros_initializer(), trainable=False)
+
     def seed_centers() -> tf.Tensor:
+        # as upstream: batches smaller than k add their points until k are seeded
+        if isinstance(init, str) and init == KMeans.RANDOM_INIT:
+            count = seeded.read_value()
+            take = tf.minimum(k - count, tf.shape(points)[0])
+            chosen = tf.random.shuffle(points, seed=seed)[:take]
+            rows = tf.expand_dims(tf.range(count, count + take), 1)
+            with tf.control_dependencies([centers.assign(tf.tensor_scatter_nd_update(centers, rows, chosen)),
+                                          initialized.assign(count + take >= k), seeded.assign(count + take)]):
+                return tf.constant(0)
         first = _initial_centers(points, k=k, init=init, seed=seed, retries=retries)
         with tf.control_dependencies([centers.assign(first), initialized.assign(True)]):
             return tf.constant(0)
@@ -202,8 +232,11 @@ def _kmeans_model_fn(features: Any, mode: str, *, k: int, init: Any, metric: str
         with tf.control_dependencies([centers.assign(new), *updates]):
             return tf.constant(0)
 
+    seed_op = seed_centers()   # run by the hook before the first step; the cond's own copy is a fallback
     step = tf.cond(initialized, move_centers, seed_centers)
     with tf.control_dependencies([step]):
         train_op = v1.assign_add(global_step, 1).op
-    hooks = [_RelativeToleranceHook(loss, tolerance)] if tolerance is not None else []
+    hooks: list[Any] = [_SeedCentersHook(initialized, seed_op, k)]
+    if tolerance is not None:
+        hooks.append(_RelativeToleranceHook(loss, tolerance))
     return EstimatorSpec(mode=mode, loss=loss, train_op=train_op, training_hooks=hooks)

@@ -31,6 +31,7 @@ from toolkit.estimator.canned._model_fns import _minimize, _spec
 from toolkit.estimator.canned.head_based import check_head
 from toolkit.estimator.canned.heads import classifier_head
 from toolkit.estimator.canned.optimizers import check_optimizer, get_optimizer
+from toolkit.estimator.estimator import EstimatorV1
 
 __all__ = ["RNNClassifier", "RNNEstimator"]
 
@@ -40,8 +41,9 @@ USE_DEFAULT = "basic_rnn"
 _DEFAULT_LEARNING_RATE = 0.05
 _DEFAULT_CLIP_NORM = 5.0
 # cell_type -> (one cell, whole layer), as upstream's _CELL_TYPES / _CELL_TYPE_TO_LAYER_MAPPING
+# (the default, 'basic_rnn', is upstream's USE_DEFAULT: a Keras RNN layer named 'rnn' over SimpleRNN cells)
 _CELLS: dict[str, tuple[Any, Any]] = {
-    "basic_rnn": (tf_keras.layers.SimpleRNNCell, tf_keras.layers.SimpleRNN),
+    "basic_rnn": (tf_keras.layers.SimpleRNNCell, None),
     "simple_rnn": (tf_keras.layers.SimpleRNNCell, tf_keras.layers.SimpleRNN),
     "lstm": (tf_keras.layers.LSTMCell, tf_keras.layers.LSTM),
     "gru": (tf_keras.layers.GRUCell, tf_keras.layers.GRU),
@@ -62,8 +64,8 @@ def _rnn_layer_fn(*, units: Any, cell_type: Any, rnn_cell_fn: Any, return_sequen
     """Checks the cell arguments now; returns what builds the recurrent layer inside each graph."""
     if rnn_cell_fn is not None:
         if units is not None or cell_type != USE_DEFAULT:
-            raise CannedError(f"units ({units!r}) and cell_type ({cell_type!r}) must not be specified when "
-                              "using rnn_cell_fn; the cells it returns define both. Drop one of them.",
+            raise CannedError(f"units and cell_type must not be specified when using rnn_cell_fn (got units={units!r}, "
+                              f"cell_type={cell_type!r}); the cells it returns define both. Drop one of them.",
                               field="rnn_cell_fn")
         if not callable(rnn_cell_fn):
             raise CannedError(f"`rnn_cell_fn` is {type(rnn_cell_fn).__name__} {rnn_cell_fn!r}; expected a "
@@ -101,17 +103,31 @@ def _check_sequence_columns(value: Any) -> tuple[Any, ...]:
     return columns
 
 
+def _cell_weights_in_layer_scope(rnn_layer: Any) -> Callable[..., Any]:
+    """A variable creator putting the cells' weights directly under the RNN layer's scope
+    ('rnn_model/rnn/kernel', a second stacked cell's 'rnn_model/rnn/kernel_1'), as Keras named them when
+    upstream wrote its RNN estimators; today's tf_keras adds a scope per cell ('.../simple_rnn_cell/kernel')."""
+    prefix = f"{v1.get_default_graph().get_name_scope()}/{rnn_layer.name}/"
+
+    def creator(next_creator: Callable[..., Any], **kwargs: Any) -> Any:
+        if v1.get_default_graph().get_name_scope().startswith(prefix):
+            with tf.name_scope(prefix):
+                return next_creator(**kwargs)
+        return next_creator(**kwargs)
+    return creator
+
+
 def _rnn_logits(features: Mapping[str, Any], mode: str, *, units: int, layer_fn: Callable[[], Any],
                 sequence_columns: Any, context_columns: Any) -> tuple[tf.Tensor, tf.Tensor, list[Any]]:
     training = mode == TRAIN
-    with v1.variable_scope("rnn"):
-        sequence_layer = tf_keras.experimental.SequenceFeatures(list(sequence_columns),
-                                                                name="sequence_input_layer")
+    # upstream's variable names (its Keras model 'rnn_model'), so its checkpoints restore and warm-start here
+    with v1.variable_scope("rnn_model"):
+        sequence_layer = tf_keras.experimental.SequenceFeatures(list(sequence_columns))
         sequence_input, sequence_length = sequence_layer(dict(features), training=training)
         v1.summary.histogram("sequence_length", sequence_length)
         layers: list[Any] = [sequence_layer]
         if context_columns:
-            context_layer = tf_keras.layers.DenseFeatures(list(context_columns), name="context_input_layer")
+            context_layer = tf_keras.layers.DenseFeatures(list(context_columns))
             context = context_layer(dict(features), training=training)
             steps = tf.shape(sequence_input)[1]
             tiled = tf.tile(tf.expand_dims(tf.cast(context, sequence_input.dtype), 1), [1, steps, 1])
@@ -119,7 +135,10 @@ def _rnn_logits(features: Mapping[str, Any], mode: str, *, units: int, layer_fn:
             layers.append(context_layer)
         rnn_layer = layer_fn()
         mask = tf.sequence_mask(sequence_length, maxlen=tf.shape(sequence_input)[1])
-        outputs = rnn_layer(sequence_input, mask=mask, training=training)
+        # the inputs' static batch size: else Keras' time loop sees its state change shape ((1, n) -> (None, n))
+        mask.set_shape(sequence_input.shape[:2])
+        with tf.variable_creator_scope(_cell_weights_in_layer_scope(rnn_layer)):
+            outputs = rnn_layer(sequence_input, mask=mask, training=training)
         logits_layer = tf_keras.layers.Dense(units, name="logits")
         logits = logits_layer(outputs)
         layers += [rnn_layer, logits_layer]
@@ -172,9 +191,9 @@ def _rnn_estimator(self: Estimator, head: Any, *, sequence_feature_columns: Any,
     self.head = head
 
 
-class RNNEstimator(Estimator):
+class RNNEstimator(EstimatorV1):
     """A recurrent network over sequence feature columns under ``head``
-    (``tf.estimator.experimental.RNNEstimator``).
+    (``tf.estimator.experimental.RNNEstimator``; as upstream's, it keeps TF1's ``export_savedmodel``).
 
     Args:
         head: a head, e.g. ``toolkit.estimator.RegressionHead()``.
