@@ -62,7 +62,7 @@ _SCRIPT = textwrap.dedent('''
                     print("variable %s on %s" % (v.op.name, v.device))
             print("update ops " + " ".join(sorted(op.type for op in graph.get_operations() if "Apply" in op.type)))
 
-    classifier.train(lambda: input_fn(train, True), max_steps=150,
+    classifier.train(lambda: input_fn(train, True), max_steps=300,
                      hooks=[Report()] if config.is_chief else None)
     if config.is_chief:
         loss = classifier.evaluate(lambda: input_fn(heldout, False), steps=1)["loss"]
