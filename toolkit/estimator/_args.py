@@ -1,6 +1,8 @@
 """The Estimator methods' argument checks (TF's exception types and key phrases) and its restore error."""
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import tensorflow as tf
@@ -12,15 +14,19 @@ __all__ = ["check_hooks", "check_listeners", "check_positive", "receiver", "rest
 v1 = tf.compat.v1
 
 
-def check_positive(field: str, value: Any) -> None:
+def check_positive(field: str, value: Any) -> int | None:
+    """A step count as an int. A number that is not whole counts as the next whole one, as TF's stop hooks
+    did (``steps=200 / 16`` ran 13 steps: they stopped once the count reached the value)."""
     if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise EstimatorTypeError(f"`{field}` is {type(value).__name__} {value!r}; expected an integer > 0, "
                                  f"e.g. {field}=100.", field=field)
-    if value <= 0:
+    count = float(value)
+    if not count > 0 or not math.isfinite(count):
         raise EstimatorError(f"Must specify {field} > 0, given: {value}. Pass a positive count, e.g. "
                              f"{field}=100, or None.", field=field)
+    return int(value) if isinstance(value, numbers.Integral) else math.ceil(count)
 
 
 def check_hooks(field: str, hooks: Any) -> list[Any]:

@@ -42,6 +42,24 @@ def _per_output(value: Any, names: list[str], field: str) -> list[Any]:
     return [value] * len(names)
 
 
+def _same_rank(target: Any, prediction: Any) -> tuple[Any, Any]:
+    """Labels ``(batch,)`` against predictions ``(batch, 1)`` (or the reverse): the trailing 1 squeezed, as Keras'
+    loss wrappers did before calling a loss function (``mse(y, p)`` would otherwise broadcast to a
+    ``(batch, batch)`` matrix and train every prediction towards the batch mean)."""
+    import tensorflow as tf
+
+    target = tf.convert_to_tensor(target)
+    prediction = tf.convert_to_tensor(prediction)
+    rank_t, rank_p = target.shape.rank, prediction.shape.rank
+    if rank_t is None or rank_p is None:
+        return target, prediction
+    if rank_p - rank_t == 1 and prediction.shape[-1] == 1:
+        prediction = tf.squeeze(prediction, [-1])
+    elif rank_t - rank_p == 1 and target.shape[-1] == 1:
+        target = tf.squeeze(target, [-1])
+    return target, prediction
+
+
 class CompiledLoss:
     """``loss(targets, predictions, sample_weights) -> scalar``, Keras' total loss."""
 
@@ -82,6 +100,8 @@ class CompiledLoss:
             if isinstance(function, self._loss_class) and not tf.distribute.has_strategy():
                 value = function(target, prediction, sample_weight=sample)  # reduces itself
             else:  # a function; or, under a strategy (where Keras refuses to reduce), the per-example loss
+                if not isinstance(function, self._loss_class):  # Keras' LossFunctionWrapper aligns the ranks
+                    target, prediction = _same_rank(target, prediction)
                 per_example = tf.convert_to_tensor(function.call(target, prediction) if isinstance(
                     function, self._loss_class) else function(target, prediction))
                 if sample is not None:

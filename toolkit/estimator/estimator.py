@@ -202,8 +202,8 @@ class Estimator:
         if steps is not None and max_steps is not None:
             raise EstimatorError(f"Can not provide both steps and max_steps: train() got steps={steps} and "
                                  f"max_steps={max_steps}; pass at most one.", field="steps")
-        _positive("steps", steps)
-        _positive("max_steps", max_steps)
+        steps = _positive("steps", steps)
+        max_steps = _positive("max_steps", max_steps)
         hooks = _hooks("hooks", hooks)
         saving_listeners = _listeners(saving_listeners)
         if saving_listeners and self._config.is_chief and not any(self._config.checkpoint_every.values()):
@@ -310,7 +310,7 @@ class Estimator:
         from toolkit.estimator._evaluate import run_evaluation, write_eval_summary
         from toolkit.estimator._spec_base import check_eval_name
 
-        _positive("steps", steps)
+        steps = _positive("steps", steps)
         hooks = _hooks("hooks", hooks)
         check_eval_name(name, EstimatorError)
         path = self._checkpoint_or_none(checkpoint_path, "evaluate")

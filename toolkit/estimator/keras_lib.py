@@ -58,6 +58,18 @@ def _seed_states_local() -> None:
         v1.add_to_collection(v1.GraphKeys.LOCAL_VARIABLES, variable)
 
 
+def _state_updates(graph: Any, known: int) -> list[Any]:
+    """The variable updates a model's call added to ``graph`` after its first ``known`` ops, without the
+    initializers of the variables the call created (a model that builds its weights on its first call, as a
+    subclassed one does, would otherwise re-initialize them with every training step)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    variables = v1.get_collection(v1.GraphKeys.GLOBAL_VARIABLES) + v1.get_collection(v1.GraphKeys.LOCAL_VARIABLES)
+    initializers = {v.initializer for v in variables}
+    return [op for op in graph.get_operations()[known:] if op.type in _STATE_UPDATES and op not in initializers]
+
+
 def _placeholders(structure: Any) -> Any:
     import tensorflow as tf
 
@@ -232,7 +244,7 @@ def _model_fn(km: KerasModel, output_names: list[str], loss: Any, metrics: Any, 
         graph = tf.compat.v1.get_default_graph()
         known = len(graph.get_operations())
         outputs = model(inputs, training=mode == ModeKeys.TRAIN)
-        updates = [op for op in graph.get_operations()[known:] if op.type in _STATE_UPDATES]
+        updates = _state_updates(graph, known)
         _seed_states_local()
         flat = ([outputs[name] for name in output_names] if isinstance(outputs, Mapping)
                 else list(outputs) if isinstance(outputs, (list, tuple)) else [outputs])

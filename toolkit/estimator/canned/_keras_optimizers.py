@@ -33,6 +33,32 @@ def is_keras_optimizer(value: Any) -> bool:
         hasattr(value, "apply_gradients") and not isinstance(value, tf.compat.v1.train.Optimizer))
 
 
+# the settings a Keras optimizer of the five classes keeps as public attributes, besides the learning rate
+_PUBLIC_SETTINGS = ("beta_1", "beta_2", "epsilon", "rho", "momentum", "nesterov", "centered",
+                    "initial_accumulator_value", "learning_rate_power", "l1_regularization_strength",
+                    "l2_regularization_strength", "l2_shrinkage_regularization_strength", "beta", *_OFF)
+
+
+def optimizer_config(field: str, optimizer: Any) -> dict[str, Any]:
+    """``optimizer.get_config()``; for a Keras 2 optimizer made inside a TF1 graph (its learning rate is then
+    a variable of that graph, which ``get_config`` cannot read outside eager mode), its public settings,
+    with the learning rate variable's initial value."""
+    try:
+        return dict(optimizer.get_config())
+    except NotImplementedError as exc:  # "numpy() is only available when eager execution is enabled."
+        config = {k: getattr(optimizer, k) for k in _PUBLIC_SETTINGS if hasattr(optimizer, k)}
+        rate = getattr(optimizer, "learning_rate", None)
+        if isinstance(rate, tf.Variable):
+            rate = tf.get_static_value(rate.initial_value)
+            rate = None if rate is None else float(rate)
+        if rate is None:
+            raise CannedError(f"`{field}` is the Keras optimizer {type(optimizer).__name__} made inside a TF1 "
+                              f"graph, whose learning rate cannot be read there ({exc}). Create it outside the "
+                              "graph, or pass a tf.compat.v1.train optimizer.", field=field) from exc
+        config["learning_rate"] = rate
+        return config
+
+
 def _adagrad(c: dict[str, Any]) -> Any:
     return _v1.AdagradOptimizer(c["learning_rate"], initial_accumulator_value=c.get("initial_accumulator_value", 0.1))
 
@@ -76,7 +102,7 @@ def from_keras(field: str, optimizer: Any) -> Callable[[], Any]:
         raise CannedError(f"`{field}` is the Keras optimizer {name}, which has no TF1 graph counterpart "
                           f"here (translated: {sorted(V1_TWINS)}). Pass a tf.compat.v1.train optimizer instead, "
                           "e.g. tf.compat.v1.train.AdamOptimizer(0.01).", field=field)
-    config = dict(optimizer.get_config())
+    config = optimizer_config(field, optimizer)
     config.setdefault("learning_rate", config.get("lr"))
     rate = config["learning_rate"]
     if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
@@ -126,7 +152,10 @@ def _legacy_twin(optimizer: Any) -> Callable[[], Any] | None:
     if cls is None:
         return None
     accepted = set(inspect.signature(cls.__init__).parameters) | {"clipnorm", "clipvalue", "global_clipnorm"}
-    config = dict(optimizer.get_config())
+    try:
+        config = optimizer_config("optimizer", optimizer)
+    except CannedError:
+        return None
     dropped = {k: v for k, v in config.items() if k not in accepted}
     if any(k in _OFF and v not in _OFF[k] for k, v in dropped.items()):
         return None

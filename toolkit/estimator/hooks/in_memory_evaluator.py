@@ -77,6 +77,11 @@ class InMemoryEvaluatorHook(tf.compat.v1.train.SessionRunHook):
             if spec.scaffold.init_fn is not None:
                 raise EstimatorError("InMemoryEvaluator does not support custom init_fn: model_fn's Scaffold "
                                      "sets one.", field="estimator")
+            if v1.get_collection(v1.GraphKeys.SAVEABLE_OBJECTS):
+                raise EstimatorError("InMemoryEvaluator does not support saveables other than global variables: "
+                                     "model_fn adds objects to the SAVEABLE_OBJECTS collection, which it cannot "
+                                     "copy from the training session. Evaluate from checkpoints instead.",
+                                     field="estimator")
             values, self._updates = metric_ops(spec)
             self._values = {**values, "global_step": v1.train.get_global_step()}
             self._eval_vars = {v.name: v for v in v1.global_variables()}
