@@ -79,3 +79,36 @@ def test_upstream_binary_class_from_scratch_stacked_cells_checkpoint_names(tmp_p
         input_units = cell_unit
     assert shapes[LOGITS_WEIGHTS_NAME] == [2, 1]
     assert shapes[LOGITS_BIAS_NAME] == [1]
+
+
+def test_upstream_numpy_input_fn_optimizer_instance_made_in_a_graph(tmp_path):
+    """``BaseRNNClassificationIntegrationTest.testNumpyInputFnOptimizerInstance`` in upstream's graph mode: the
+    ``tf_keras`` Adam is made inside a TF1 graph, where its learning rate is a variable ``get_config`` cannot read."""
+    import numpy as np
+    import tf_keras
+
+    from toolkit.compat.v1 import estimator as v1_estimator
+
+    numpy_input_fn = v1_estimator.inputs.numpy_input_fn
+
+    n_classes, batch_size = 3, 10
+    rng = np.random.RandomState(0)
+    words = ["dog", "cat", "bird", "the", "a", "sat", "flew", "slept"]
+    x_data = np.array([rng.choice(words, 3, replace=False) for _ in range(batch_size)])
+    y_data = rng.randint(n_classes, size=batch_size)
+    col = tf.feature_column.sequence_categorical_column_with_hash_bucket("tokens", hash_bucket_size=10)
+    with tf.Graph().as_default():
+        optimizer = tf_keras.optimizers.Adam()
+        assert isinstance(optimizer.learning_rate, tf.Variable)
+        est = RNNClassifier(sequence_feature_columns=[tf.feature_column.embedding_column(col, dimension=2)],
+                            units=[4, 2], n_classes=n_classes, model_dir=str(tmp_path), optimizer=optimizer)
+        est.train(numpy_input_fn(x={"tokens": x_data}, y=y_data, batch_size=batch_size, num_epochs=None,
+                                 shuffle=True), steps=10)
+        scores = est.evaluate(numpy_input_fn(x={"tokens": x_data}, y=y_data, batch_size=batch_size, shuffle=False))
+        assert scores["global_step"] == 10 and "loss" in scores
+        probabilities = [p["probabilities"] for p in est.predict(
+            numpy_input_fn(x={"tokens": x_data}, batch_size=batch_size, shuffle=False))]
+        assert np.array(probabilities).shape == (batch_size, n_classes)
+    # Adam's slots in the checkpoint: the v1 twin of the graph-made Keras Adam trained
+    names = [name for name, _ in tf.train.list_variables(str(tmp_path))]
+    assert any(name.endswith("/Adam") for name in names), names

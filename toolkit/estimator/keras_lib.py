@@ -180,13 +180,18 @@ def model_to_estimator(keras_model: Any = None, keras_model_path: str | None = N
 def model_to_estimator_v1(keras_model: Any = None, keras_model_path: str | None = None,
                           custom_objects: Mapping[str, Any] | None = None, model_dir: str | None = None,
                           config: Any = None, checkpoint_format: str | None = "saver",
-                          metric_names_map: Mapping[str, str] | None = None, export_outputs: Any = None) -> Any:
+                          metric_names_map: Mapping[str, str] | None = None, export_outputs: Any = None,
+                          use_v2_estimator: bool = False) -> Any:
     """``tf.compat.v1.keras.estimator.model_to_estimator``: the same, as a ``tf.compat.v1.estimator.Estimator``
-    (which still has ``export_savedmodel``), with TF1's default ``checkpoint_format='saver'``."""
-    from toolkit.estimator.estimator import EstimatorV1
+    (which still has ``export_savedmodel``), with TF1's default ``checkpoint_format='saver'``;
+    ``use_v2_estimator=True`` gives the TF 2 ``Estimator`` instead, as TF's ``keras_lib`` did."""
+    from toolkit.estimator.estimator import Estimator, EstimatorV1
 
-    return _convert(EstimatorV1, keras_model, keras_model_path, custom_objects, model_dir, config,
-                    checkpoint_format, metric_names_map, export_outputs)
+    if not isinstance(use_v2_estimator, bool):
+        raise EstimatorError(f"`use_v2_estimator` is {use_v2_estimator!r}; expected True or False.",
+                             field="use_v2_estimator")
+    return _convert(Estimator if use_v2_estimator else EstimatorV1, keras_model, keras_model_path, custom_objects,
+                    model_dir, config, checkpoint_format, metric_names_map, export_outputs)
 
 
 def _convert(estimator_class: Any, keras_model: Any, keras_model_path: str | None,
