@@ -131,3 +131,33 @@ def test_upstream_fractional_steps_train_as_tf_did_and_use_v2_estimator(tmp_path
     with pytest.raises(ValueError, match="use_v2_estimator"):
         keras.estimator.model_to_estimator(keras_model=_simple_functional_model(), use_v2_estimator="yes",
                                            model_dir=str(tmp_path / "bad"))
+
+
+class _TfStyleRegressionOutput:
+    """An ExportOutput of TF's own kind (not toolkit's class): what ``keras_test`` passes as
+    ``export_outputs={'c': export_output.RegressionOutput}`` (TF's saved_model ``export_output`` module)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def as_signature_def(self, receiver_tensors):
+        return tf.compat.v1.saved_model.predict_signature_def(receiver_tensors, {"outputs": self.value})
+
+
+def test_upstream_export_custom_signatures_with_tfs_own_export_output_classes(tmp_path):
+    from toolkit.estimator.export import ClassificationOutput, build_parsing_serving_input_receiver_fn
+
+    rng = np.random.RandomState(_RANDOM_SEED)
+    a, b = tf_keras.Input(shape=(1,), name="a"), tf_keras.Input(shape=(1,), name="b")
+    c = tf_keras.layers.Dense(units=1, name="c")(a)
+    d = tf_keras.layers.Dense(units=1, name="d", activation="sigmoid")(b)
+    model = tf_keras.Model(inputs={"a": a, "b": b}, outputs={"c": c, "d": d})
+    model.compile("sgd", {"c": "mse", "d": "binary_crossentropy"}, [])
+    model.fit({"a": rng.random_sample((64, 1)), "b": rng.random_sample((64, 1))},
+              {"c": rng.random_sample((64, 1)), "d": rng.random_sample((64, 1))}, verbose=0)
+    est = model_to_estimator(keras_model=model, model_dir=str(tmp_path), checkpoint_format="saver",
+                             export_outputs={"c": _TfStyleRegressionOutput, "d": ClassificationOutput})
+    spec = {name: tf.io.FixedLenFeature([1], dtype=tf.float32) for name in ("a", "b")}
+    exported = est.export_saved_model(str(tmp_path / "export"), build_parsing_serving_input_receiver_fn(spec))
+    signatures = tf.saved_model.load(exported.decode() if isinstance(exported, bytes) else exported).signatures
+    assert {"c", "d", "serving_default"} <= set(signatures)

@@ -165,7 +165,8 @@ def check_export_outputs(export_outputs: Any, predictions: Any, mode: Any) -> An
                             f"`export_outputs` is {type(export_outputs).__name__}; expected "
                             "{signature name: PredictOutput(...)}.", field="export_outputs")
     for name, output in export_outputs.items():
-        if not isinstance(output, ExportOutput):
+        # TF's own ExportOutput classes (what tf.estimator.export's were) build their SignatureDef alike
+        if not isinstance(output, ExportOutput) and not callable(getattr(output, "as_signature_def", None)):
             raise SpecTypeError(f"Values in export_outputs must be ExportOutput objects. Given: "
                                 f"{export_outputs!r:.120}. EstimatorSpec `export_outputs[{name!r}]` is "
                                 f"{type(output).__name__}; expected PredictOutput, ClassificationOutput or "
