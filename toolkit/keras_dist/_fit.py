@@ -133,7 +133,8 @@ def distributed_fit(model: keras.Model, record: CompileRecord, x: KerasData = No
                        validation=ValidationConfig(steps=validation_steps))
     _build_on_first_batch(model, record, data.element_spec)
     named = named_for(model) if task.kind == "parameter_server" else None
-    shipped = named is not None and callable(data.source) and prepare(model, record, workers=task.workers)
+    shipped = named is not None and prepare(model, record, workers=task.workers,
+                                            from_dataset=isinstance(x, tf.data.Dataset))
     # outside the strategy's scope, so that its creator picks the ps first: workers open what is named
     with tf.variable_creator_scope(named) if named is not None else contextlib.nullcontext():
         state = _state(model, record)

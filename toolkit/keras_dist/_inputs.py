@@ -97,17 +97,18 @@ def _arrays(x: KerasData, y: KerasData, sample_weight: KerasData) -> tuple[Nest,
 def per_worker(dataset: tf.data.Dataset) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
     """A dataset_fn that rebuilds ``dataset`` wherever it runs, sharded by the input context.
 
-    The graph is serialized here, as bytes a worker can receive (in a function the chief
-    schedules, or in a worker's graph the chief builds); a dataset's own variant tensor
-    cannot leave this process.
+    The graph is serialized here, as a string tensor a worker can receive;
+    a dataset's own variant tensor cannot leave this process. (It is a captured input of the
+    function the chief schedules: as a constant, a graph optimizer would fold the rebuilt dataset
+    into a constant variant, which cannot travel. So the graphs ``keras_dist._ship`` builds for
+    the workers cannot hold it either: the chief coordinates such input.)
     """
     serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset),
-                                             external_state_policy=0, strip_device_assignment=True).numpy()
+                                             external_state_policy=0, strip_device_assignment=True)
     spec = dataset.element_spec
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        graph_def = tf.constant(serialized)
-        rebuilt = tf.data.experimental.from_variant(tf.raw_ops.DatasetFromGraph(graph_def=graph_def), spec)
+        rebuilt = tf.data.experimental.from_variant(tf.raw_ops.DatasetFromGraph(graph_def=serialized), spec)
         if context.num_input_pipelines == 1:
             return rebuilt
         return rebuilt.shard(context.num_input_pipelines, context.input_pipeline_id)

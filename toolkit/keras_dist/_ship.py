@@ -125,9 +125,18 @@ def _ship(manifest: dict[str, Any], model: keras.Model, record: CompileRecord, d
                 max(len(s) for s, _ in graphs) / 2**20)
 
 
-def prepare(model: keras.Model, record: CompileRecord, *, workers: int) -> bool:
+def prepare(model: keras.Model, record: CompileRecord, *, workers: int, from_dataset: bool = False) -> bool:
     """Whether every worker takes shipped steps; if so, ``model``'s variables are named (call it before the
-    training state and step are built, so that they hold the named variables)."""
+    training state and step are built, so that they hold the named variables).
+
+    ``from_dataset``: the input is a ``tf.data.Dataset`` built on the chief, rebuilt from its serialized
+    graph (``_inputs.per_worker``), which a shipped graph cannot carry (a graph optimizer folds the
+    rebuilt dataset into a constant that cannot travel): the chief coordinates.
+    """
+    if from_dataset:
+        logger.info("model.fit: the input is a tf.data.Dataset built on the chief, so the chief coordinates the "
+                    "steps; pass a dataset function (input_context -> dataset) to have the workers step")
+        return False
     if not workers_stepping(workers, flag=SHIPPED_FLAG):
         return False
     moved = _name_model(model, named_for(model), record.strategy)
@@ -144,8 +153,6 @@ def shipped_runner(model: keras.Model, record: CompileRecord, state: TrainState,
     Call ``prepare`` first (it said yes).
     """
     reason = unsupported(step)
-    if reason is None and not callable(dataset_fn):
-        reason = "an input that is not a dataset function"
     if reason is not None:
         logger.info("model.fit: between-graph steps cannot run %s; the chief coordinates the steps", reason)
         return None
