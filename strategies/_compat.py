@@ -25,8 +25,8 @@ import keras
 import tensorflow as tf
 
 __all__ = ["SYMBOLS", "Trackable", "SaveableObject", "SaveSpec", "ResourceVariableSaveable",
-           "child_layers", "keras_name_scope_stack", "keras_variable_of", "missing_symbols", "replace_method",
-           "pss_cluster", "pss_partitioning", "stop_coordinator_threads", "tape_could_record"]
+           "child_layers", "graph_cache", "keras_name_scope_stack", "keras_variable_of", "missing_symbols",
+           "replace_method", "pss_cluster", "pss_partitioning", "stop_coordinator_threads", "tape_could_record"]
 
 #: ``module:attribute`` of every private symbol below, or ``Class.member`` for private members.
 SYMBOLS = (
@@ -169,6 +169,20 @@ def replace_method(instance: Any, name: str, method: Callable[..., Any]) -> None
     ``model.fit``'s traced function too; the class and other instances are left alone.
     """
     setattr(instance, name, method)
+
+
+def graph_cache(graph: tf.Graph, name: str) -> dict[Any, Any]:
+    """A dict kept on ``graph`` itself (an attribute of ours): it lives and dies with the graph.
+
+    A cache of a graph's tensors kept anywhere else (even a ``WeakKeyDictionary`` keyed by the
+    graph) holds the graph alive through those tensors.
+    """
+    attribute = f"_tfdist_{name}"
+    cache = getattr(graph, attribute, None)
+    if cache is None:
+        cache = {}
+        setattr(graph, attribute, cache)
+    return cache
 
 
 def stop_coordinator_threads(strategy: tf.distribute.Strategy, timeout: float) -> list[str]:

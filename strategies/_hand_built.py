@@ -73,11 +73,18 @@ def prepare(server: tf.distribute.Server) -> None:
 
 
 def join(server: tf.distribute.Server) -> NoReturn:
-    """``server.join()`` in a tfdist job: serves until the chief's goodbye, then ends the process with its code."""
+    """``server.join()`` in a tfdist job: serves until the chief's goodbye, then ends the process with its code.
+
+    A worker of a cluster with ps also runs the step graphs a Keras ``model.fit`` chief ships
+    (``strategies._shipped_steps``), as one that serves in ``run_role()`` does.
+    """
     from strategies._roles import serve_until_goodbye
     from strategies._serve_options import ServeOptions
+    from strategies._shipped_steps import shipped_steps_work
 
-    code = serve_until_goodbye(task_config(server), ServeOptions.from_env(), server=server)
+    cfg = task_config(server)
+    work = shipped_steps_work(int(cfg.task_index or 0)) if cfg.task_type == "worker" and cfg.num_ps > 0 else None
+    code = serve_until_goodbye(cfg, ServeOptions.from_env(), server=server, work=work)
     end_process(code)
 
 

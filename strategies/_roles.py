@@ -38,6 +38,7 @@ from strategies._names import check_name
 from strategies._net import is_listening
 from strategies._serve_options import ServeOptions
 from strategies._server_threads import server_config
+from strategies._shipped_steps import shipped_steps_work
 from strategies._signals import clear_signals, ensure_private_dir, signal_path, take_signal
 
 if TYPE_CHECKING:
@@ -282,7 +283,8 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", optio
             checked against the TF_CONFIG first.
         options: see ``serve``.
         worker_work: a parameter-server *worker*'s own work beside its server
-            (``serve(work=...)``); ps tasks only serve.
+            (``serve(work=...)``); ps tasks only serve. None: the worker runs the
+            step graphs a chief ships (``strategies._shipped_steps``), if any.
 
     Returns:
         The ``TFConfig``, for tasks that train. Server tasks do not return.
@@ -303,5 +305,7 @@ def run_role(tf_config: TFConfig | None = None, *, strategy: str = "auto", optio
     work = worker_work if cfg.task_type == "worker" else None
     if work is None:  # a worker with its own work (a training loop) may need Keras & co.
         skip_imports(SERVER_UNUSED_MODULES)
+        if cfg.task_type == "worker":  # runs the steps a Keras model.fit chief ships (TensorFlow alone)
+            work = shipped_steps_work(int(cfg.task_index or 0))
     code = serve(cfg, options=options, work=work)
     sys.exit(code)

@@ -31,13 +31,12 @@ import dataclasses
 import functools
 import logging
 import os
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from strategies._compat import SaveableObject, Trackable, pss_partitioning
+from strategies._compat import SaveableObject, Trackable, graph_cache, pss_partitioning
 from strategies._placement import describe_bytes, resolve_device
 from strategies._sharding_checkpoint import table_saveables
 from strategies._sharding_errors import ShardingError
@@ -100,8 +99,9 @@ def _check_fits(name: str, dim: int, dtype: tf.DType, layout: ShardLayout) -> No
             "more memory than this one, set strategies.sharding.TASK_MEMORY_BYTES."), field="input_dim")
 
 
-#: per graph being built, ``(ids tensor, layout)`` -> ``ShardedTable._route_unique``'s tensors, shared by its lookups
-_ROUTES: weakref.WeakKeyDictionary[tf.Graph, dict] = weakref.WeakKeyDictionary()
+#: the cache each graph being built keeps (``strategies._compat.graph_cache``): ``(ids tensor, layout)`` ->
+#: ``ShardedTable._route_unique``'s tensors, shared by its lookups
+_ROUTES = "shared_routes"
 
 @dataclasses.dataclass(frozen=True)
 class ShardPlacement:
@@ -135,6 +135,16 @@ class ShardedTable(Trackable):
         self._shards = shards
         self.layout = layout
         self.name = name
+
+    def replace_shards(self, shards: Sequence[tf.Variable]) -> None:
+        """Holds ``shards`` from now on (the same shapes: copies of the current ones, e.g. named for other clients)."""
+        shards = tuple(shards)
+        if [tuple(s.shape) for s in shards] != [tuple(s.shape) for s in self._shards]:
+            raise ShardingError((
+                f"sharded table {self.name!r}: replacement shards of shapes {[tuple(s.shape) for s in shards]} "
+                f"for shards of shapes {[tuple(s.shape) for s in self._shards]}; pass a copy of each shard."),
+                field="shards")
+        self._shards = shards
 
     # ------------------------------------------------------------ creation
     @classmethod
@@ -308,10 +318,10 @@ class ShardedTable(Trackable):
 
     def _route_unique(self, ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
         """(distinct ids, each id's position among them, each shard's local rows and their positions)."""
-        graph = None if tf.executing_eagerly() else ids.graph
+        routes = None if tf.executing_eagerly() else graph_cache(ids.graph, _ROUTES)
         key = (ids.ref(), self.layout)
-        if graph is not None:
-            known = _ROUTES.setdefault(graph, {}).get(key)
+        if routes is not None:
+            known = routes.get(key)
             if known is not None:
                 return known
         flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
@@ -328,8 +338,8 @@ class ShardedTable(Trackable):
             shard, local = self.layout.route(unique)
             routed = (unique, position, tf.dynamic_partition(local, shard, self.num_shards),
                       tf.dynamic_partition(tf.range(tf.size(unique)), shard, self.num_shards))
-        if graph is not None:
-            _ROUTES[graph][key] = routed
+        if routes is not None:
+            routes[key] = routed
         return routed
 
     def _range_message(self) -> str:

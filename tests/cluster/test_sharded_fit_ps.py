@@ -104,10 +104,13 @@ def test_fit_trains_sharded_tables_and_their_slots_on_two_ps(front_door, tmp_pat
                     job_dir=tmp_path / "job", timeout=_TIMEOUT, echo=False, preload=("tensorflow", "keras"))
     _assert_clean_exits(result)
     chief = json.loads(out.read_text())
-    if front_door == "toolkit_fit":  # the fast path: each worker runs its own steps on the ps tables
-        assert "between-graph steps: 2 workers take step tokens" in result.task("chief-0").log_path.read_text()
-        for worker in ("worker-0", "worker-1"):
-            assert "between-graph steps ready" in result.task(worker).log_path.read_text(), worker
+    # the fast path: each worker runs its own steps on the ps tables (Keras' model.fit: the graph the chief built
+    # for it, as its script never gets past run_role())
+    assert "between-graph steps: 2 workers take step tokens" in result.task("chief-0").log_path.read_text()
+    for worker in ("worker-0", "worker-1"):
+        log = result.task(worker).log_path.read_text()
+        assert "between-graph steps ready" in log, worker
+        assert ("running the chief's shipped steps" in log) == (front_door == "keras_fit"), worker
     ps0, ps1 = "/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"
     assert sorted(chief["devices"]["deep_emb"]) == [ps0, ps1]  # above the threshold: one shard per ps
     assert len(chief["devices"]["small_emb"]) == 1  # below it: whole

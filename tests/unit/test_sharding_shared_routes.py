@@ -33,3 +33,22 @@ def test_tables_of_one_layout_share_the_routing_of_the_same_ids_and_still_return
     got = lookups(tf.constant(ids))
     for table, rows in zip((deep, wide, other, wide), got, strict=True):
         np.testing.assert_array_equal(rows.numpy(), table.to_numpy()[ids])
+
+
+def test_the_shared_routing_does_not_keep_traced_graphs_alive():
+    """The routing cache lives on each graph: a graph traced for a lookup (every fit, every validation traces new
+    ones) is freed with its function, not kept for the process's life by the cache's tensors."""
+    import gc
+    import weakref
+
+    deep, wide, _ = _tables()
+
+    def traced():
+        lookups = tf.function(lambda batch: (deep.lookup(batch), wide.lookup(batch)))
+        graph = lookups.get_concrete_function(tf.TensorSpec([None, 3], tf.int64)).graph
+        assert [op.type for op in graph.get_operations()].count("Unique") == 1  # still shared within the graph
+        return weakref.ref(graph)
+
+    graphs = [traced() for _ in range(3)]
+    gc.collect()
+    assert [graph() for graph in graphs] == [None, None, None]

@@ -94,7 +94,7 @@ def test_a_stopping_task_ends_its_waiting_loop_and_leaves_the_token_queue_to_the
     import threading
     import time
 
-    from toolkit.training import between_graph_worker
+    from strategies import _shipped_steps
 
     server = tf.distribute.Server.create_local_server()
     graph = tf.Graph()
@@ -112,7 +112,7 @@ def test_a_stopping_task_ends_its_waiting_loop_and_leaves_the_token_queue_to_the
 
     waiting = threading.Thread(target=loop, daemon=True)
     waiting.start()
-    watcher = threading.Thread(target=between_graph_worker._close_on_stop, args=(session, stop, done), daemon=True)
+    watcher = threading.Thread(target=_shipped_steps._close_on_stop, args=(session, stop, done), daemon=True)
     watcher.start()
     time.sleep(0.3)
     assert waiting.is_alive() and not outcome  # blocked in the dequeue

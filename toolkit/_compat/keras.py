@@ -23,8 +23,8 @@ import keras
 from strategies import _compat as _strategies_compat
 
 __all__ = ["PATCHED_METHODS", "install", "uninstall", "installed", "original", "uses_base_train_step",
-           "auc_from_logits", "bind_variable", "child_layers", "compile_arguments", "count_atomically",
-           "mean_metric_fn", "reraise_unchanged", "missing_symbols", "wrap_embedding_build",
+           "auc_from_logits", "bind_variable", "child_layers", "clone_uncompiled", "compile_arguments",
+           "count_atomically", "mean_metric_fn", "reraise_unchanged", "missing_symbols", "wrap_embedding_build",
            "DISTRIBUTION_LIB_FUNCTIONS",
            "install_distribution_lib", "uninstall_distribution_lib", "original_set_distribution",
            "current_name_path", "own_variables", "original_add_weight", "original_optimizer_build",
@@ -90,6 +90,20 @@ def compile_arguments(model: keras.Model) -> dict[str, Any] | None:
     if not getattr(model, "compiled", False):
         return None
     return dict(model._compile_config.config)
+
+
+def clone_uncompiled(model: keras.Model) -> keras.Model:
+    """``keras.models.clone_model(model)`` without compiling the clone.
+
+    Keras compiles a clone of a compiled model from the serialized compile config, which reads
+    the optimizer's variables and fails inside a ``tf.Graph``; Keras decides on ``model.compiled``.
+    """
+    compiled = model.compiled
+    model.compiled = False
+    try:
+        return keras.models.clone_model(model)
+    finally:
+        model.compiled = compiled
 
 
 def auc_from_logits(metric: keras.metrics.AUC) -> bool:

@@ -10,6 +10,7 @@ servers), so the numbers are exact and need no collective.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from toolkit.keras_dist._inputs import (
     prediction_batches,
     training_input,
 )
+from toolkit.keras_dist._ship import named_for, prepare, shipped_runner
 from toolkit.training import (
     CheckpointConfig,
     FitConfig,
@@ -130,7 +132,13 @@ def distributed_fit(model: keras.Model, record: CompileRecord, x: KerasData = No
                        steps_per_execution=record.steps_per_execution, checkpoint=checkpoint,
                        validation=ValidationConfig(steps=validation_steps))
     _build_on_first_batch(model, record, data.element_spec)
-    state = _state(model, record)
+    named = named_for(model) if task.kind == "parameter_server" else None
+    shipped = named is not None and prepare(model, record, workers=task.workers,
+                                            from_dataset=isinstance(x, tf.data.Dataset))
+    # outside the strategy's scope, so that its creator picks the ps first: workers open what is named
+    with tf.variable_creator_scope(named) if named is not None else contextlib.nullcontext():
+        state = _state(model, record)
+        step = engine.build_step(state, strategy, record.forward(), record.metrics, config=config)
     validation = None if validation_data is None else evaluation_input(
         validation_data, batch_size=validation_batch_size or batch_size, steps=validation_steps)
     verbose = _verbose(verbose)
@@ -139,8 +147,9 @@ def distributed_fit(model: keras.Model, record: CompileRecord, x: KerasData = No
                     restore_field="BackupAndRestore.backup_dir", first_step=initial_epoch * config.steps_per_epoch,
                     callbacks=run_callbacks, verbose=verbose, validation_data=validation,
                     validation_freq=validation_freq)
-    step = engine.build_step(state, strategy, run.forward, run.metrics, config=config)
-    loop = engine.train(run, state, step, strategy).record
+    runner = shipped_runner(model, record, state, step, dataset_fn=data.source, workers=task.workers) \
+        if shipped else None
+    loop = engine.train(run, state, step, strategy, runner=runner).record
     if backup is not None and backup.delete_checkpoint and task.is_chief and tf.io.gfile.exists(backup.directory):
         tf.io.gfile.rmtree(backup.directory)  # Keras deletes the backup after a run that ended normally
     return _history(model, loop, verbose=verbose, epochs=epochs, steps=config.steps_per_epoch)

@@ -98,7 +98,10 @@ def per_worker(dataset: tf.data.Dataset) -> Callable[[tf.distribute.InputContext
     """A dataset_fn that rebuilds ``dataset`` wherever it runs, sharded by the input context.
 
     The graph is serialized here, as a string tensor a worker can receive;
-    a dataset's own variant tensor cannot leave this process.
+    a dataset's own variant tensor cannot leave this process. (It is a captured input of the
+    function the chief schedules: as a constant, a graph optimizer would fold the rebuilt dataset
+    into a constant variant, which cannot travel. So the graphs ``keras_dist._ship`` builds for
+    the workers cannot hold it either: the chief coordinates such input.)
     """
     serialized = tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(dataset),
                                              external_state_policy=0, strip_device_assignment=True)

@@ -90,6 +90,11 @@ class NamedVariables:
         self._keep.append(variable)
         return variable
 
+    def knows(self, variable: keras.Variable | tf.Variable) -> bool:
+        """Whether ``variable`` is one of the named resources this creator made."""
+        inner = variable.value if isinstance(variable, keras.Variable) else variable
+        return id(inner.handle) in self._names
+
     def name_of(self, variable: keras.Variable | tf.Variable) -> str:
         inner = variable.value if isinstance(variable, keras.Variable) else variable
         try:
@@ -146,15 +151,16 @@ def _optimizer_spec(optimizer: keras.optimizers.Optimizer, named: NamedVariables
     return {"serialized": serialized, "follows_global_step": follows, "variables": variables}
 
 
-def workers_stepping(num_workers: int, *, wait_secs: float = _FLAG_WAIT_SECS) -> bool:
-    """Whether every worker runs ``fit``'s between-graph work (raised its flag), waiting up to ``wait_secs``.
+def workers_stepping(num_workers: int, *, wait_secs: float = _FLAG_WAIT_SECS, flag: str = WORKER_FLAG) -> bool:
+    """Whether every worker runs ``fit``'s between-graph work (raised ``flag``), waiting up to ``wait_secs``.
 
-    A worker that only serves (a script that calls ``run_role()`` before ``fit``) never raises it.
+    A worker that only serves (a script that calls ``run_role()`` before ``fit``) never raises ``WORKER_FLAG``;
+    it raises ``strategies._shipped_steps.SHIPPED_FLAG`` instead (it runs the graphs a chief ships).
     """
     flags = []
     for index in range(num_workers):
         with tf.device(f"/job:worker/replica:0/task:{index}"):
-            flags.append(named_variable(WORKER_FLAG, tf.int64, tf.TensorShape([]), trainable=False))
+            flags.append(named_variable(flag, tf.int64, tf.TensorShape([]), trainable=False))
     deadline = time.monotonic() + wait_secs
     while True:
         raised = [bool(tf.raw_ops.VarIsInitializedOp(resource=flag.handle).numpy()) for flag in flags]
@@ -214,7 +220,7 @@ class BetweenGraphRunner(Runner):
         with tf.device(device), tf.variable_creator_scope(named):
             self._totals = tf.Variable(tf.zeros([self.width], tf.float64), trainable=False, name="step_totals")
             self._ready = tf.Variable(tf.constant(0, tf.int64), trainable=False, name="workers_ready")
-        queue_name = f"{named.prefix}/tokens"
+        queue_name = f"{named.prefix}/tokens/{uuid.uuid4().hex[:8]}"  # a closed queue stays closed: one per run
         with tf.device(device):
             # The op itself: eager ``tf.queue.FIFOQueue`` replaces the shared name with a unique one.
             self._queue = tf.raw_ops.FIFOQueueV2(component_types=[tf.int64], shapes=[[]], capacity=QUEUE_CAPACITY,
@@ -235,6 +241,7 @@ class BetweenGraphRunner(Runner):
         if callable(spec):  # a step the workers rebuild from more than model and optimizer (sharded tables)
             manifest.update(spec(named))
         _publish(manifest)
+        self.manifest = manifest
         self._step = self._target = int(global_step.numpy())
         self._seen = np.zeros([self.width], np.float64)
         self._pending = 0

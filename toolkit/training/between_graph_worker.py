@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 import keras
 import tensorflow as tf
 
+from strategies._shipped_steps import run_token_loop
 from strategies.sharding import shard_source
 from toolkit._compat.keras import adagrad_accumulator, bind_variable, count_atomically
 from toolkit._compat.tensorflow import automatic_control_dependencies, named_variable
 from toolkit._graph_packing import pack_transfers, task_of
 from toolkit.training.between_graph import MANIFEST, MANIFEST_DEVICE, QUEUE_CAPACITY, WORKER_FLAG
-from toolkit.training.compiled import read_compiled
+from toolkit.training.compiled import CompileRecord, read_compiled
 from toolkit.training.config import TrainingError
 from toolkit.training.extensions import step_factory_for
 from toolkit.training.runners import DatasetFn, _check_batch
@@ -37,16 +38,12 @@ from toolkit.training.table_packing import pack_table_reads
 if TYPE_CHECKING:
     from tf_config import TFConfig
 
-__all__ = ["build_worker_step", "run_worker", "worker_loop"]
+__all__ = ["build_worker_step", "not_unused_asserts", "run_worker", "worker_loop"]
 
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
 
-#: how long a stopping worker's loop may take to finish its step before its wait for a token is cancelled
-_FINISH_SECS = 2.0
-
-
-def _not_unused_asserts(record: logging.LogRecord) -> bool:
+def not_unused_asserts(record: logging.LogRecord) -> bool:
     """TensorFlow reports the asserts of ``tf.nn.compute_average_loss`` in a graph as never used; they run."""
     message = record.getMessage()
     return not ("Object was never used" in message and "/Assert" in message)
@@ -204,10 +201,13 @@ def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, 
 
 def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], keras.Model],
                       dataset_fn: DatasetFn, forward: Forward | None, global_batch_size: int | None,
-                      num_workers: int, index: int,
-                      worker_device: str) -> tuple[list[tf.Operation], tf.Tensor, tf.Operation, tf.Operation]:
+                      num_workers: int, index: int, worker_device: str, learn: CompileRecord | None = None,
+                      ) -> tuple[list[tf.Operation], tf.Tensor, tf.Operation, tf.Operation]:
     """In the current graph: (the execution's ops, its token, the iterator's initializer, the count of ready
-    workers' increment)."""
+    workers' increment).
+
+    ``learn``: the loss and metrics to train with (None: those ``model_fn``'s model was compiled with).
+    """
     queue = manifest["queue"]
     with v1.device(queue["device"]):
         tokens = tf.queue.FIFOQueue(QUEUE_CAPACITY, [tf.int64], shapes=[[]], shared_name=queue["name"],
@@ -226,7 +226,8 @@ def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], ker
         if not model.built:
             with tf.control_dependencies(None):
                 model(_check_batch(iterator.get_next())[0])  # creates the variables of a model built on its first call
-        learn = read_compiled(model, None, forward=forward)  # the loss and metrics the chief compiled too
+        if learn is None:
+            learn = read_compiled(model, None, forward=forward)  # the loss and metrics the chief compiled too
         _bind(model.variables, manifest["model"], "the model")
         global_step = _open(manifest["global_step"])
         optimizer = _optimizer(manifest["optimizer"], global_step)
@@ -258,7 +259,7 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
     if manifest.get("mode") != "between_graph":
         logger.info("worker-%d: the chief coordinates the steps; this worker serves them", index)
         return 0
-    logging.getLogger("tensorflow").addFilter(_not_unused_asserts)
+    logging.getLogger("tensorflow").addFilter(not_unused_asserts)
     graph = tf.Graph()
     with graph.as_default():
         train, token, initializer, ready = build_worker_step(
@@ -267,63 +268,10 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
     logger.info("worker-%d: %d fewer transfers per execution (packed per pair of tasks)", index, saved)
     if stop.is_set():  # the job ended while this worker built its steps
         return _ended_before_first_step(index)
-    steps = 0
-    with v1.Session(target, graph=graph, config=config) as session:
-        # Watched from the start: a ps that exits (the job is over) while this worker still initializes
-        # must not leave a call in flight when the process exits.
-        done = threading.Event()
-        watcher = threading.Thread(target=_close_on_stop, args=(session, stop, done), daemon=True,
-                                   name=f"worker-{index} stop watcher")
-        watcher.start()
-        try:
-            session.run(initializer)
-            session.run(ready)
-            run_steps = session.make_callable([token, *train])
-            logger.info("worker-%d: between-graph steps ready (%d variables on the ps)", index,
-                        len(manifest["model"]))
-            if not stop.is_set():
-                steps += _first_execution(session, [token, *train], index)
-            while not stop.is_set():
-                steps += int(run_steps()[0])
-        except tf.errors.OutOfRangeError:  # the chief closed the queue: training is over
-            pass
-        except (tf.errors.OpError, RuntimeError) as exc:
-            if not stop.is_set() and not isinstance(exc, tf.errors.CancelledError):
-                raise
-            # this task is stopping: its call was cancelled, or its session closed, or the ps is gone
-            logger.info("worker-%d: stopped during a call (%s)", index, type(exc).__name__)
-        finally:
-            done.set()
-            watcher.join()
-    logger.info("worker-%d: between-graph steps done: %d steps", index, steps)
-    return steps
-
-
-def _first_execution(session: tf.compat.v1.Session, fetches: list[Any], index: int) -> int:
-    """Runs one execution and logs how many tensors crossed between tasks in it; returns its steps."""
-    metadata = v1.RunMetadata()
-    ran = session.run(fetches, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)[0]
-    received = [node.attr["tensor_name"].s.decode() for graph_def in metadata.partition_graphs
-                for node in graph_def.node if node.op == "_Recv" and not node.attr["client_terminated"].b]
-    logger.info("worker-%d: an execution of up to %d step(s) moves %d tensors between tasks", index,
-                (len(fetches) - 1) // 2, len(received))
-    logger.debug("worker-%d: the tensors an execution moves: %s", index, sorted(received))
-    return int(ran)
+    return run_token_loop(target, graph, config, token=token, train=train, initializer=initializer, ready=ready,
+                          index=index, stop=stop)
 
 
 def _ended_before_first_step(index: int) -> int:
     logger.info("worker-%d: between-graph steps done: 0 steps (the job ended before its first step)", index)
     return 0
-
-
-def _close_on_stop(session: tf.compat.v1.Session, stop: threading.Event, done: threading.Event) -> None:
-    """Ends the loop of a task that stops (preempted, or its chief gone) without touching the shared queue.
-
-    The loop ends by itself after its current step while tokens flow; a loop still waiting for a token
-    after ``_FINISH_SECS`` has its session closed, which cancels the wait and leaves the token to the others.
-    """
-    while not done.is_set():
-        if stop.wait(0.5):
-            if not done.wait(_FINISH_SECS):
-                session.close()
-            return
