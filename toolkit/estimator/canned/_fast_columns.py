@@ -41,7 +41,8 @@ import tensorflow as tf
 
 from toolkit._compat.tensorflow import categorical_ids
 
-__all__ = ["categorical_column", "fast_input_layer", "fast_linear_logits", "packable_embedding", "packed_lookup"]
+__all__ = ["categorical_column", "fast_input_layer", "fast_linear_logits", "packable_embedding", "packed_lookup",
+           "unique_rows"]
 
 v1 = tf.compat.v1
 
@@ -153,16 +154,19 @@ def _parts(candidates: Any, name: str) -> list[Any]:
     return [v for _, v in sorted(found, key=lambda item: item[0])]
 
 
-_Route = tuple[tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
+_Route = tuple[tf.Tensor, tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
 
 
 def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any) -> _Route:
     """Which part holds which example's id, computed on the ps from one ``[batch, parts]`` id tensor.
 
-    Returns ``(batch, pairs, rows, positions)``: ``pairs`` ``[k, 2]`` the (example, part) pairs whose
-    id the part holds, row-major; per part, ``rows`` its local rows of them and ``positions`` their
-    places among the pairs. Once per graph for the same ids and row ranges: the deep and wide tables
-    of a wide & deep model share their ids' transfer and routing.
+    Returns ``(batch, pairs, expand, rows, positions)``: ``pairs`` ``[k, 2]`` the (example, part) pairs
+    whose id the part holds, row-major; the distinct (part, row) among them, each once (a batch
+    repeats its frequent ids: a click-through batch of 512 has about half as many distinct ids as
+    ids), with ``expand`` ``[k]`` the place of each pair's among them; per part, ``rows`` its
+    distinct local rows (in ``unique_rows``) and ``positions`` their places among the distinct ones.
+    Once per graph for the same ids and row ranges: the deep and wide tables of a wide & deep model
+    share their ids' transfer and routing.
     """
     known = _MEMO.of(ids[0].graph)
     key = ("route", device, tuple(i.ref() for i in ids), tuple(offsets), tuple(sizes))
@@ -171,11 +175,19 @@ def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[in
         with v1.colocate_with(colocate):
             local = stacked - tf.constant(offsets, tf.int64)
             pairs = tf.where(tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64)))
-            part = tf.cast(pairs[:, 1], tf.int32)
-            rows = tf.dynamic_partition(tf.gather_nd(local, pairs), part, len(ids))
-            positions = tf.dynamic_partition(tf.range(tf.shape(pairs)[0]), part, len(ids))
-            known[key] = (tf.shape(stacked, out_type=tf.int64)[0], pairs, rows, positions)
+            stride = max(sizes)
+            distinct, expand = tf.unique(pairs[:, 1] * stride + tf.gather_nd(local, pairs))
+            part = tf.cast(distinct // stride, tf.int32)
+            rows = tf.dynamic_partition(tf.math.floormod(distinct, stride), part, len(ids))
+            positions = tf.dynamic_partition(tf.range(tf.shape(distinct)[0]), part, len(ids))
+            known[key] = (tf.shape(stacked, out_type=tf.int64)[0], pairs, expand, rows, positions)
+            known.update({("unique", r.ref()): True for r in rows})
     return known[key]
+
+
+def unique_rows(indices: Any) -> bool:
+    """Whether ``indices`` are a packed lookup's distinct rows of a part (the indices of its gradient)."""
+    return isinstance(indices, tf.Tensor) and bool(_MEMO.of(indices.graph).get(("unique", indices.ref())))
 
 
 _GATHER_GRAD = "TfdistPackedRowsGather"
@@ -191,18 +203,30 @@ def _rows_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.IndexedSlices, None]:
     return tf.IndexedSlices(grad, op.inputs[1], tf.raw_ops.VariableShape(input=op.inputs[0])), None
 
 
+_EXPAND_GRAD = "TfdistPackedRowsExpand"
+
+
+@tf.RegisterGradient(_EXPAND_GRAD)
+def _expand_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.Tensor, None, None]:
+    """The distinct rows' gradient: each pair's summed into its row's (TF's gather gradient, without its reshapes)."""
+    params, indices = op.inputs[0], op.inputs[1]
+    return tf.math.unsorted_segment_sum(grad, indices, tf.shape(params)[0]), None, None
+
+
 def _lookup_on(device: str, entries: list[tuple[int, int, Any]], ids: Sequence[tf.Tensor]) -> tf.Tensor:
     """``[batch, parts * width]``: the rows of parts of one width on one device, from one scatter."""
     width = int(entries[0][2].shape[1])
-    batch, pairs, rows, positions = _route(device, [ids[t] for t, _, _ in entries],
-                                           [offset for _, offset, _ in entries],
-                                           [int(part.shape[0]) for _, _, part in entries], entries[0][2])
+    batch, pairs, expand, rows, positions = _route(device, [ids[t] for t, _, _ in entries],
+                                                   [offset for _, offset, _ in entries],
+                                                   [int(part.shape[0]) for _, _, part in entries], entries[0][2])
     graph = pairs.graph
     with v1.colocate_with(entries[0][2]), graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
         gathered = [tf.gather(part, local) for (_, _, part), local in zip(entries, rows, strict=True)]
-        stitched = tf.dynamic_stitch(positions, gathered) if len(entries) > 1 else gathered[0]
+        distinct = tf.dynamic_stitch(positions, gathered) if len(entries) > 1 else gathered[0]
         shape = tf.stack([batch, tf.constant(len(entries), tf.int64), tf.constant(width, tf.int64)])
-        return tf.reshape(tf.scatter_nd(pairs, stitched, shape), [-1, len(entries) * width])
+        with graph.gradient_override_map({"GatherV2": _EXPAND_GRAD}):
+            expanded = tf.gather(distinct, expand)
+        return tf.reshape(tf.scatter_nd(pairs, expanded, shape), [-1, len(entries) * width])
 
 
 def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
