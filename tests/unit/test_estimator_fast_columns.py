@@ -193,7 +193,7 @@ def test_deep_and_wide_parts_share_one_id_check_and_routing_and_equal_tf():
     # each part's gradient is its rows' IndexedSlices, without TF's per-part reshapes (ExpandDims, Size, ...)
     assert sum(isinstance(g, tf.IndexedSlices) for g in grads) == 2 * 3 * 2
     assert kinds.count("ExpandDims") == 0 and kinds.count("VariableShape") == 2 * 3 * 2
-    assert kinds.count("Where") == 1  # one routing per ps (one device here), shared by both tables
+    assert kinds.count("Unique") == 1  # one routing per ps (one device here), shared by both tables
     assert kinds.count("Assert") == 3  # one id check per feature
 
 

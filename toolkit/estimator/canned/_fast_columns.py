@@ -24,10 +24,14 @@ path does.
 
 The number of ops per step counts as much as the transfers (a ps runs its part of every step, op
 by op, on few cores), so the per-part work is kept to what the maths needs: each ps routes all its
-parts' ids together (one ``Where``, two ``DynamicPartition``s), the deep and wide tables share that
-routing and the ids' transfer, one ``ScatterNd`` per ps and width places the rows, each id is
-checked and transformed once per graph, and each part's gradient is its rows' ``IndexedSlices``
-built directly (TF's gather gradient adds seven shape ops per part).
+parts' ids together (one ``Unique`` of (part, row) keys, two ``DynamicPartition``s), the deep and
+wide tables share that routing and the ids' transfer, each part reads each distinct row of the
+batch once and one gather per ps and width places the rows, each id is checked and transformed
+once per graph, and each part's gradient is its distinct rows' ``IndexedSlices`` built directly
+(TF's gather gradient adds seven shape ops per part), which the canned model_fns' TF1 optimizers
+apply without summing duplicates (``toolkit._compat.tensorflow.unique_sparse_updates``): one
+``Unique`` per ps and step instead of a ``Unique`` and an ``UnsortedSegmentSum`` per part, and
+half the rows gathered and updated.
 """
 from __future__ import annotations
 
@@ -154,17 +158,17 @@ def _parts(candidates: Any, name: str) -> list[Any]:
     return [v for _, v in sorted(found, key=lambda item: item[0])]
 
 
-_Route = tuple[tf.Tensor, tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
+_Route = tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
 
 
 def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any) -> _Route:
     """Which part holds which example's id, computed on the ps from one ``[batch, parts]`` id tensor.
 
-    Returns ``(batch, pairs, expand, rows, positions)``: ``pairs`` ``[k, 2]`` the (example, part) pairs
-    whose id the part holds, row-major; the distinct (part, row) among them, each once (a batch
-    repeats its frequent ids: a click-through batch of 512 has about half as many distinct ids as
-    ids), with ``expand`` ``[k]`` the place of each pair's among them; per part, ``rows`` its
-    distinct local rows (in ``unique_rows``) and ``positions`` their places among the distinct ones.
+    Returns ``(expand, rows, positions)``. The distinct (part, row) pairs of the batch come first,
+    each once (a click-through batch of 512 has about half as many distinct ids as ids), then one
+    entry for every id no part here holds; ``expand`` ``[batch * parts]`` gives each (example, part)
+    slot's place among them. Per part, ``rows`` are its distinct local rows (``unique_rows`` says so)
+    and ``positions`` their places; ``positions[-1]`` is where the unheld ids' (zero) row goes.
     Once per graph for the same ids and row ranges: the deep and wide tables of a wide & deep model
     share their ids' transfer and routing.
     """
@@ -174,13 +178,15 @@ def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[in
         stacked = tf.stack(ids, axis=1)  # one id transfer to this ps
         with v1.colocate_with(colocate):
             local = stacked - tf.constant(offsets, tf.int64)
-            pairs = tf.where(tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64)))
-            stride = max(sizes)
-            distinct, expand = tf.unique(pairs[:, 1] * stride + tf.gather_nd(local, pairs))
+            held = tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64))
+            stride, parts = max(sizes), len(ids)
+            # a slot's key: part * stride + row, or parts * stride (no part) for an id held elsewhere or missing
+            keys = tf.where(held, local + tf.constant([p * stride for p in range(parts)], tf.int64), parts * stride)
+            distinct, expand = tf.unique(tf.reshape(keys, [-1]))
             part = tf.cast(distinct // stride, tf.int32)
-            rows = tf.dynamic_partition(tf.math.floormod(distinct, stride), part, len(ids))
-            positions = tf.dynamic_partition(tf.range(tf.shape(distinct)[0]), part, len(ids))
-            known[key] = (tf.shape(stacked, out_type=tf.int64)[0], pairs, expand, rows, positions)
+            rows = tf.dynamic_partition(tf.math.floormod(distinct, stride), part, parts + 1)[:parts]
+            positions = tf.dynamic_partition(tf.range(tf.shape(distinct)[0]), part, parts + 1)
+            known[key] = (expand, rows, positions)
             known.update({("unique", r.ref()): True for r in rows})
     return known[key]
 
@@ -214,19 +220,18 @@ def _expand_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.Tensor, None, None]:
 
 
 def _lookup_on(device: str, entries: list[tuple[int, int, Any]], ids: Sequence[tf.Tensor]) -> tf.Tensor:
-    """``[batch, parts * width]``: the rows of parts of one width on one device, from one scatter."""
+    """``[batch, parts * width]``: the rows of parts of one width on one device, from one gather."""
     width = int(entries[0][2].shape[1])
-    batch, pairs, expand, rows, positions = _route(device, [ids[t] for t, _, _ in entries],
-                                                   [offset for _, offset, _ in entries],
-                                                   [int(part.shape[0]) for _, _, part in entries], entries[0][2])
-    graph = pairs.graph
+    expand, rows, positions = _route(device, [ids[t] for t, _, _ in entries], [offset for _, offset, _ in entries],
+                                     [int(part.shape[0]) for _, _, part in entries], entries[0][2])
+    graph = expand.graph
     with v1.colocate_with(entries[0][2]), graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
         gathered = [tf.gather(part, local) for (_, _, part), local in zip(entries, rows, strict=True)]
-        distinct = tf.dynamic_stitch(positions, gathered) if len(entries) > 1 else gathered[0]
-        shape = tf.stack([batch, tf.constant(len(entries), tf.int64), tf.constant(width, tf.int64)])
+        unheld = tf.zeros(tf.stack([tf.shape(positions[-1])[0], width]), gathered[0].dtype)
+        distinct = tf.dynamic_stitch(positions, [*gathered, unheld])
         with graph.gradient_override_map({"GatherV2": _EXPAND_GRAD}):
-            expanded = tf.gather(distinct, expand)
-        return tf.reshape(tf.scatter_nd(pairs, expanded, shape), [-1, len(entries) * width])
+            slots = tf.gather(distinct, expand)
+        return tf.reshape(slots, [-1, len(entries) * width])
 
 
 def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
