@@ -12,15 +12,16 @@ int or string tensor, the usual click-through input) and whose ids are an identi
 (``categorical_column_with_hash_bucket``) or vocabulary (``..._with_vocabulary_list/_file``)
 column's, in an ``embedding_column`` or ``shared_embedding_columns``, the stock ``input_layer`` /
 ``linear_model`` still create the variables (same names, shapes, partitions, initialisers and
-collections as TF), but the logits come from a packed lookup: all of a ps's shards are looked up
-on that ps from one ``[batch, tables]`` id tensor, and their rows come back as one
-``[batch, sum of widths]`` tensor. Hashing and vocabulary tables are the column's own (TF's
-transform, on the worker). Built with ``colocate_gradients_with_ops``, the gradient of
-that tensor goes back as one tensor too and is split into each shard's row-sparse
-``IndexedSlices`` on the ps. The stock ops stay in the graph unused (a session runs only what
-its fetches need). For a single id per example every combiner gives the row itself, and a
-missing value (-1, ``''``, or outside a vocabulary without OOV buckets) gives zeros, as TF's sparse
-path does.
+collections as TF), but the logits come from a packed lookup: the worker keys each (example,
+shard) of a ps's shards and sends that ps the batch's distinct keys, once each, as one tensor;
+their rows come back as one ``[distinct, width]`` tensor per width, which the worker spreads
+over the ``[batch, sum of widths]`` slots. Hashing and vocabulary tables are the column's own
+(TF's transform, on the worker). Built with ``colocate_gradients_with_ops``, the gradient goes
+back as one ``[distinct, width]`` tensor too (the slots' sum per distinct row, on the worker) and
+is split into each shard's row-sparse ``IndexedSlices`` on the ps. The stock ops stay in the
+graph unused (a session runs only what its fetches need). For a single id per example every
+combiner gives the row itself, and a missing value (-1, ``''``, or outside a vocabulary without
+OOV buckets) gives zeros, as TF's sparse path does.
 
 The number of ops per step counts as much as the transfers (a ps runs its part of every step, op
 by op, on few cores), so the per-part work is kept to what the maths needs: each ps routes all its
@@ -162,32 +163,32 @@ _Route = tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
 
 
 def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any) -> _Route:
-    """Which part holds which example's id, computed on the ps from one ``[batch, parts]`` id tensor.
+    """Which part of a ps holds which example's id; each distinct (part, row) of the batch once.
 
-    Returns ``(expand, rows, positions)``. The distinct (part, row) pairs of the batch come first,
-    each once (a click-through batch of 512 has about half as many distinct ids as ids), then one
-    entry for every id no part here holds; ``expand`` ``[batch * parts]`` gives each (example, part)
-    slot's place among them. Per part, ``rows`` are its distinct local rows (``unique_rows`` says so)
-    and ``positions`` their places; ``positions[-1]`` is where the unheld ids' (zero) row goes.
-    Once per graph for the same ids and row ranges: the deep and wide tables of a wide & deep model
-    share their ids' transfer and routing.
+    Here (the worker), each (example, part) slot of the ``[batch, parts]`` ids gets a key, its part's
+    row in it, or one key for every id no part of the ps holds; ``expand`` ``[batch * parts]`` gives each
+    slot's place among the distinct keys (a click-through batch of 512 has about half as many
+    distinct ids as ids). Only the distinct keys go to the ps (one transfer), which splits them by
+    part: per part, ``rows`` its distinct local rows (``unique_rows`` says so) and ``positions`` their
+    places among the keys; ``positions[-1]`` is where the unheld ids' (zero) row goes. Once per graph
+    for the same ids and row ranges: the deep and wide tables of a wide & deep model share it.
     """
     known = _MEMO.of(ids[0].graph)
     key = ("route", device, tuple(i.ref() for i in ids), tuple(offsets), tuple(sizes))
     if key not in known:
-        stacked = tf.stack(ids, axis=1)  # one id transfer to this ps
+        stacked = tf.stack(ids, axis=1)
+        local = stacked - tf.constant(offsets, tf.int64)
+        held = tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64))
+        stride, parts = max(sizes), len(ids)
+        # a slot's key: part * stride + row, or parts * stride (no part) for an id held elsewhere or missing
+        keys = tf.where(held, local + tf.constant([p * stride for p in range(parts)], tf.int64), parts * stride)
+        distinct, expand = tf.unique(tf.reshape(keys, [-1]))
         with v1.colocate_with(colocate):
-            local = stacked - tf.constant(offsets, tf.int64)
-            held = tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64))
-            stride, parts = max(sizes), len(ids)
-            # a slot's key: part * stride + row, or parts * stride (no part) for an id held elsewhere or missing
-            keys = tf.where(held, local + tf.constant([p * stride for p in range(parts)], tf.int64), parts * stride)
-            distinct, expand = tf.unique(tf.reshape(keys, [-1]))
             part = tf.cast(distinct // stride, tf.int32)
             rows = tf.dynamic_partition(tf.math.floormod(distinct, stride), part, parts + 1)[:parts]
             positions = tf.dynamic_partition(tf.range(tf.shape(distinct)[0]), part, parts + 1)
-            known[key] = (expand, rows, positions)
-            known.update({("unique", r.ref()): True for r in rows})
+        known[key] = (expand, rows, positions)
+        known.update({("unique", r.ref()): True for r in rows})
     return known[key]
 
 
@@ -220,7 +221,7 @@ def _expand_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.Tensor, None, None]:
 
 
 def _lookup_on(device: str, entries: list[tuple[int, int, Any]], ids: Sequence[tf.Tensor]) -> tf.Tensor:
-    """``[batch, parts * width]``: the rows of parts of one width on one device, from one gather."""
+    """``[batch, parts * width]``: the rows of parts of one width on one device, each distinct one read once."""
     width = int(entries[0][2].shape[1])
     expand, rows, positions = _route(device, [ids[t] for t, _, _ in entries], [offset for _, offset, _ in entries],
                                      [int(part.shape[0]) for _, _, part in entries], entries[0][2])
@@ -228,18 +229,18 @@ def _lookup_on(device: str, entries: list[tuple[int, int, Any]], ids: Sequence[t
     with v1.colocate_with(entries[0][2]), graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
         gathered = [tf.gather(part, local) for (_, _, part), local in zip(entries, rows, strict=True)]
         unheld = tf.zeros(tf.stack([tf.shape(positions[-1])[0], width]), gathered[0].dtype)
-        distinct = tf.dynamic_stitch(positions, [*gathered, unheld])
-        with graph.gradient_override_map({"GatherV2": _EXPAND_GRAD}):
-            slots = tf.gather(distinct, expand)
-        return tf.reshape(slots, [-1, len(entries) * width])
+        distinct = tf.dynamic_stitch(positions, [*gathered, unheld])  # the distinct rows: one transfer back
+    with graph.gradient_override_map({"GatherV2": _EXPAND_GRAD}):  # here: its gradient sums the slots' here
+        slots = tf.gather(distinct, expand)
+    return tf.reshape(slots, [-1, len(entries) * width])
 
 
 def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
     """Rows ``[batch, width]`` of each table (its parts, in order) for its ids; zeros for ids in no part.
 
-    On each ps, the ids of all its parts arrive as one ``[batch, parts]`` tensor and are routed
-    together; each part gathers only the rows of the ids it holds (its gradient is row-sparse over
-    them), and the rows go back as one ``[batch, widths]`` tensor.
+    Each ps gets the batch's distinct (part, row) keys of its parts as one tensor; each part gathers
+    only the distinct rows it holds (its gradient is row-sparse over them, each row once), and the
+    rows go back as one ``[distinct, width]`` tensor per width.
     """
     groups: dict[tuple[str, int], list[tuple[int, int, Any]]] = {}
     for t, parts in enumerate(tables):
