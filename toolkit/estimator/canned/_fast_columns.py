@@ -159,37 +159,66 @@ def _parts(candidates: Any, name: str) -> list[Any]:
     return [v for _, v in sorted(found, key=lambda item: item[0])]
 
 
-_Route = tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
+_Layout = tuple[tuple[tuple[str, int, int], ...], ...]  # per table, its parts' (device, first row, rows)
 
 
-def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any) -> _Route:
-    """Which part of a ps holds which example's id; each distinct (part, row) of the batch once.
+class _Route:
+    """The batch's distinct (part, row) keys over every part of some tables, and which ps holds each.
 
-    Here (the worker), each (example, part) slot of the ``[batch, parts]`` ids gets a key, its part's
-    row in it, or one key for every id no part of the ps holds; ``expand`` ``[batch * parts]`` gives each
-    slot's place among the distinct keys (a click-through batch of 512 has about half as many
-    distinct ids as ids). Only the distinct keys go to the ps (one transfer), which splits them by
-    part: per part, ``rows`` its distinct local rows (``unique_rows`` says so) and ``positions`` their
-    places among the keys; ``positions[-1]`` is where the unheld ids' (zero) row goes. Once per graph
-    for the same ids and row ranges: the deep and wide tables of a wide & deep model share it.
+    Built here (on the worker) from the ``[batch, tables]`` ids: each (example, table) slot's key is
+    the number of the part holding its id times ``stride`` plus its row there (one key, past every
+    part, for a missing id); ``expand`` ``[batch * tables]`` gives each slot's place among the
+    distinct keys (a click-through batch of 512 has about half as many distinct ids as ids);
+    ``keys[d]`` are those of ``devices[d]``'s parts and ``positions[d]`` their places (the last,
+    the missing ids'). Once per graph for the same ids and layout: a wide & deep model's deep and
+    wide tables share it when their parts lie alike.
     """
-    known = _MEMO.of(ids[0].graph)
-    key = ("route", device, tuple(i.ref() for i in ids), tuple(offsets), tuple(sizes))
-    if key not in known:
+
+    def __init__(self, ids: list[tf.Tensor], layout: _Layout) -> None:
+        self.parts = [(device, first, rows) for table in layout for device, first, rows in table]
+        self.stride = max(rows for _, _, rows in self.parts)
+        self.devices = list(dict.fromkeys(device for device, _, _ in self.parts))
+        most, missing = max(len(table) for table in layout), len(self.parts) * self.stride
+        firsts, numbers, count = [], [], 0  # per table and part (padded past any id): first row, part number
+        for table in layout:
+            firsts.append([first for _, first, _ in table] + [2**62] * (most - len(table)))
+            numbers.append(list(range(count, count + len(table))) + [0] * (most - len(table)))
+            count += len(table)
         stacked = tf.stack(ids, axis=1)
-        local = stacked - tf.constant(offsets, tf.int64)
-        held = tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64))
-        stride, parts = max(sizes), len(ids)
-        # a slot's key: part * stride + row, or parts * stride (no part) for an id held elsewhere or missing
-        keys = tf.where(held, local + tf.constant([p * stride for p in range(parts)], tf.int64), parts * stride)
-        distinct, expand = tf.unique(tf.reshape(keys, [-1]))
-        with v1.colocate_with(colocate):
-            part = tf.cast(distinct // stride, tf.int32)
-            rows = tf.dynamic_partition(tf.math.floormod(distinct, stride), part, parts + 1)[:parts]
-            positions = tf.dynamic_partition(tf.range(tf.shape(distinct)[0]), part, parts + 1)
-        known[key] = (expand, rows, positions)
-        known.update({("unique", r.ref()): True for r in rows})
+        starts = tf.constant(firsts, tf.int64)
+        part = tf.reduce_sum(tf.cast(stacked[:, :, None] >= starts, tf.int32), axis=2) - 1  # -1: a missing id
+        flat = tf.range(len(layout)) * most + tf.maximum(part, 0)
+        keys = tf.where(part >= 0, tf.gather(tf.constant(sum(numbers, []), tf.int64), flat) * self.stride
+                        + stacked - tf.gather(tf.reshape(starts, [-1]), flat), missing)
+        distinct, self.expand = tf.unique(tf.reshape(keys, [-1]))
+        owners = [self.devices.index(device) for device, _, _ in self.parts] + [len(self.devices)]
+        owner = tf.gather(tf.constant(owners, tf.int32), distinct // self.stride)
+        self.keys = tf.dynamic_partition(distinct, owner, len(self.devices) + 1)
+        self.positions = tf.dynamic_partition(tf.range(tf.shape(distinct)[0]), owner, len(self.devices) + 1)
+
+
+def _route(ids: list[tf.Tensor], layout: _Layout) -> _Route:
+    known = _MEMO.of(ids[0].graph)
+    key = ("route", tuple(i.ref() for i in ids), layout)
+    if key not in known:
+        known[key] = _Route(ids, layout)
     return known[key]
+
+
+def _split_on(route: _Route, d: int, colocate: Any) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+    """On ``route.devices[d]``: per part of it, its distinct local rows (``unique_rows``) and their places."""
+    keys = route.keys[d]
+    known = _MEMO.of(keys.graph)
+    if ("split", keys.ref()) not in known:
+        mine = [g for g, (device, _, _) in enumerate(route.parts) if device == route.devices[d]]
+        local = [mine.index(g) if g in mine else 0 for g in range(len(route.parts))]
+        with v1.colocate_with(colocate):
+            which = tf.gather(tf.constant(local, tf.int32), keys // route.stride)
+            rows = tf.dynamic_partition(tf.math.floormod(keys, route.stride), which, len(mine))
+            places = tf.dynamic_partition(tf.range(tf.shape(keys)[0]), which, len(mine))
+        known[("split", keys.ref())] = (rows, places)
+        known.update({("unique", r.ref()): True for r in rows})
+    return known[("split", keys.ref())]
 
 
 def unique_rows(indices: Any) -> bool:
@@ -220,19 +249,12 @@ def _expand_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.Tensor, None, None]:
     return tf.math.unsorted_segment_sum(grad, indices, tf.shape(params)[0]), None, None
 
 
-def _lookup_on(device: str, entries: list[tuple[int, int, Any]], ids: Sequence[tf.Tensor]) -> tf.Tensor:
-    """``[batch, parts * width]``: the rows of parts of one width on one device, each distinct one read once."""
-    width = int(entries[0][2].shape[1])
-    expand, rows, positions = _route(device, [ids[t] for t, _, _ in entries], [offset for _, offset, _ in entries],
-                                     [int(part.shape[0]) for _, _, part in entries], entries[0][2])
-    graph = expand.graph
-    with v1.colocate_with(entries[0][2]), graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
-        gathered = [tf.gather(part, local) for (_, _, part), local in zip(entries, rows, strict=True)]
-        unheld = tf.zeros(tf.stack([tf.shape(positions[-1])[0], width]), gathered[0].dtype)
-        distinct = tf.dynamic_stitch(positions, [*gathered, unheld])  # the distinct rows: one transfer back
-    with graph.gradient_override_map({"GatherV2": _EXPAND_GRAD}):  # here: its gradient sums the slots' here
-        slots = tf.gather(distinct, expand)
-    return tf.reshape(slots, [-1, len(entries) * width])
+def _rows_on(route: _Route, d: int, parts: list[Any]) -> tf.Tensor:
+    """``[distinct keys of the device, width]``: each distinct row of ``parts`` (those of one ps) read once."""
+    rows, places = _split_on(route, d, parts[0])
+    with v1.colocate_with(parts[0]), parts[0].graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
+        gathered = [tf.gather(part, local) for part, local in zip(parts, rows, strict=True)]
+        return tf.dynamic_stitch(places, gathered) if len(parts) > 1 else gathered[0]  # one transfer back
 
 
 def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
@@ -240,20 +262,28 @@ def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> 
 
     Each ps gets the batch's distinct (part, row) keys of its parts as one tensor; each part gathers
     only the distinct rows it holds (its gradient is row-sparse over them, each row once), and the
-    rows go back as one ``[distinct, width]`` tensor per width.
+    rows go back as one ``[distinct, width]`` tensor per width, spread over the slots here.
     """
-    groups: dict[tuple[str, int], list[tuple[int, int, Any]]] = {}
+    by_width: dict[int, list[int]] = {}
     for t, parts in enumerate(tables):
-        offset = 0
-        for part in parts:
-            groups.setdefault((part.device, int(part.shape[1])), []).append((t, offset, part))
-            offset += int(part.shape[0])
-    found: list[list[tf.Tensor]] = [[] for _ in tables]
-    for (device, width), entries in groups.items():
-        packed = _lookup_on(device, entries, ids)  # one row transfer back per device and width
-        for (t, _, _), piece in zip(entries, tf.split(packed, [width] * len(entries), axis=1), strict=True):
-            found[t].append(piece)
-    return [tf.add_n(pieces) if len(pieces) > 1 else pieces[0] for pieces in found]
+        by_width.setdefault(int(parts[0].shape[1]), []).append(t)
+    found: list[Any] = [None] * len(tables)
+    for width, members in by_width.items():
+        layout: list[tuple[tuple[str, int, int], ...]] = []
+        for t in members:
+            firsts = [sum(int(p.shape[0]) for p in tables[t][:j]) for j in range(len(tables[t]))]
+            layout.append(tuple((p.device, first, int(p.shape[0])) for p, first in zip(tables[t], firsts, strict=True)))
+        route = _route([ids[t] for t in members], tuple(layout))
+        every = [part for t in members for part in tables[t]]
+        pieces = [_rows_on(route, d, [p for p in every if p.device == device])
+                  for d, device in enumerate(route.devices)]
+        missing = tf.zeros(tf.stack([tf.shape(route.positions[-1])[0], width]), pieces[0].dtype)
+        distinct = tf.dynamic_stitch(route.positions, [*pieces, missing])
+        with distinct.graph.gradient_override_map({"GatherV2": _EXPAND_GRAD}):  # its gradient: a sum per row, here
+            slots = tf.reshape(tf.gather(distinct, route.expand), [-1, len(members) * width])
+        for t, piece in zip(members, tf.split(slots, len(members), axis=1), strict=True):
+            found[t] = piece
+    return found
 
 
 def _embedding_parts(column: Any, variables: Mapping[Any, list[Any]]) -> list[Any]:
