@@ -13,26 +13,27 @@ int or string tensor, the usual click-through input) and whose ids are an identi
 column's, in an ``embedding_column`` or ``shared_embedding_columns``, the stock ``input_layer`` /
 ``linear_model`` still create the variables (same names, shapes, partitions, initialisers and
 collections as TF), but the logits come from a packed lookup: the worker keys each (example,
-shard) of a ps's shards and sends that ps the batch's distinct keys, once each, as one tensor;
-their rows come back as one ``[distinct, width]`` tensor per width, which the worker spreads
-over the ``[batch, sum of widths]`` slots. Hashing and vocabulary tables are the column's own
-(TF's transform, on the worker). Built with ``colocate_gradients_with_ops``, the gradient goes
-back as one ``[distinct, width]`` tensor too (the slots' sum per distinct row, on the worker) and
-is split into each shard's row-sparse ``IndexedSlices`` on the ps. The stock ops stay in the
-graph unused (a session runs only what its fetches need). For a single id per example every
-combiner gives the row itself, and a missing value (-1, ``''``, or outside a vocabulary without
-OOV buckets) gives zeros, as TF's sparse path does.
+table) slot by the shard holding its id and its row there, and sends each ps the batch's distinct
+keys of its shards, once each, as one tensor; their rows come back as one ``[distinct, width]``
+tensor per width, which the worker spreads over the ``[batch, sum of widths]`` slots. Hashing and
+vocabulary tables are the column's own (TF's transform, on the worker). Built with
+``colocate_gradients_with_ops``, the gradient goes back as one ``[distinct, width]`` tensor too
+(the slots' sum per distinct row, on the worker) and is split into each shard's row-sparse
+``IndexedSlices`` on the ps. The stock ops stay in the graph unused (a session runs only what
+its fetches need). For a single id per example every combiner gives the row itself, and a
+missing value (-1, ``''``, or outside a vocabulary without OOV buckets) gives zeros, as TF's
+sparse path does.
 
 The number of ops per step counts as much as the transfers (a ps runs its part of every step, op
-by op, on few cores), so the per-part work is kept to what the maths needs: each ps routes all its
-parts' ids together (one ``Unique`` of (part, row) keys, two ``DynamicPartition``s), the deep and
-wide tables share that routing and the ids' transfer, each part reads each distinct row of the
-batch once and one gather per ps and width places the rows, each id is checked and transformed
-once per graph, and each part's gradient is its distinct rows' ``IndexedSlices`` built directly
-(TF's gather gradient adds seven shape ops per part), which the canned model_fns' TF1 optimizers
-apply without summing duplicates (``toolkit._compat.tensorflow.unique_sparse_updates``): one
-``Unique`` per ps and step instead of a ``Unique`` and an ``UnsortedSegmentSum`` per part, and
-half the rows gathered and updated.
+by op, on few cores), so the per-part work is kept to what the maths needs: the worker keys all
+the tables' slots together (one ``Unique``, one ``DynamicPartition`` by ps), each ps splits its
+keys by part (one ``DynamicPartition``), the deep and wide tables share that routing when their
+shards lie alike, each part reads each distinct row of the batch once, one gather per width
+places the rows, each id is checked and transformed once per graph, and each part's gradient is
+its distinct rows' ``IndexedSlices`` built directly (TF's gather gradient adds seven shape ops
+per part), which the canned model_fns' TF1 optimizers apply without summing duplicates
+(``toolkit._compat.tensorflow.unique_sparse_updates``): one ``Unique`` per width and step instead
+of a ``Unique`` and an ``UnsortedSegmentSum`` per part, and half the rows gathered and updated.
 """
 from __future__ import annotations
 
