@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from _ctr_paths import ACCUMULATOR, BATCH, EVAL_N, LEARNING_RATE, examples_dataset, heldout_logloss
+from _ctr_paths import ACCUMULATOR, BATCH, EVAL_N, LEARNING_RATE, _examples, heldout_logloss
 
 import toolkit.compat.v1 as tf  # was: import tensorflow as tf
 from toolkit.data.ctr import CTR_CATEGORICAL, CTR_DENSE
@@ -38,7 +38,10 @@ def _columns(vocab: int):
 
 def _by_feature(features, labels=None):
     """The model's two arrays as the named features a TF1 input_fn gave feature columns."""
-    named = {f"C{i + 1}": features["categorical"][:, i:i + 1] for i in range(CTR_CATEGORICAL)}
+    categorical = features["categorical"]
+    columns = (tf.split(categorical, CTR_CATEGORICAL, axis=1) if tf.is_tensor(categorical)  # one op per batch
+               else [categorical[:, i:i + 1] for i in range(CTR_CATEGORICAL)])
+    named = {f"C{i + 1}": column for i, column in enumerate(columns)}
     named["dense"] = features["dense"]
     return named if labels is None else (named, labels)
 
@@ -65,6 +68,21 @@ def _peer_model_fn(features, labels, mode, params):
     optimizer = tf.train.AdagradOptimizer(LEARNING_RATE, initial_accumulator_value=ACCUMULATOR)
     train_op = optimizer.minimize(loss, global_step=tf.train.get_global_step())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def _batches(data_dir: str, index: int, canned: bool):
+    """This task's batches: those of ``examples_dataset(...).shuffle(50_000, seed=index).repeat().batch(512)``.
+
+    The same examples in the same order as the peer's pipeline (a shuffle's order depends only on its
+    seed and size), as the Keras paths read them: the shuffle draws row numbers and each batch gathers
+    its rows (one scalar per example through the shuffle buffer instead of three tensors).
+    """
+    dense, categorical, labels = _examples(data_dir, index)
+    rows = tf.data.Dataset.range(tf.shape(labels, out_type=tf.int64)[0])
+    take = rows.shuffle(50_000, seed=index).repeat().batch(BATCH, drop_remainder=True)
+    ds = take.map(lambda t: ({"dense": tf.gather(dense, t), "categorical": tf.gather(categorical, t)},
+                             tf.gather(labels, t)))
+    return (ds.map(_by_feature) if canned else ds).prefetch(4)
 
 
 class _EpochMarks(tf.train.SessionRunHook):
@@ -124,9 +142,7 @@ def main(argv: list[str]) -> None:
     per_epoch = args.steps // args.epochs
 
     def train_input_fn():
-        ds = examples_dataset(args.data_dir, index).shuffle(50_000, seed=index).repeat()
-        ds = ds.batch(BATCH, drop_remainder=True)
-        return (ds.map(_by_feature) if canned else ds).prefetch(4)
+        return _batches(args.data_dir, index, canned)
 
     est.train(train_input_fn, max_steps=per_epoch * args.epochs,
               hooks=[_EpochMarks(per_epoch, marks)] if config.is_chief else None)

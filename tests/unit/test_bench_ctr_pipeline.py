@@ -38,3 +38,21 @@ def test_batches_equal_the_shuffled_examples(tmp_path, index):
         np.testing.assert_array_equal(got_labels.numpy(), want_labels.numpy())
         seen.update(map(tuple, got["categorical"].numpy().tolist()))
     assert len(seen) > _ctr_paths.BATCH  # real examples, not one repeated row
+
+
+def test_the_estimator_paths_batches_equal_the_shuffled_examples_by_feature(tmp_path):
+    import _ctr_estimator
+
+    index = 1
+    data = criteo_like(ROWS, vocab=50, seed=1 + index)
+    for part, array in (("dense", data.dense), ("categorical", data.categorical), ("labels", data.labels)):
+        array.tofile(tmp_path / f"{part}-{index}.bin")
+    ours = iter(_ctr_estimator._batches(str(tmp_path), index, canned=True))
+    peer = iter(_ctr_paths.examples_dataset(str(tmp_path), index).shuffle(50_000, seed=index)
+                .repeat().batch(_ctr_paths.BATCH, drop_remainder=True))
+    for _ in range(5):  # over an epoch's reshuffle
+        (got, got_labels), (want, want_labels) = next(ours), next(peer)
+        np.testing.assert_array_equal(got["dense"].numpy(), want["dense"].numpy())
+        for i in (0, 25):  # the named features TF1 input_fns gave feature columns
+            np.testing.assert_array_equal(got[f"C{i + 1}"].numpy(), want["categorical"].numpy()[:, i:i + 1])
+        np.testing.assert_array_equal(got_labels.numpy(), want_labels.numpy())

@@ -193,7 +193,7 @@ def test_deep_and_wide_parts_share_one_id_check_and_routing_and_equal_tf():
     # each part's gradient is its rows' IndexedSlices, without TF's per-part reshapes (ExpandDims, Size, ...)
     assert sum(isinstance(g, tf.IndexedSlices) for g in grads) == 2 * 3 * 2
     assert kinds.count("ExpandDims") == 0 and kinds.count("VariableShape") == 2 * 3 * 2
-    assert kinds.count("Where") == 1  # one routing per ps (one device here), shared by both tables
+    assert kinds.count("Unique") == 1  # one routing per ps (one device here), shared by both tables
     assert kinds.count("Assert") == 3  # one id check per feature
 
 
@@ -211,3 +211,85 @@ def test_a_built_graph_is_not_kept_alive_by_the_memoised_ids():
         del graph
     gc.collect()
     assert graphs[0]() is None
+
+
+def test_adagrad_updates_each_distinct_row_once_as_tf_s_sparse_update_does():
+    from toolkit._compat.tensorflow import unique_sparse_updates
+    from toolkit.estimator.canned._fast_columns import unique_rows
+
+    ids = np.array([[0, 3, 5], [7, 3, 2], [0, 3, 8], [7, -1, 5]], np.int64)  # repeated ids in every column
+    wide = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]
+    deep = [fc.embedding_column(c, 2) for c in wide]
+    found = []
+    for fast in (False, True):
+        with tf.Graph().as_default() as graph:
+            v1.set_random_seed(0)
+            with v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(2)):
+                features = _features(ids)
+                if fast:
+                    out = fast_input_layer(features, deep) @ tf.ones([6, 1]) + fast_linear_logits(
+                        features, wide, units=1, sparse_combiner="sum")
+                else:
+                    out = fc.input_layer(features, deep) @ tf.ones([6, 1]) + fc.linear_model(
+                        features, wide, units=1, sparse_combiner="sum")
+            loss = tf.reduce_sum(out * tf.range(1.0, 5.0)[:, None])
+            optimizer = v1.train.AdagradOptimizer(0.5, initial_accumulator_value=0.1)
+            before = len(graph.get_operations())
+            with unique_sparse_updates(optimizer, unique_rows):
+                train = optimizer.minimize(loss, colocate_gradients_with_ops=True)
+            kinds = [op.type for op in graph.get_operations()[before:]]
+            variables = sorted(v1.global_variables(), key=lambda v: v.op.name)  # tables and accumulators
+            with v1.Session() as session:
+                session.run(v1.global_variables_initializer())
+                for _ in range(2):
+                    session.run(train)
+                found.append(([v.op.name for v in variables], session.run(variables), kinds))
+    (names, stock, _), (fast_names, packed, kinds) = found
+    assert names == fast_names and "m/linear_model/C10/weights/part_1/Adagrad" in names
+    for a, b in zip(packed, stock, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    # TF sums each part's duplicate rows (a Unique per part); the packed parts' rows are distinct already
+    assert kinds.count("Unique") == 0 and kinds.count("ResourceSparseApplyAdagrad") == 2 * 3 * 2
+
+
+def _alternating_cpus():
+    """A device function: each variable part on the next of two CPUs, as ``replica_device_setter`` puts them on ps."""
+    placed = iter(range(1000))
+
+    def place(op):
+        return f"/device:CPU:{next(placed) % 2}" if op.type == "VarHandleOp" else op.device
+
+    return place
+
+
+def test_parts_on_two_devices_are_routed_to_the_device_that_holds_them():
+    ids = np.array([[0, 3, 5], [7, -1, 2], [4, 4, 8], [9, 0, 9]], np.int64)
+    wide = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]
+    deep = [fc.embedding_column(c, 2) for c in wide]
+    found = []
+    for fast in (False, True):
+        with tf.Graph().as_default() as graph:
+            v1.set_random_seed(0)
+            with v1.device(_alternating_cpus()), v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(2)):
+                features = _features(ids)
+                if fast:
+                    out = tf.concat([fast_input_layer(features, deep),
+                                     fast_linear_logits(features, wide, units=1, sparse_combiner="sum")], 1)
+                else:
+                    out = tf.concat([fc.input_layer(features, deep),
+                                     fc.linear_model(features, wide, units=1, sparse_combiner="sum")], 1)
+            variables = sorted(v1.trainable_variables(), key=lambda v: v.op.name)
+            grads = [tf.convert_to_tensor(g) for g in tf.gradients(tf.reduce_sum(out * tf.range(1.0, 8.0)), variables)]
+            devices = {v.device[-1] for v in variables}
+            splits = sum(op.type == "DynamicPartition" and op.device.endswith(("CPU:0", "CPU:1"))
+                         for op in graph.get_operations())
+            with v1.Session(config=v1.ConfigProto(device_count={"CPU": 2})) as session:
+                session.run(v1.global_variables_initializer())
+                for v in variables:
+                    session.run(v.assign(tf.reshape(tf.range(float(np.prod(v.shape))), v.shape) / 7.0))
+                found.append((session.run(out), session.run(grads)))
+    assert devices == {"0", "1"} and splits >= 2  # each device splits its own keys by part
+    (stock, stock_grads), (packed, packed_grads) = found
+    np.testing.assert_allclose(packed, stock, rtol=1e-6)
+    for a, b in zip(packed_grads, stock_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -21,6 +21,13 @@
   the same ``TrainStep`` (a Keras optimizer's update reads slots it has just
   written) in graph mode.
 
+* A TF1 optimizer sums the duplicate rows of a sparse gradient in
+  ``_resource_apply_sparse_duplicate_indices`` (a ``Unique`` and an
+  ``UnsortedSegmentSum`` per variable), then updates them with its
+  ``_resource_apply_sparse``; the canned estimators' packed lookups give each
+  part a gradient of distinct rows already, which ``unique_sparse_updates`` lets
+  skip that step.
+
 * A strategy's ``_scale_loss_for_estimator_enabled()`` makes TF1 optimizers
   divide each replica's loss by the replica count (tf.estimator's
   ``_train_model_distributed`` entered it), and the graph's
@@ -33,14 +40,14 @@ internals ``strategies`` uses are fenced in ``strategies._compat``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 __all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical_ids", "estimator_loss_scaling",
            "mirrored_on",
            "in_control_flow", "is_dense_column", "loss_scaled_by_optimizer",
            "is_feature_column", "missing_symbols",
-           "named_variable", "parse_example_spec", "sync_optimizers", "update_input"]
+           "named_variable", "parse_example_spec", "sync_optimizers", "unique_sparse_updates", "update_input"]
 
 SYNC_HOOK_ATTRIBUTE = "_sync_optimizer"
 
@@ -158,6 +165,34 @@ def estimator_loss_scaling(strategy: Any) -> Any:
     return strategy._scale_loss_for_estimator_enabled()
 
 
+@contextlib.contextmanager
+def unique_sparse_updates(optimizer: Any, unique: Callable[[Any], bool]) -> Iterator[None]:
+    """Inside, ``optimizer`` (a TF1 ``Optimizer``) updates a resource variable from a sparse gradient whose
+    indices ``unique(indices)`` says are distinct without summing duplicates first.
+
+    Only for an optimizer that keeps TF's own duplicate handling (sum, then ``_resource_apply_sparse``):
+    on distinct indices the sum is the identity, so the update is the same. Others are left alone.
+    """
+    import tensorflow as tf
+
+    base = tf.compat.v1.train.Optimizer._resource_apply_sparse_duplicate_indices
+    if not (isinstance(optimizer, tf.compat.v1.train.Optimizer)
+            and type(optimizer)._resource_apply_sparse_duplicate_indices is base):
+        yield
+        return
+
+    def apply(grad: Any, handle: Any, indices: Any, **kwargs: Any) -> Any:
+        if unique(indices):
+            return optimizer._resource_apply_sparse(grad, handle, indices, **kwargs)
+        return base(optimizer, grad, handle, indices, **kwargs)
+
+    optimizer._resource_apply_sparse_duplicate_indices = apply
+    try:
+        yield
+    finally:
+        del optimizer._resource_apply_sparse_duplicate_indices
+
+
 def loss_scaled_by_optimizer(graph: Any) -> bool:
     """Whether a TF1 optimizer in ``graph`` divided the per-replica loss (then the reported loss is their mean)."""
     return bool(getattr(graph, "_is_loss_scaled_by_optimizer", False))
@@ -196,6 +231,9 @@ def missing_symbols() -> list[str]:
             missing.append("AutomaticControlDependencies().ops_which_must_run (empty)")
     except (AttributeError, ImportError) as exc:
         missing.append(f"tensorflow.python.framework.auto_control_deps.AutomaticControlDependencies: {exc}")
+    for attribute in ("_resource_apply_sparse_duplicate_indices", "_resource_apply_sparse"):
+        if not hasattr(v1.train.AdagradOptimizer, attribute):
+            missing.append(f"tf.compat.v1.train.AdagradOptimizer.{attribute}")
     if not hasattr(tf.distribute.OneDeviceStrategy("/cpu:0"), "_scale_loss_for_estimator_enabled"):
         missing.append("tf.distribute.Strategy._scale_loss_for_estimator_enabled")
     v1_column = v1.feature_column.numeric_column("x")

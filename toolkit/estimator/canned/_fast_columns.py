@@ -12,22 +12,28 @@ int or string tensor, the usual click-through input) and whose ids are an identi
 (``categorical_column_with_hash_bucket``) or vocabulary (``..._with_vocabulary_list/_file``)
 column's, in an ``embedding_column`` or ``shared_embedding_columns``, the stock ``input_layer`` /
 ``linear_model`` still create the variables (same names, shapes, partitions, initialisers and
-collections as TF), but the logits come from a packed lookup: all of a ps's shards are looked up
-on that ps from one ``[batch, tables]`` id tensor, and their rows come back as one
-``[batch, sum of widths]`` tensor. Hashing and vocabulary tables are the column's own (TF's
-transform, on the worker). Built with ``colocate_gradients_with_ops``, the gradient of
-that tensor goes back as one tensor too and is split into each shard's row-sparse
+collections as TF), but the logits come from a packed lookup: the worker keys each (example,
+table) slot by the shard holding its id and its row there, and sends each ps the batch's distinct
+keys of its shards, once each, as one tensor; their rows come back as one ``[distinct, width]``
+tensor per width, which the worker spreads over the ``[batch, sum of widths]`` slots. Hashing and
+vocabulary tables are the column's own (TF's transform, on the worker). Built with
+``colocate_gradients_with_ops``, the gradient goes back as one ``[distinct, width]`` tensor too
+(the slots' sum per distinct row, on the worker) and is split into each shard's row-sparse
 ``IndexedSlices`` on the ps. The stock ops stay in the graph unused (a session runs only what
 its fetches need). For a single id per example every combiner gives the row itself, and a
-missing value (-1, ``''``, or outside a vocabulary without OOV buckets) gives zeros, as TF's sparse
-path does.
+missing value (-1, ``''``, or outside a vocabulary without OOV buckets) gives zeros, as TF's
+sparse path does.
 
 The number of ops per step counts as much as the transfers (a ps runs its part of every step, op
-by op, on few cores), so the per-part work is kept to what the maths needs: each ps routes all its
-parts' ids together (one ``Where``, two ``DynamicPartition``s), the deep and wide tables share that
-routing and the ids' transfer, one ``ScatterNd`` per ps and width places the rows, each id is
-checked and transformed once per graph, and each part's gradient is its rows' ``IndexedSlices``
-built directly (TF's gather gradient adds seven shape ops per part).
+by op, on few cores), so the per-part work is kept to what the maths needs: the worker keys all
+the tables' slots together (one ``Unique``, one ``DynamicPartition`` by ps), each ps splits its
+keys by part (one ``DynamicPartition``), the deep and wide tables share that routing when their
+shards lie alike, each part reads each distinct row of the batch once, one gather per width
+places the rows, each id is checked and transformed once per graph, and each part's gradient is
+its distinct rows' ``IndexedSlices`` built directly (TF's gather gradient adds seven shape ops
+per part), which the canned model_fns' TF1 optimizers apply without summing duplicates
+(``toolkit._compat.tensorflow.unique_sparse_updates``): one ``Unique`` per width and step instead
+of a ``Unique`` and an ``UnsortedSegmentSum`` per part, and half the rows gathered and updated.
 """
 from __future__ import annotations
 
@@ -41,7 +47,8 @@ import tensorflow as tf
 
 from toolkit._compat.tensorflow import categorical_ids
 
-__all__ = ["categorical_column", "fast_input_layer", "fast_linear_logits", "packable_embedding", "packed_lookup"]
+__all__ = ["categorical_column", "fast_input_layer", "fast_linear_logits", "packable_embedding", "packed_lookup",
+           "unique_rows"]
 
 v1 = tf.compat.v1
 
@@ -153,29 +160,71 @@ def _parts(candidates: Any, name: str) -> list[Any]:
     return [v for _, v in sorted(found, key=lambda item: item[0])]
 
 
-_Route = tuple[tf.Tensor, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]
+_Layout = tuple[tuple[tuple[str, int, int], ...], ...]  # per table, its parts' (device, first row, rows)
 
 
-def _route(device: str, ids: list[tf.Tensor], offsets: list[int], sizes: list[int], colocate: Any) -> _Route:
-    """Which part holds which example's id, computed on the ps from one ``[batch, parts]`` id tensor.
+class _Route:
+    """The batch's distinct (part, row) keys over every part of some tables, and which ps holds each.
 
-    Returns ``(batch, pairs, rows, positions)``: ``pairs`` ``[k, 2]`` the (example, part) pairs whose
-    id the part holds, row-major; per part, ``rows`` its local rows of them and ``positions`` their
-    places among the pairs. Once per graph for the same ids and row ranges: the deep and wide tables
-    of a wide & deep model share their ids' transfer and routing.
+    Built here (on the worker) from the ``[batch, tables]`` ids: each (example, table) slot's key is
+    the number of the part holding its id times ``stride`` plus its row there (one key, past every
+    part, for a missing id); ``expand`` ``[batch * tables]`` gives each slot's place among the
+    distinct keys (a click-through batch of 512 has about half as many distinct ids as ids);
+    ``keys[d]`` are those of ``devices[d]``'s parts and ``positions[d]`` their places (the last,
+    the missing ids'). Once per graph for the same ids and layout: a wide & deep model's deep and
+    wide tables share it when their parts lie alike.
     """
+
+    def __init__(self, ids: list[tf.Tensor], layout: _Layout) -> None:
+        self.parts = [(device, first, rows) for table in layout for device, first, rows in table]
+        self.stride = max(rows for _, _, rows in self.parts)
+        self.devices = list(dict.fromkeys(device for device, _, _ in self.parts))
+        most, missing = max(len(table) for table in layout), len(self.parts) * self.stride
+        firsts, numbers, count = [], [], 0  # per table and part (padded past any id): first row, part number
+        for table in layout:
+            firsts.append([first for _, first, _ in table] + [2**62] * (most - len(table)))
+            numbers.append(list(range(count, count + len(table))) + [0] * (most - len(table)))
+            count += len(table)
+        stacked = tf.stack(ids, axis=1)
+        starts = tf.constant(firsts, tf.int64)
+        part = tf.reduce_sum(tf.cast(stacked[:, :, None] >= starts, tf.int32), axis=2) - 1  # -1: a missing id
+        flat = tf.range(len(layout)) * most + tf.maximum(part, 0)
+        keys = tf.where(part >= 0, tf.gather(tf.constant(sum(numbers, []), tf.int64), flat) * self.stride
+                        + stacked - tf.gather(tf.reshape(starts, [-1]), flat), missing)
+        distinct, self.expand = tf.unique(tf.reshape(keys, [-1]))
+        owners = [self.devices.index(device) for device, _, _ in self.parts] + [len(self.devices)]
+        owner = tf.gather(tf.constant(owners, tf.int32), distinct // self.stride)
+        self.keys = tf.dynamic_partition(distinct, owner, len(self.devices) + 1)
+        self.positions = tf.dynamic_partition(tf.range(tf.shape(distinct)[0]), owner, len(self.devices) + 1)
+
+
+def _route(ids: list[tf.Tensor], layout: _Layout) -> _Route:
     known = _MEMO.of(ids[0].graph)
-    key = ("route", device, tuple(i.ref() for i in ids), tuple(offsets), tuple(sizes))
+    key = ("route", tuple(i.ref() for i in ids), layout)
     if key not in known:
-        stacked = tf.stack(ids, axis=1)  # one id transfer to this ps
-        with v1.colocate_with(colocate):
-            local = stacked - tf.constant(offsets, tf.int64)
-            pairs = tf.where(tf.logical_and(local >= 0, local < tf.constant(sizes, tf.int64)))
-            part = tf.cast(pairs[:, 1], tf.int32)
-            rows = tf.dynamic_partition(tf.gather_nd(local, pairs), part, len(ids))
-            positions = tf.dynamic_partition(tf.range(tf.shape(pairs)[0]), part, len(ids))
-            known[key] = (tf.shape(stacked, out_type=tf.int64)[0], pairs, rows, positions)
+        known[key] = _Route(ids, layout)
     return known[key]
+
+
+def _split_on(route: _Route, d: int, colocate: Any) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+    """On ``route.devices[d]``: per part of it, its distinct local rows (``unique_rows``) and their places."""
+    keys = route.keys[d]
+    known = _MEMO.of(keys.graph)
+    if ("split", keys.ref()) not in known:
+        mine = [g for g, (device, _, _) in enumerate(route.parts) if device == route.devices[d]]
+        local = [mine.index(g) if g in mine else 0 for g in range(len(route.parts))]
+        with v1.colocate_with(colocate):
+            which = tf.gather(tf.constant(local, tf.int32), keys // route.stride)
+            rows = tf.dynamic_partition(tf.math.floormod(keys, route.stride), which, len(mine))
+            places = tf.dynamic_partition(tf.range(tf.shape(keys)[0]), which, len(mine))
+        known[("split", keys.ref())] = (rows, places)
+        known.update({("unique", r.ref()): True for r in rows})
+    return known[("split", keys.ref())]
+
+
+def unique_rows(indices: Any) -> bool:
+    """Whether ``indices`` are a packed lookup's distinct rows of a part (the indices of its gradient)."""
+    return isinstance(indices, tf.Tensor) and bool(_MEMO.of(indices.graph).get(("unique", indices.ref())))
 
 
 _GATHER_GRAD = "TfdistPackedRowsGather"
@@ -191,39 +240,51 @@ def _rows_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.IndexedSlices, None]:
     return tf.IndexedSlices(grad, op.inputs[1], tf.raw_ops.VariableShape(input=op.inputs[0])), None
 
 
-def _lookup_on(device: str, entries: list[tuple[int, int, Any]], ids: Sequence[tf.Tensor]) -> tf.Tensor:
-    """``[batch, parts * width]``: the rows of parts of one width on one device, from one scatter."""
-    width = int(entries[0][2].shape[1])
-    batch, pairs, rows, positions = _route(device, [ids[t] for t, _, _ in entries],
-                                           [offset for _, offset, _ in entries],
-                                           [int(part.shape[0]) for _, _, part in entries], entries[0][2])
-    graph = pairs.graph
-    with v1.colocate_with(entries[0][2]), graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
-        gathered = [tf.gather(part, local) for (_, _, part), local in zip(entries, rows, strict=True)]
-        stitched = tf.dynamic_stitch(positions, gathered) if len(entries) > 1 else gathered[0]
-        shape = tf.stack([batch, tf.constant(len(entries), tf.int64), tf.constant(width, tf.int64)])
-        return tf.reshape(tf.scatter_nd(pairs, stitched, shape), [-1, len(entries) * width])
+_EXPAND_GRAD = "TfdistPackedRowsExpand"
+
+
+@tf.RegisterGradient(_EXPAND_GRAD)
+def _expand_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.Tensor, None, None]:
+    """The distinct rows' gradient: each pair's summed into its row's (TF's gather gradient, without its reshapes)."""
+    params, indices = op.inputs[0], op.inputs[1]
+    return tf.math.unsorted_segment_sum(grad, indices, tf.shape(params)[0]), None, None
+
+
+def _rows_on(route: _Route, d: int, parts: list[Any]) -> tf.Tensor:
+    """``[distinct keys of the device, width]``: each distinct row of ``parts`` (those of one ps) read once."""
+    rows, places = _split_on(route, d, parts[0])
+    with v1.colocate_with(parts[0]), parts[0].graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
+        gathered = [tf.gather(part, local) for part, local in zip(parts, rows, strict=True)]
+        return tf.dynamic_stitch(places, gathered) if len(parts) > 1 else gathered[0]  # one transfer back
 
 
 def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
     """Rows ``[batch, width]`` of each table (its parts, in order) for its ids; zeros for ids in no part.
 
-    On each ps, the ids of all its parts arrive as one ``[batch, parts]`` tensor and are routed
-    together; each part gathers only the rows of the ids it holds (its gradient is row-sparse over
-    them), and the rows go back as one ``[batch, widths]`` tensor.
+    Each ps gets the batch's distinct (part, row) keys of its parts as one tensor; each part gathers
+    only the distinct rows it holds (its gradient is row-sparse over them, each row once), and the
+    rows go back as one ``[distinct, width]`` tensor per width, spread over the slots here.
     """
-    groups: dict[tuple[str, int], list[tuple[int, int, Any]]] = {}
+    by_width: dict[int, list[int]] = {}
     for t, parts in enumerate(tables):
-        offset = 0
-        for part in parts:
-            groups.setdefault((part.device, int(part.shape[1])), []).append((t, offset, part))
-            offset += int(part.shape[0])
-    found: list[list[tf.Tensor]] = [[] for _ in tables]
-    for (device, width), entries in groups.items():
-        packed = _lookup_on(device, entries, ids)  # one row transfer back per device and width
-        for (t, _, _), piece in zip(entries, tf.split(packed, [width] * len(entries), axis=1), strict=True):
-            found[t].append(piece)
-    return [tf.add_n(pieces) if len(pieces) > 1 else pieces[0] for pieces in found]
+        by_width.setdefault(int(parts[0].shape[1]), []).append(t)
+    found: list[Any] = [None] * len(tables)
+    for width, members in by_width.items():
+        layout: list[tuple[tuple[str, int, int], ...]] = []
+        for t in members:
+            firsts = [sum(int(p.shape[0]) for p in tables[t][:j]) for j in range(len(tables[t]))]
+            layout.append(tuple((p.device, first, int(p.shape[0])) for p, first in zip(tables[t], firsts, strict=True)))
+        route = _route([ids[t] for t in members], tuple(layout))
+        every = [part for t in members for part in tables[t]]
+        pieces = [_rows_on(route, d, [p for p in every if p.device == device])
+                  for d, device in enumerate(route.devices)]
+        missing = tf.zeros(tf.stack([tf.shape(route.positions[-1])[0], width]), pieces[0].dtype)
+        distinct = tf.dynamic_stitch(route.positions, [*pieces, missing])
+        with distinct.graph.gradient_override_map({"GatherV2": _EXPAND_GRAD}):  # its gradient: a sum per row, here
+            slots = tf.reshape(tf.gather(distinct, route.expand), [-1, len(members) * width])
+        for t, piece in zip(members, tf.split(slots, len(members), axis=1), strict=True):
+            found[t] = piece
+    return found
 
 
 def _embedding_parts(column: Any, variables: Mapping[Any, list[Any]]) -> list[Any]:
