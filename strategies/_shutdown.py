@@ -50,6 +50,8 @@ Task = tuple[str, int]
 _SERVER_JOBS = ("worker", "ps")
 _armed: dict[str, Callable[[bool], object]] = {}  # run at exit (told whether it failed), by ending or report
 _once: set[str] = set()  # goodbyes said and dones reported, by cluster token (and task)
+#: how long ``send`` still waits, after its deadline, for a late write's own deadline to end it
+_LATE_WRITE_GRACE_SECS = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,10 +133,18 @@ def send(cluster: Mapping[str, Sequence[str]], tasks: Sequence[Task], kind: str,
     deadline = time.monotonic() + timeout
     for thread in threads:
         thread.join(max(deadline - time.monotonic(), 0.0))
-    late = [f"{job}-{index}" for (job, index), thread in zip(tasks, threads, strict=True) if thread.is_alive()]
+    late = [(f"{job}-{index}", thread) for (job, index), thread in zip(tasks, threads, strict=True)
+            if thread.is_alive()]
     if late:
         logger.warning("%s did not answer within %g s (goodbye_timeout); they exit when the chief's port "
-                       "closes", ", ".join(late), timeout)
+                       "closes", ", ".join(name for name, _ in late), timeout)
+        # Each late write ends soon after with its own deadline (the same timeout, counted from its
+        # session's start). Waiting for that keeps every write out of TensorFlow by the time this
+        # process exits: an interpreter torn down under a thread still inside a gRPC call can abort
+        # (SIGABRT) although the job is over.
+        grace = time.monotonic() + _LATE_WRITE_GRACE_SECS
+        for _, thread in late:
+            thread.join(max(grace - time.monotonic(), 0.0))
     return [f"{job}-{index}" for job, index in tasks if reached.get((job, index))]
 
 

@@ -229,3 +229,24 @@ def test_every_front_door_hands_its_timeouts_to_the_one_serve_loop(monkeypatch, 
     with pytest.raises(SystemExit):
         run_in_graph_role(host, options=ServeOptions(chief_start_timeout=60))
     assert seen.pop() == ("client", ServeOptions(chief_start_timeout=60))
+
+
+def test_a_goodbye_nobody_answers_leaves_no_write_inside_tensorflow(signals, caplog):
+    """A task that accepts the connection and never answers: ``send`` gives up, and by the time it returns
+    its write has ended too (the chief's interpreter must not be torn down under a gRPC call)."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
+    cluster = {"chief": ["127.0.0.1:1"], "worker": [f"127.0.0.1:{listener.getsockname()[1]}"]}
+    try:
+        with caplog.at_level("WARNING", logger="strategies._shutdown"):
+            assert _shutdown.send(cluster, [("worker", 0)], "exit", "0", timeout=1.0) == []
+        assert "worker-0 did not answer within 1 s" in caplog.text
+        assert "could not reach worker-0" in caplog.text
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("tfdist-exit-")]
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
