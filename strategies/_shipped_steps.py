@@ -112,10 +112,12 @@ def _run_shipped(target: str, config: Any, serialized: bytes, fetches: dict[str,
 
 
 def run_token_loop(target: str, graph: Any, config: Any, *, token: Any, train: Sequence[Any], initializer: Any,
-                   ready: Any, index: int, stop: threading.Event) -> int:
+                   ready: Any, index: int, stop: threading.Event, log: logging.Logger = logger) -> int:
     """One ``session.run`` of ``[token, *train]`` per token until the queue closes (or ``stop``); returns the steps.
 
     ``initializer`` starts the input pipeline, ``ready`` tells the chief this worker is about to step.
+    ``log``: where the loop says when its steps are ready and how many it ran (the caller's logger, which
+    scripts turn up by name, e.g. ``toolkit.training.between_graph_worker``).
     """
     import tensorflow as tf
 
@@ -132,9 +134,9 @@ def run_token_loop(target: str, graph: Any, config: Any, *, token: Any, train: S
             session.run(initializer)
             session.run(ready)
             run_steps = session.make_callable([token, *train])
-            logger.info("worker-%d: between-graph steps ready", index)
+            log.info("worker-%d: between-graph steps ready", index)
             if not stop.is_set():
-                steps += _first_execution(session, [token, *train], index)
+                steps += _first_execution(session, [token, *train], index, log)
             while not stop.is_set():
                 steps += int(run_steps()[0])
         except tf.errors.OutOfRangeError:  # the chief closed the queue: training is over
@@ -143,15 +145,15 @@ def run_token_loop(target: str, graph: Any, config: Any, *, token: Any, train: S
             if not stop.is_set() and not isinstance(exc, tf.errors.CancelledError):
                 raise
             # this task is stopping: its call was cancelled, or its session closed, or the ps is gone
-            logger.info("worker-%d: stopped during a call (%s)", index, type(exc).__name__)
+            log.info("worker-%d: stopped during a call (%s)", index, type(exc).__name__)
         finally:
             done.set()
             watcher.join()
-    logger.info("worker-%d: between-graph steps done: %d steps", index, steps)
+    log.info("worker-%d: between-graph steps done: %d steps", index, steps)
     return steps
 
 
-def _first_execution(session: Any, fetches: list[Any], index: int) -> int:
+def _first_execution(session: Any, fetches: list[Any], index: int, log: logging.Logger) -> int:
     """Runs one execution and logs how many tensors crossed between tasks in it; returns its steps."""
     import tensorflow as tf
 
@@ -160,9 +162,9 @@ def _first_execution(session: Any, fetches: list[Any], index: int) -> int:
     ran = session.run(fetches, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)[0]
     received = [node.attr["tensor_name"].s.decode() for graph_def in metadata.partition_graphs
                 for node in graph_def.node if node.op == "_Recv" and not node.attr["client_terminated"].b]
-    logger.info("worker-%d: an execution of up to %d step(s) moves %d tensors between tasks", index,
+    log.info("worker-%d: an execution of up to %d step(s) moves %d tensors between tasks", index,
                 (len(fetches) - 1) // 2, len(received))
-    logger.debug("worker-%d: the tensors an execution moves: %s", index, sorted(received))
+    log.debug("worker-%d: the tensors an execution moves: %s", index, sorted(received))
     return int(ran)
 
 

@@ -51,7 +51,7 @@ def test_ps_digits_job_lands_on_several_nodes_and_reaches_090(slurm3, home, tmp_
     out_dir = tmp_path / "digits-out"
     assert main(["jobs", "submit", "training", "slurm-digits", "--config", str(ROOT / "examples/jobs/digits_ps.yaml"),
                  "--package-path", str(ROOT / "examples/trainer"), "--job-dir", str(out_dir),
-                 "--backend", "slurm", "--shared-job-dir", "--", "--epochs", "4", "--learning_rate", "0.005"]) == 0
+                 "--backend", "slurm", "--shared-job-dir", "--", "--epochs", "6", "--learning_rate", "0.005"]) == 0
     capsys.readouterr()
     assert main(["jobs", "stream-logs", "slurm-digits"]) == 0
     logs = capsys.readouterr()

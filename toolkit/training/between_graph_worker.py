@@ -269,7 +269,7 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
     if stop.is_set():  # the job ended while this worker built its steps
         return _ended_before_first_step(index)
     return run_token_loop(target, graph, config, token=token, train=train, initializer=initializer, ready=ready,
-                          index=index, stop=stop)
+                          index=index, stop=stop, log=logger)
 
 
 def _ended_before_first_step(index: int) -> int:
