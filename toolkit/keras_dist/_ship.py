@@ -32,11 +32,10 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from strategies._shipped_steps import MANIFEST_DEVICE, SHIPPED_FLAG, SHIPPED_MANIFEST, shipped_graph_name
+from strategies._shipped_steps import SHIPPED_FLAG, SHIPPED_MANIFEST, shipped_graph_name
 from toolkit._compat.keras import bind_variable, clone_uncompiled
-from toolkit._compat.tensorflow import named_variable
 from toolkit._graph_packing import pack_transfers
-from toolkit.training.between_graph import NamedVariables, prefix, unsupported, workers_stepping
+from toolkit.training.between_graph import NamedVariables, prefix, publish, unsupported, workers_stepping
 from toolkit.training.between_graph_worker import build_worker_step, not_unused_asserts
 from toolkit.training.compiled import CompileRecord
 from toolkit.training.config import TrainingError
@@ -91,12 +90,6 @@ def _name_model(model: keras.Model, named: NamedVariables, strategy: tf.distribu
     return moved
 
 
-def _publish(name: str, value: bytes | str) -> None:
-    with tf.device(MANIFEST_DEVICE):
-        variable = named_variable(name, tf.string, tf.TensorShape([]), trainable=False)
-        tf.raw_ops.AssignVariableOp(resource=variable.handle, value=tf.constant(value))
-
-
 def _worker_graph(manifest: dict[str, Any], model: keras.Model, record: CompileRecord, dataset_fn: Any, *,
                   index: int, workers: int) -> tuple[bytes, dict[str, Any]]:
     """Worker ``index``'s step graph, built here as the worker would build it: (serialized, fetch names)."""
@@ -118,9 +111,9 @@ def _ship(manifest: dict[str, Any], model: keras.Model, record: CompileRecord, d
     logging.getLogger("tensorflow").addFilter(not_unused_asserts)
     graphs = [_worker_graph(manifest, model, record, dataset_fn, index=i, workers=workers) for i in range(workers)]
     for index, (serialized, _) in enumerate(graphs):
-        _publish(shipped_graph_name(index), serialized)
+        publish(shipped_graph_name(index), serialized)
     # one fetch list: every worker's graph is built by the same code, so its names are the same
-    _publish(SHIPPED_MANIFEST, json.dumps({"id": uuid.uuid4().hex, "fetches": graphs[0][1]}))
+    publish(SHIPPED_MANIFEST, json.dumps({"id": uuid.uuid4().hex, "fetches": graphs[0][1]}))
     logger.info("between-graph steps: shipped each of %d workers its step graph (%.1f MiB)", workers,
                 max(len(s) for s, _ in graphs) / 2**20)
 

@@ -32,6 +32,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+# the manifest's place: the first ps, which every worker knows without reading anything (the global
+# step, and with it the token queue, may be on any ps); shipped steps are published there too
+from strategies._shipped_steps import MANIFEST_DEVICE
 from toolkit._compat.tensorflow import named_variable
 from toolkit.training.config import TrainingError
 from toolkit.training.runners import RUNNERS, Runner, make_runner
@@ -39,15 +42,12 @@ from toolkit.training.state import GlobalStepSchedule, TrainState
 from toolkit.training.step import TrainStep
 
 __all__ = ["MANIFEST", "MANIFEST_DEVICE", "QUEUE_CAPACITY", "WORKER_FLAG", "BetweenGraphRunner", "NamedVariables",
-           "prefix", "runner_for", "unsupported", "workers_stepping"]
+           "prefix", "publish", "runner_for", "unsupported", "workers_stepping"]
 
 logger = logging.getLogger(__name__)
 
 #: the shared name of the manifest variable (a JSON string on the first ps)
 MANIFEST = "tfdist_between_graph_manifest"
-#: where the manifest lives: the first ps, which every worker knows without reading anything
-#: (the global step, and with it the token queue, may be on any ps)
-MANIFEST_DEVICE = "/job:ps/replica:0/task:0"
 #: the shared name of a flag on each worker's own device: this worker runs fit's between-graph work
 WORKER_FLAG = "tfdist_between_graph_worker"
 #: how long the chief waits for every worker's flag before it coordinates the steps itself
@@ -173,10 +173,15 @@ def workers_stepping(num_workers: int, *, wait_secs: float = _FLAG_WAIT_SECS, fl
     return all(raised)
 
 
-def _publish(manifest: Mapping[str, Any]) -> None:
+def publish(name: str, value: bytes | str) -> None:
+    """Sets the named string variable ``name`` on the first ps (``MANIFEST_DEVICE``) to ``value``."""
     with tf.device(MANIFEST_DEVICE):
-        published = named_variable(MANIFEST, tf.string, tf.TensorShape([]), trainable=False)
-        tf.raw_ops.AssignVariableOp(resource=published.handle, value=tf.constant(json.dumps(manifest)))
+        published = named_variable(name, tf.string, tf.TensorShape([]), trainable=False)
+        tf.raw_ops.AssignVariableOp(resource=published.handle, value=tf.constant(value))
+
+
+def _publish(manifest: Mapping[str, Any]) -> None:
+    publish(MANIFEST, json.dumps(manifest))
 
 
 def runner_for(state: TrainState, step: TrainStep, named: NamedVariables, *, workers: int,
