@@ -47,6 +47,7 @@ class TaskSampler:
         self.cpu: dict[int, float] = {}
         self.times: list[float] = []
         self.totals: list[float] = []
+        self.by_task: list[dict[str, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -77,6 +78,10 @@ class TaskSampler:
                 self.cpu[pid] = cpu
         self.times.append(time.time())
         self.totals.append(sum(self.cpu.values()))
+        by_task: dict[str, float] = {}
+        for pid, seconds in self.cpu.items():
+            by_task[self.names[pid]] = by_task.get(self.names[pid], 0.0) + seconds
+        self.by_task.append(by_task)
 
     def cpu_at(self, when: float) -> float | None:
         """All tasks' CPU seconds at ``when``, interpolated between samples; None outside the samples."""
@@ -91,6 +96,14 @@ class TaskSampler:
     def cpu_between(self, start: float, end: float) -> float | None:
         a, b = self.cpu_at(start), self.cpu_at(end)
         return None if a is None or b is None else b - a
+
+    def cpu_between_by_task(self, start: float, end: float) -> dict[str, float]:
+        """Each task's CPU seconds between the samples nearest ``start`` and ``end`` (empty outside the samples)."""
+        if not self.times or start < self.times[0] or end > self.times[-1]:
+            return {}
+        a = self.by_task[bisect.bisect_left(self.times, start)]
+        b = self.by_task[min(bisect.bisect_left(self.times, end), len(self.times) - 1)]
+        return {name: b[name] - a.get(name, 0.0) for name in sorted(b)}
 
     def peak_rss_mib(self) -> dict[str, float]:
         """Each task's peak RSS in MiB (a name seen on several processes: the largest)."""

@@ -112,7 +112,9 @@ def _run_peer(path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
     cpu = sampler.cpu_between(start, end)
     return {"examples_per_s": rate, "logloss": result["eval_logloss"], "base_logloss": result["base_rate_logloss"],
             "examples": result["global_steps"] * BATCH, "rss_mib": sampler.peak_rss_mib(),
-            "cpu_per_1k": None if cpu is None else 1000 * cpu / (rate * (end - start))}
+            "cpu_per_1k": None if cpu is None else 1000 * cpu / (rate * (end - start)),
+            "cpu_per_1k_by_task": {name: round(1000 * seconds / (rate * (end - start)), 4)
+                                   for name, seconds in sampler.cpu_between_by_task(start, end).items()}}
 
 
 def _window(marks: list[list[float]]) -> tuple[float, float, int]:
@@ -153,7 +155,9 @@ def _run_tfdist(path: str, args: argparse.Namespace, steps: int, work: Path) -> 
     cpu = sampler.cpu_between(start, end)
     return {"examples_per_s": examples / (end - start), "logloss": found["logloss"],
             "base_logloss": found["base_logloss"], "examples": int(found["marks"][-1][1]) * BATCH,
-            "rss_mib": sampler.peak_rss_mib(), "cpu_per_1k": None if cpu is None else 1000 * cpu / examples}
+            "rss_mib": sampler.peak_rss_mib(), "cpu_per_1k": None if cpu is None else 1000 * cpu / examples,
+            "cpu_per_1k_by_task": {name: round(1000 * seconds / examples, 4)
+                                   for name, seconds in sampler.cpu_between_by_task(start, end).items()}}
 
 
 def _fmt(value: float | None, spec: str) -> str:

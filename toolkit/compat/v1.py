@@ -10,7 +10,10 @@
 * ``tf.layers``: TF1's layers (``dense``, ``conv2d``, ``max_pooling2d``,
   ``dropout``, ``batch_normalization``, ``flatten`` and their classes), served
   by ``tf_keras``' legacy v1 layers (the ``estimator`` extra);
-* ``tf.keras``: Keras 2 (``tf_keras``), which builds in TF1 graphs.
+* ``tf.keras``: Keras 2 (``tf_keras``), which builds in TF1 graphs;
+* ``tf.nn.embedding_lookup`` on a table partitioned over the ps reads each
+  distinct id of a batch once (``toolkit.compat._v1_nn``): the same values
+  and updates, about half the rows moved on click-through ids.
 
 Nothing is imported from ``tf_keras`` until ``tf.layers`` or ``tf.keras`` is
 used.
@@ -50,6 +53,7 @@ _OURS = {
     "keras": lambda: importlib.import_module("toolkit.compat._v1_keras").keras(),
     "train": lambda: importlib.import_module("toolkit.compat._v1_server").namespace("train"),
     "distribute": lambda: importlib.import_module("toolkit.compat._v1_server").namespace("distribute"),
+    "nn": lambda: importlib.import_module("toolkit.compat._v1_nn").namespace(),
 }
 
 __all__ = sorted(set(dir(_V1)) | set(_OURS))
