@@ -87,3 +87,19 @@ def test_a_table_on_a_ps_job_counts_as_remote():
 def test_the_rest_of_nn_is_tensorflows():
     assert tf1.nn.relu is v1.nn.relu
     assert "embedding_lookup_sparse" in dir(tf1.nn)
+
+
+def test_ragged_ids_take_tensorflows_dispatch():
+    graph = tf.Graph()
+    with graph.as_default():
+        table = v1.get_variable("t", [10, 2], partitioner=v1.fixed_size_partitioner(2))
+        ids = tf.ragged.constant([[1, 2, 2], [7]], dtype=tf.int64)
+        rows = tf1.nn.embedding_lookup(table, ids)
+        assert isinstance(rows, tf.RaggedTensor)
+        whole = tf.concat(list(table), 0)
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            got, values = session.run([rows, whole])
+            # TF's default "mod" strategy: id i is row i // 2 of part i % 2
+            mod = [values[(i % 2) * 5 + i // 2] for i in (1, 2, 2, 7)]
+            np.testing.assert_array_equal(np.concatenate(got.to_list()), mod)

@@ -78,7 +78,8 @@ def _distinct(ids: Any) -> tuple[Any, Any]:
 def embedding_lookup(params: Any, ids: Any, partition_strategy: str = "mod", name: str | None = None,
                      validate_indices: bool = True, max_norm: Any = None) -> Any:
     """TF1's ``tf.nn.embedding_lookup``, reading each distinct id of ``ids`` once from a remote table."""
-    if _tf.executing_eagerly() or not remote_table(params):
+    composite = _tf.is_tensor(ids) and not isinstance(ids, _tf.Tensor)  # ragged ids: TF's own dispatch
+    if _tf.executing_eagerly() or composite or not remote_table(params):
         return _v1.nn.embedding_lookup(params, ids, partition_strategy=partition_strategy, name=name,
                                        validate_indices=validate_indices, max_norm=max_norm)
     ids = _tf.convert_to_tensor(ids, name="ids")
