@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo lint test unit cluster bench chaos clean slurm chromium
+.PHONY: demo lint test unit cluster bench chaos clean slurm chromium native
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,8 +12,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,estimator,ray,lint,ui]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) native
 	$(BIN)/tfdist demo
+
+# tfdist's native kernels (strategies/_native), compiled against the venv's TensorFlow into ~/.cache/tfdist/native
+# (about 10 s, once per TensorFlow version). Needs a C++ compiler: g++ is installed as root when missing; without
+# one, TensorFlow's own kernels run and the native kernels' tests skip, saying why.
+native: $(STAMP)
+	@if ! command -v g++ >/dev/null && ! command -v c++ >/dev/null && [ "$$(id -u)" = 0 ] \
+		&& command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null; fi
+	$(BIN)/python -m strategies._native
 
 # Lint and types first (rules and packages in pyproject.toml), so a CI run fails in seconds on them.
 lint: $(STAMP)
@@ -22,7 +31,7 @@ lint: $(STAMP)
 
 # Two pytest workers: cluster tests spend much of their time waiting on their processes, so two of
 # them overlap well even on two cores. Tests sharing a module fixture are grouped (xdist_group).
-test: lint slurm chromium
+test: lint slurm chromium native
 	$(BIN)/python -m pytest tests -n 2 --dist loadgroup --durations=25
 
 # Debian's Slurm (slurmctld, slurmd, the clients) for the Slurm cluster tests, which start a real

@@ -156,6 +156,9 @@ def server_class() -> type:
         """``tf.train.Server`` for TF1 scripts: ``join()`` ends the process when the job's training is done."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            from strategies import _native
+
+            _native.load()  # a worker's join() may run Keras steps a chief built with tfdist's kernels
             super().__init__(*args, **kwargs)
             prepare(self)
             arm_trainer(self)

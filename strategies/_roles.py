@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
+from strategies import _native as native
 from strategies._cluster import tf2_cluster, tf2_job
 from strategies._errors import StrategyError
 from strategies._lean import SERVER_UNUSED_MODULES, skip_imports
@@ -199,6 +200,7 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, peer: str = "ch
             field="tf_config.cluster")
     path, hello = signal_path(cluster, job, index, "exit"), signal_path(cluster, job, index, "hello")
     ensure_private_dir()
+    native.load()  # the steps a chief or worker sends this task may use tfdist's kernels (they probe first)
     if server is None:  # a server of our own: no signal can have come yet, so older files are stale
         clear_signals([path, hello])
         import tensorflow as tf

@@ -22,6 +22,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from strategies import _native as native
 from strategies._server_threads import server_config
 from strategies._shutdown import between_graph_ending, end_job, expect_trainers, report_done
 
@@ -42,6 +43,7 @@ def start_server(cluster: Mapping[str, list[str]], job: str, index: int, *, prot
     """Starts this task's server once per process; returns its session target (``grpc://...``)."""
     key = (job, index)
     if key not in _servers:
+        native.load()  # for the steps built here and sent here (strategies._native)
         _servers[key] = tf.distribute.Server(tf.train.ClusterSpec(dict(cluster)), job_name=job, task_index=index,
                                              protocol=protocol, start=True,
                                              config=server_config(cluster, cluster[job][index]))

@@ -32,11 +32,12 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from strategies import _native as native
 from strategies._shipped_steps import SHIPPED_FLAG, SHIPPED_MANIFEST, shipped_graph_name
 from toolkit._compat.keras import bind_variable, clone_uncompiled
 from toolkit._graph_packing import pack_transfers
 from toolkit.training.between_graph import NamedVariables, prefix, publish, unsupported, workers_stepping
-from toolkit.training.between_graph_worker import build_worker_step, not_unused_asserts
+from toolkit.training.between_graph_worker import build_worker_step, not_unused_asserts, ps_tasks
 from toolkit.training.compiled import CompileRecord
 from toolkit.training.config import TrainingError
 from toolkit.training.runners import Runner, make_runner
@@ -94,11 +95,16 @@ def _worker_graph(manifest: dict[str, Any], model: keras.Model, record: CompileR
                   index: int, workers: int) -> tuple[bytes, dict[str, Any]]:
     """Worker ``index``'s step graph, built here as the worker would build it: (serialized, fetch names)."""
     worker_device = f"/job:worker/replica:0/task:{index}"
+    # the worker imports the graph (it must know the op) and its ps run it: both probed, from here
+    native_tasks = native.probe([worker_device, *ps_tasks(manifest)]) if native.load() is not None else []
+    if worker_device not in native_tasks:
+        native_tasks = []
     graph = tf.Graph()
     with graph.as_default():
         train, token, initializer, ready = build_worker_step(
             manifest, model_fn=lambda: clone_uncompiled(model), dataset_fn=dataset_fn, forward=None,
-            global_batch_size=None, num_workers=workers, index=index, worker_device=worker_device, learn=record)
+            global_batch_size=None, num_workers=workers, index=index, worker_device=worker_device, learn=record,
+            native_tasks=native_tasks)
     pack_table_reads(graph)
     pack_transfers(graph, [*train, token])
     fetches = {"token": token.name, "train": [op.name for op in train], "initializer": initializer.name,

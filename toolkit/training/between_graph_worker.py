@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import keras
 import tensorflow as tf
 
+from strategies import _native as native
 from strategies._shipped_steps import run_token_loop
 from strategies.sharding import shard_source
 from toolkit._compat.keras import adagrad_accumulator, bind_variable, count_atomically
@@ -38,7 +39,7 @@ from toolkit.training.table_packing import pack_table_reads
 if TYPE_CHECKING:
     from tf_config import TFConfig
 
-__all__ = ["build_worker_step", "not_unused_asserts", "run_worker", "worker_loop"]
+__all__ = ["build_worker_step", "not_unused_asserts", "ps_tasks", "run_worker", "worker_loop"]
 
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
@@ -202,12 +203,45 @@ def _steps(step: TrainStep, next_batch: Callable[[], Any], token: tf.Tensor, *, 
 def build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], keras.Model],
                       dataset_fn: DatasetFn, forward: Forward | None, global_batch_size: int | None,
                       num_workers: int, index: int, worker_device: str, learn: CompileRecord | None = None,
-                      ) -> tuple[list[tf.Operation], tf.Tensor, tf.Operation, tf.Operation]:
+                      native_tasks: Sequence[str] = ()) -> tuple[list[tf.Operation], tf.Tensor, tf.Operation,
+                                                                  tf.Operation]:
     """In the current graph: (the execution's ops, its token, the iterator's initializer, the count of ready
     workers' increment).
 
     ``learn``: the loss and metrics to train with (None: those ``model_fn``'s model was compiled with).
+    ``native_tasks``: the tasks ``strategies._native.probe`` found ready for tfdist's native kernels (the
+    sparse Adagrad of tables on those ps uses them).
     """
+    with native.kernels_on(native_tasks):
+        return _build_worker_step(manifest, model_fn=model_fn, dataset_fn=dataset_fn, forward=forward,
+                                  global_batch_size=global_batch_size, num_workers=num_workers, index=index,
+                                  worker_device=worker_device, learn=learn)
+
+
+def ps_tasks(manifest: Mapping[str, Any]) -> list[str]:
+    """The ps tasks the manifest's variables live on (``/job:ps/replica:0/task:i``), sorted."""
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            device = value.get("device")
+            if isinstance(device, str) and "/job:ps" in device:
+                spec = tf.DeviceSpec.from_string(device)
+                found.add(f"/job:ps/replica:0/task:{spec.task or 0}")
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    walk(manifest)
+    return sorted(found)
+
+
+def _build_worker_step(manifest: Mapping[str, Any], *, model_fn: Callable[[], keras.Model],
+                       dataset_fn: DatasetFn, forward: Forward | None, global_batch_size: int | None,
+                       num_workers: int, index: int, worker_device: str, learn: CompileRecord | None,
+                       ) -> tuple[list[tf.Operation], tf.Tensor, tf.Operation, tf.Operation]:
     queue = manifest["queue"]
     with v1.device(queue["device"]):
         tokens = tf.queue.FIFOQueue(QUEUE_CAPACITY, [tf.int64], shapes=[[]], shared_name=queue["name"],
@@ -260,10 +294,15 @@ def run_worker(target: str, *, num_workers: int, index: int, stop: threading.Eve
         logger.info("worker-%d: the chief coordinates the steps; this worker serves them", index)
         return 0
     logging.getLogger("tensorflow").addFilter(not_unused_asserts)
+    native_tasks = native.probe(ps_tasks(manifest), target, config=config)
+    if native_tasks:
+        logger.info("worker-%d: sparse Adagrad updates on %s run tfdist's native kernel", index,
+                    ", ".join(native_tasks))
     graph = tf.Graph()
     with graph.as_default():
         train, token, initializer, ready = build_worker_step(
-            manifest, num_workers=num_workers, index=index, worker_device=worker_device, **step_args)
+            manifest, num_workers=num_workers, index=index, worker_device=worker_device, native_tasks=native_tasks,
+            **step_args)
     saved = pack_table_reads(graph) + pack_transfers(graph, [*train, token])
     logger.info("worker-%d: %d fewer transfers per execution (packed per pair of tasks)", index, saved)
     if stop.is_set():  # the job ended while this worker built its steps

@@ -1,0 +1,109 @@
+"""tfdist's native sparse Adagrad kernel (``strategies._native``): TF's update bit for bit, used only where probed."""
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from strategies import _native as native
+
+LOCAL = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+@pytest.fixture(scope="module")
+def module():
+    loaded = native.load()
+    if loaded is None:
+        pytest.skip("tfdist's native kernels could not be built here (no C++ compiler?); TensorFlow's kernels run")
+    return loaded
+
+
+def _update(apply, table, indices, grads, accum0=0.1):
+    var = tf.Variable(table)
+    accum = tf.Variable(np.full(table.shape, accum0, table.dtype))
+    for grad in grads:
+        apply(var=var.handle, accum=accum.handle, lr=tf.constant(0.05, table.dtype),
+              epsilon=tf.constant(1e-7, table.dtype), grad=tf.constant(grad), indices=tf.constant(indices))
+    return var.numpy(), accum.numpy()
+
+
+def _tf_apply(**kwargs):
+    return tf.raw_ops.ResourceSparseApplyAdagradV2(use_locking=True, **kwargs)
+
+
+@pytest.mark.parametrize("width", [1, 16, 5])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_updates_equal_tensorflows_fused_kernel_bit_for_bit(module, width, index_dtype, dtype):
+    rng = np.random.RandomState(width)
+    table = rng.normal(0, 0.1, (300, width)).astype(dtype)
+    indices = rng.randint(0, 300, 120).astype(index_dtype)  # with repeats: applied in order, as TF's kernel does
+    grads = [rng.normal(0, 1, (120, width)).astype(dtype) for _ in range(3)]
+    theirs = _update(_tf_apply, table, indices, grads)
+    ours = _update(native.sparse_apply_adagrad, table, indices, grads)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    assert not np.array_equal(ours[0], table)
+
+
+def test_an_index_outside_the_table_is_an_error_naming_it(module):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"index 7 at position 1 is not in \[0, 4\)"):
+        _update(native.sparse_apply_adagrad, np.zeros((4, 2), np.float32), np.array([0, 7]),
+                [np.ones((2, 2), np.float32)])
+
+
+def test_a_gradient_of_the_wrong_shape_is_an_error(module):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="grad must be"):
+        _update(native.sparse_apply_adagrad, np.zeros((4, 2), np.float32), np.array([0, 1]),
+                [np.ones((2, 3), np.float32)])
+
+
+def test_probe_answers_per_task_and_the_kernel_is_used_only_inside_kernels_on(module):
+    from toolkit.layers.sparse_optimizers import SparseAdagrad
+
+    assert native.probe([LOCAL]) == [LOCAL]
+    assert native.probe(["/job:ps/replica:0/task:3"]) == []  # no such task: TensorFlow's kernel there
+
+    def op_types(tasks):
+        graph = tf.Graph()
+        with graph.as_default(), native.kernels_on(tasks), tf.device(LOCAL):
+            shard, accum = tf.Variable(tf.zeros([10, 4])), tf.Variable(tf.fill([10, 4], 0.1))
+            SparseAdagrad(0.05)._update_rows(shard, tf.constant([1, 2], tf.int64), tf.ones([2, 4]),
+                                             {"accumulator": accum}, tf.constant(1))
+        return {op.type for op in graph.get_operations()}
+
+    assert "TfdistSparseApplyAdagrad" in op_types([LOCAL])
+    assert "TfdistSparseApplyAdagrad" not in op_types([])
+    assert "ResourceSparseApplyAdagradV2" in op_types([])
+    assert not native.usable_on(LOCAL)  # outside kernels_on
+
+
+def test_probe_through_a_session_on_a_server(module):
+    import portpicker
+
+    ports = [portpicker.pick_unused_port() for _ in range(2)]
+    cluster = tf.train.ClusterSpec({"worker": [f"127.0.0.1:{ports[0]}"], "ps": [f"127.0.0.1:{ports[1]}"]})
+    worker = tf.distribute.Server(cluster, job_name="worker", task_index=0)
+    tf.distribute.Server(cluster, job_name="ps", task_index=0)
+    ps0, ps1 = "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"
+    assert native.probe([ps0, ps1], worker.target) == [ps0]  # the cluster has no ps 1
+
+
+def test_switched_off_or_an_unsafe_directory_means_tensorflows_kernels(monkeypatch, tmp_path, caplog):
+    monkeypatch.setitem(native._loaded, "module", None)
+    native._loaded.clear()
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert native.load() is None
+    native._loaded.clear()
+    monkeypatch.delenv(native.ENV_SWITCH)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv(native.ENV_DIR, str(shared))
+    assert native.load() is None
+    assert "writable by others" in caplog.text and "TensorFlow's own kernels run instead" in caplog.text
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o777 and not list(shared.iterdir())  # nothing written there
+    native._loaded.clear()  # the next test loads the real library again
