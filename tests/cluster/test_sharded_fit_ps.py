@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from strategies import _native as native
 
 _TIMEOUT = 240
 _ROWS, _SMALL, _DIM, _BATCH = 20_000, 50, 16, 64  # 20,000 x 16 floats = 1.2 MiB: above the 1 MiB split threshold
@@ -111,6 +114,13 @@ def test_fit_trains_sharded_tables_and_their_slots_on_two_ps(front_door, tmp_pat
         log = result.task(worker).log_path.read_text()
         assert "between-graph steps ready" in log, worker
         assert ("running the chief's shipped steps" in log) == (front_door == "keras_fit"), worker
+        # the ps serve tfdist's native sparse Adagrad (where it builds here): probed, then used by each worker
+        if native.load() is not None:
+            said = log if front_door == "toolkit_fit" else result.task("chief-0").log_path.read_text()
+            assert re.search(rf"{worker}'s sparse Adagrad updates on .*task:0.*task:1 run tfdist's native kernel"
+                             if front_door == "keras_fit" else
+                             r"sparse Adagrad updates on /job:ps/replica:0/task:0, /job:ps/replica:0/task:1 run "
+                             r"tfdist's native kernel", said), worker
     ps0, ps1 = "/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"
     assert sorted(chief["devices"]["deep_emb"]) == [ps0, ps1]  # above the threshold: one shard per ps
     assert len(chief["devices"]["small_emb"]) == 1  # below it: whole

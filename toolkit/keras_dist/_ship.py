@@ -99,6 +99,9 @@ def _worker_graph(manifest: dict[str, Any], model: keras.Model, record: CompileR
     native_tasks = native.probe([worker_device, *ps_tasks(manifest)]) if native.load() is not None else []
     if worker_device not in native_tasks:
         native_tasks = []
+    elif len(native_tasks) > 1:
+        logger.info("model.fit: worker-%d's sparse Adagrad updates on %s run tfdist's native kernel", index,
+                    ", ".join(native_tasks[1:]))
     graph = tf.Graph()
     with graph.as_default():
         train, token, initializer, ready = build_worker_step(
