@@ -237,10 +237,14 @@ def usable_on(device: str | None) -> bool:
     return _task_key(device) in getattr(_scope, "tasks", frozenset())
 
 
-def sparse_apply_adagrad(var: Any, accum: Any, lr: Any, epsilon: Any, grad: Any, indices: Any) -> Any:
-    """The native kernel's op (``usable_on(var.device)`` must hold)."""
+def sparse_apply_adagrad(var: Any, accum: Any, lr: Any, epsilon: Any, grad: Any, indices: Any, *,
+                         use_epsilon: bool = True) -> Any:
+    """The native kernel's op (``usable_on(var.device)`` must hold).
+
+    ``use_epsilon=False``: TF1's ``AdagradOptimizer`` (``var -= lr * g / sqrt(accum)``, ``epsilon`` unused).
+    """
     return _loaded["module"].tfdist_sparse_apply_adagrad(var=var, accum=accum, lr=lr, epsilon=epsilon, grad=grad,
-                                                          indices=indices)
+                                                          indices=indices, use_epsilon=use_epsilon)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,10 @@
 //
 // TfdistSparseApplyAdagrad: TensorFlow's ResourceSparseApplyAdagradV2 with use_locking=True and
 // update_slots=True, the same maths in the same order per element (accum += g * g;
-// var -= lr * g / (sqrt(accum) + epsilon)), bit for bit (built with -ffp-contract=off). TensorFlow's
+// var -= lr * g / (sqrt(accum) + epsilon)), bit for bit (built with -ffp-contract=off). With
+// use_epsilon=false it is TF1's ResourceSparseApplyAdagrad (var -= lr * g * rsqrt(accum); epsilon
+// unused), whose rsqrt TensorFlow's vectorized kernel approximates and refines (a Newton step): here
+// 1 / sqrt, exact, so the two can differ in the last bit or two of a row's update. TensorFlow's
 // CPU kernel evaluates two Eigen chip expressions per row, whose set-up costs more than a 16-wide
 // row's arithmetic; here each row is a plain loop, and the rows a few indices ahead are prefetched
 // (a click-through batch's rows are scattered over a table much larger than the caches).
@@ -27,12 +30,15 @@ REGISTER_OP("TfdistSparseApplyAdagrad")
     .Input("indices: Tindices")
     .Attr("T: {float, double}")
     .Attr("Tindices: {int32, int64}")
+    .Attr("use_epsilon: bool = true")
     .SetShapeFn([](shape_inference::InferenceContext* c) { return absl::OkStatus(); });
 
 template <typename T, typename Tindex>
 class TfdistSparseApplyAdagradOp : public OpKernel {
  public:
-  explicit TfdistSparseApplyAdagradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit TfdistSparseApplyAdagradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_epsilon", &use_epsilon_));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     const bool sparse = true;
@@ -82,14 +88,26 @@ class TfdistSparseApplyAdagradOp : public OpKernel {
       T* vr = v + static_cast<int64_t>(idx(i)) * inner;
       T* ar = a + static_cast<int64_t>(idx(i)) * inner;
       const T* gr = g + i * inner;
-      for (int64_t j = 0; j < inner; ++j) {
-        const T gj = gr[j];
-        const T aj = ar[j] + gj * gj;
-        ar[j] = aj;
-        vr[j] -= lr_v * gj / (std::sqrt(aj) + eps_v);
+      if (use_epsilon_) {
+        for (int64_t j = 0; j < inner; ++j) {
+          const T gj = gr[j];
+          const T aj = ar[j] + gj * gj;
+          ar[j] = aj;
+          vr[j] -= lr_v * gj / (std::sqrt(aj) + eps_v);
+        }
+      } else {
+        for (int64_t j = 0; j < inner; ++j) {
+          const T gj = gr[j];
+          const T aj = ar[j] + gj * gj;
+          ar[j] = aj;
+          vr[j] -= lr_v * gj * (T(1) / std::sqrt(aj));
+        }
       }
     }
   }
+
+ private:
+  bool use_epsilon_ = true;
 };
 
 #define REGISTER(T, Tindex)                                                     \

@@ -107,3 +107,35 @@ def test_switched_off_or_an_unsafe_directory_means_tensorflows_kernels(monkeypat
     assert "writable by others" in caplog.text and "TensorFlow's own kernels run instead" in caplog.text
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o777 and not list(shared.iterdir())  # nothing written there
     native._loaded.clear()  # the next test loads the real library again
+
+
+def _tf1_adagrad_rows(tasks):
+    """Three TF1 AdagradOptimizer steps on a table's looked-up rows: (table after, the graph's op types)."""
+    from toolkit._compat.tensorflow import native_tf1_adagrad
+
+    native_tf1_adagrad()
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    rng = np.random.RandomState(0)
+    with graph.as_default(), native.kernels_on(tasks):
+        with tf.device(LOCAL):
+            table = v1.get_variable("t", initializer=rng.normal(0, 0.1, (50, 16)).astype(np.float32),
+                                    use_resource=True)
+        rows = tf.gather(table, tf.constant(rng.randint(0, 50, 40)))
+        loss = tf.reduce_sum(tf.square(rows - 1.0))
+        train = v1.train.AdagradOptimizer(0.05, initial_accumulator_value=0.1).minimize(loss)
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            for _ in range(3):
+                session.run(train)
+            return session.run(table), {op.type for op in graph.get_operations()}
+
+
+def test_tf1_adagrad_runs_the_kernel_on_probed_tasks_with_tf1s_maths(module):
+    assert native.probe([LOCAL]) == [LOCAL]
+    ours, ours_ops = _tf1_adagrad_rows([LOCAL])
+    theirs, their_ops = _tf1_adagrad_rows([])
+    assert "TfdistSparseApplyAdagrad" in ours_ops and "ResourceSparseApplyAdagrad" not in ours_ops
+    assert "TfdistSparseApplyAdagrad" not in their_ops and "ResourceSparseApplyAdagrad" in their_ops
+    # TF1's update (no epsilon); TF's vectorized rsqrt is a refined approximation, ours 1 / sqrt
+    np.testing.assert_allclose(ours, theirs, rtol=2e-6, atol=1e-7)

@@ -26,7 +26,9 @@
   ``UnsortedSegmentSum`` per variable), then updates them with its
   ``_resource_apply_sparse``; the canned estimators' packed lookups give each
   part a gradient of distinct rows already, which ``unique_sparse_updates`` lets
-  skip that step.
+  skip that step. ``AdagradOptimizer._resource_apply_sparse`` is wrapped once
+  (``native_tf1_adagrad``) so that, for a variable on a task the Estimator probed
+  for tfdist's native kernel (``strategies._native``), it runs that kernel.
 
 * A strategy's ``_scale_loss_for_estimator_enabled()`` makes TF1 optimizers
   divide each replica's loss by the replica count (tf.estimator's
@@ -47,7 +49,8 @@ __all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical
            "mirrored_on",
            "in_control_flow", "is_dense_column", "loss_scaled_by_optimizer",
            "is_feature_column", "missing_symbols",
-           "named_variable", "parse_example_spec", "sync_optimizers", "unique_sparse_updates", "update_input"]
+           "named_variable", "native_tf1_adagrad", "parse_example_spec", "sync_optimizers", "unique_sparse_updates",
+           "update_input"]
 
 SYNC_HOOK_ATTRIBUTE = "_sync_optimizer"
 
@@ -191,6 +194,35 @@ def unique_sparse_updates(optimizer: Any, unique: Callable[[Any], bool]) -> Iter
         yield
     finally:
         del optimizer._resource_apply_sparse_duplicate_indices
+
+
+def native_tf1_adagrad() -> None:
+    """TF1's ``AdagradOptimizer`` updates rows with tfdist's native kernel where ``strategies._native`` allows.
+
+    Its ``_resource_apply_sparse`` is wrapped once: inside ``native.kernels_on(tasks)`` (the
+    Estimator's between-graph graph, its ps probed), a variable on one of those tasks gets the
+    native kernel (TF1's maths, exact ``1 / sqrt`` for TensorFlow's refined approximation);
+    anywhere else, and for subclasses that override it, TensorFlow's own call runs.
+    """
+    import tensorflow as tf
+
+    from strategies import _native as native
+
+    adagrad = tf.compat.v1.train.AdagradOptimizer
+    original = adagrad.__dict__["_resource_apply_sparse"]
+    if getattr(original, "_tfdist_native", False):
+        return
+
+    def _resource_apply_sparse(self: Any, grad: Any, var: Any, indices: Any) -> Any:
+        if not native.usable_on(var.device):
+            return original(self, grad, var, indices)
+        accumulator = self.get_slot(var, "accumulator")
+        return native.sparse_apply_adagrad(var.handle, accumulator.handle,
+                                           tf.cast(self._learning_rate_tensor, grad.dtype),
+                                           tf.constant(0, grad.dtype), grad, indices, use_epsilon=False)
+
+    _resource_apply_sparse._tfdist_native = True  # type: ignore[attr-defined]
+    adagrad._resource_apply_sparse = _resource_apply_sparse
 
 
 def loss_scaled_by_optimizer(graph: Any) -> bool:

@@ -2,18 +2,22 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import tensorflow as tf
 
+from strategies import _native as native
 from strategies import between_graph
 from strategies._cluster import tf2_cluster, tf2_job
+from strategies._net import is_listening
 
 __all__ = [
     "FastWorkerSessionCreator",
     "chief_starts",
     "goodbye",
     "job_and_task",
+    "native_ps_tasks",
     "replica_setter",
     "server_target",
     "session_config",
@@ -31,6 +35,39 @@ def training_cluster(config: Any) -> dict[str, list[str]]:
 
 def job_and_task(config: Any) -> tuple[str, int]:
     return tf2_job(config.task_type), config.task_id
+
+
+#: how long a training task waits for the ps to listen before it builds its graph without the native kernel
+NATIVE_PROBE_WAIT_SECS = 30.0
+
+
+def native_ps_tasks(config: Any, target: str) -> list[str]:
+    """The ps tasks that ran tfdist's native kernel (``strategies._native.probe``): TF1 ``AdagradOptimizer``'s
+    row updates of the variables there run it (``toolkit._compat.tensorflow.native_tf1_adagrad``).
+
+    A ps loads the kernel before its server listens, so the probe waits (at most
+    ``NATIVE_PROBE_WAIT_SECS``) for every ps to listen; a ps that is not there by then, or that does not
+    know the kernel (started by plain TensorFlow), gets TensorFlow's.
+    """
+    addresses = training_cluster(config).get("ps", [])
+    if not addresses or native.load() is None:
+        return []
+    deadline = time.monotonic() + NATIVE_PROBE_WAIT_SECS
+    while not all(is_listening(a, timeout=0.5) for a in addresses):
+        if time.monotonic() > deadline:
+            logger.info("the ps did not all listen within %.0f s: TensorFlow's sparse Adagrad kernel runs there",
+                        NATIVE_PROBE_WAIT_SECS)
+            return []
+        time.sleep(0.2)
+    tasks = native.probe([f"/job:ps/replica:0/task:{i}" for i in range(len(addresses))], target,
+                         config=session_config(config))
+    if tasks:
+        from toolkit._compat.tensorflow import native_tf1_adagrad
+
+        native_tf1_adagrad()
+        logger.info("%s-%d: TF1 Adagrad's sparse updates on %s run tfdist's native kernel", config.task_type,
+                    config.task_id, ", ".join(tasks))
+    return tasks
 
 
 def server_target(config: Any) -> str:

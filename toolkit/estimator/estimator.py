@@ -22,6 +22,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from strategies import _native as native
 from strategies.between_graph import STOP_GRACE_SECS
 from toolkit._graph_packing import pack_transfers
 from toolkit.estimator import _session
@@ -227,8 +228,10 @@ class Estimator:
         chief_of_ps = _session.training_cluster(self._config) if distributed and self._config.is_chief else None
         if chief_of_ps is not None:
             _session.chief_starts(self._config)
+        native_tasks = _session.native_ps_tasks(self._config, target) if distributed else []
         with self._new_graph().as_default():
-            spec, stop = self._train_graph(input_fn, steps, max_steps)
+            with native.kernels_on(native_tasks):
+                spec, stop = self._train_graph(input_fn, steps, max_steps)
             if distributed and self.pack_transfers:
                 saved = pack_transfers(v1.get_default_graph(), [spec.train_op, spec.loss])
                 logger.info("%s-%d: %d fewer transfers per step (packed)", self._config.task_type,
