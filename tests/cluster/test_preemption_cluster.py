@@ -109,7 +109,8 @@ def test_keras_model_fit_chief_preempted_under_parameter_servers_resumes_from_it
     assert f"restored the backup {tmp_path / 'model'}/ckpt-{at_ps} at global step {at_ps}" in chief
     # the chief's goodbyes with 143 reach the ps: after the chief's own checkpoint, and after the ps's
     assert chief.count("told worker-0, ps-0 to exit with code 143") == 2
-    # the first one the ps always acts on; the second races with the launcher, which restarts the whole
-    # cluster as soon as the chief exits 143 and may stop the ps before it reads its goodbye
-    assert ps.count("exiting with 143") >= 1
+    # (each send above is answered by the ps's server). Acting on one races with the launcher, which restarts
+    # the whole cluster as soon as the chief exits 143 and may stop the ps before it reads its goodbye (seen
+    # for both under the load of two cluster tests at once), so the ps's own exit is not asserted here; the
+    # worker test above asserts a task's exit on a 143 goodbye
     _check_end(result, tmp_path, preemptions=2)

@@ -27,6 +27,14 @@ from toolkit.estimator.keras_lib import FormattedKeyError  # noqa: E402
 _SEED, _TRAIN, _INPUT, _CLASSES = 1337, 200, (10,), 2
 
 
+@pytest.fixture(autouse=True)
+def _fresh_keras_session():
+    """Each test starts from a fresh Keras 2 session, as upstream's did: its layer names ("dense_1") and its
+    global graph do not depend on what other tests ran in the process first."""
+    tf_keras.backend.clear_session()
+    yield
+
+
 def get_test_data(train_samples, test_samples, input_shape, num_classes, random_seed=None):
     """upstream's helper: each class a noisy copy of its random template."""
     if random_seed is not None:

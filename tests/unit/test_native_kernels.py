@@ -93,8 +93,7 @@ def test_probe_through_a_session_on_a_server(module):
 
 
 def test_switched_off_or_an_unsafe_directory_means_tensorflows_kernels(monkeypatch, tmp_path, caplog):
-    monkeypatch.setitem(native._loaded, "module", None)
-    native._loaded.clear()
+    monkeypatch.setattr(native, "_loaded", {})  # this process's loaded library comes back after the test
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     assert native.load() is None
     native._loaded.clear()
@@ -106,7 +105,6 @@ def test_switched_off_or_an_unsafe_directory_means_tensorflows_kernels(monkeypat
     assert native.load() is None
     assert "writable by others" in caplog.text and "TensorFlow's own kernels run instead" in caplog.text
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o777 and not list(shared.iterdir())  # nothing written there
-    native._loaded.clear()  # the next test loads the real library again
 
 
 def _tf1_adagrad_rows(tasks):
@@ -139,3 +137,13 @@ def test_tf1_adagrad_runs_the_kernel_on_probed_tasks_with_tf1s_maths(module):
     assert "TfdistSparseApplyAdagrad" not in their_ops and "ResourceSparseApplyAdagrad" in their_ops
     # TF1's update (no epsilon); TF's vectorized rsqrt is a refined approximation, ours 1 / sqrt
     np.testing.assert_allclose(ours, theirs, rtol=2e-6, atol=1e-7)
+
+
+def test_no_compiler_means_tensorflows_kernels_and_says_how_to_get_one(monkeypatch, tmp_path, caplog):
+    monkeypatch.setattr(native, "_loaded", {})
+    monkeypatch.setenv(native.ENV_DIR, str(tmp_path / "native"))  # nothing built there yet
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no g++, no c++
+    assert native.load() is None
+    assert "no C++ compiler" in caplog.text and "apt-get install g++" in caplog.text
+    assert not native.usable_on(LOCAL)

@@ -45,7 +45,8 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical_ids", "estimator_loss_scaling",
+__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical_ids", "current_control_flow_context",
+           "estimator_loss_scaling",
            "mirrored_on",
            "in_control_flow", "is_dense_column", "loss_scaled_by_optimizer",
            "is_feature_column", "missing_symbols",
@@ -101,6 +102,11 @@ def update_input(op: Any, index: int, tensor: Any) -> None:
 def in_control_flow(op: Any) -> bool:
     """Whether graph op ``op`` was built inside a TF1 control-flow context (``while_loop``, ``cond``)."""
     return op._get_control_flow_context() is not None
+
+
+def current_control_flow_context(graph: Any) -> Any:
+    """The TF1 control-flow context (``while_loop``, ``cond``) ops built now in ``graph`` join; None outside."""
+    return graph._get_control_flow_context()
 
 
 def named_variable(shared_name: str, dtype: Any, shape: Any, *, trainable: bool, **kwargs: Any) -> Any:

@@ -26,6 +26,8 @@ from typing import Any
 
 import tensorflow as _tf
 
+from toolkit._compat.tensorflow import current_control_flow_context
+
 __all__ = ["embedding_lookup", "namespace", "remote_table"]
 
 _v1 = _tf.compat.v1
@@ -68,7 +70,7 @@ def remote_table(params: Any) -> bool:
 def _distinct(ids: Any) -> tuple[Any, Any]:
     """``ids``' distinct values and each id's position among them, made once per ids tensor and graph."""
     made = _DISTINCT.setdefault(ids.graph, {})
-    key = (ids.ref(), id(ids.graph._get_control_flow_context()))  # not across a while loop's or cond's edge
+    key = (ids.ref(), id(current_control_flow_context(ids.graph)))  # not across a while loop's or cond's edge
     if key not in made:
         with _tf.name_scope("distinct_ids"):
             made[key] = _tf.unique(_tf.reshape(ids, [-1]))
