@@ -11,7 +11,7 @@ of its work on that workload.
   ``~/.cache/tfdist/native``), named by the TensorFlow version and the source's hash, under a
   lock, written to a new file and renamed. ``make`` builds it with the venv
   (``python -m strategies._native``); otherwise the first task that needs it builds it (about
-  8 s).
+  10 s).
 * ``load()`` loads it into this process (``tf.load_op_library``), building it if needed; None
   (and one log line) when it cannot be built or loaded, or ``TFDIST_NATIVE=0``.
   Every server tfdist starts calls it (``strategies._roles``, ``strategies.between_graph``,
@@ -38,6 +38,7 @@ import stat
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -168,16 +169,25 @@ def _task_key(device: str) -> tuple[str | None, int, int]:
 _EXPECTED = 1.0 - 0.5 / (1.1 ** 0.5 + 1e-7)  # the probe's row after one update
 
 
-def _probe_ops(module: Any, tf: Any) -> Any:
-    var = tf.Variable([[1.0, 2.0]], name="tfdist_native_probe_var")
-    accum = tf.Variable([[0.1, 0.1]], name="tfdist_native_probe_accum")
-    init = [] if tf.executing_eagerly() else [var.initializer, accum.initializer]
-    with tf.control_dependencies(init):
+def _probe_ops(module: Any, tf: Any) -> tuple[Any, list[Any]]:
+    """(the probe row after one update, the ops that then delete the probe's variables: none eagerly)."""
+    name = f"tfdist_native_probe_{uuid.uuid4().hex[:12]}"  # concurrent probes of one ps do not share variables
+    var = tf.Variable([[1.0, 2.0]], name=f"{name}_var")
+    accum = tf.Variable([[0.1, 0.1]], name=f"{name}_accum")
+    if tf.executing_eagerly():
+        module.tfdist_sparse_apply_adagrad(var=var.handle, accum=accum.handle, lr=tf.constant(0.5),
+                                           epsilon=tf.constant(1e-7), grad=tf.constant([[1.0, 1.0]]),
+                                           indices=tf.constant([0], tf.int64))
+        return var.read_value(), []
+    with tf.control_dependencies([var.initializer, accum.initializer]):
         update = module.tfdist_sparse_apply_adagrad(var=var.handle, accum=accum.handle, lr=tf.constant(0.5),
                                                      epsilon=tf.constant(1e-7), grad=tf.constant([[1.0, 1.0]]),
                                                      indices=tf.constant([0], tf.int64))
-    with tf.control_dependencies([update] if not tf.executing_eagerly() else []):
-        return var.read_value()
+    with tf.control_dependencies([update]):
+        value = var.read_value()
+    with tf.control_dependencies([value]):  # a session's variables outlive it on a ps: deleted once read
+        cleanup = [tf.raw_ops.DestroyResourceOp(resource=v.handle) for v in (var, accum)]
+    return value, cleanup
 
 
 def probe(devices: Sequence[str], target: str | None = None, *, config: Any = None) -> list[str]:
@@ -198,17 +208,17 @@ def probe(devices: Sequence[str], target: str | None = None, *, config: Any = No
             try:
                 if target is None:
                     with tf.device(device):
-                        value = _probe_ops(module, tf).numpy()
+                        value = _probe_ops(module, tf)[0].numpy()
                 else:
                     graph = tf.Graph()
                     with graph.as_default(), tf.device(device):
-                        result = _probe_ops(module, tf)
+                        result, cleanup = _probe_ops(module, tf)
                     bounded = tf.compat.v1.ConfigProto()
                     if config is not None:
                         bounded.CopyFrom(config)
                     bounded.operation_timeout_in_ms = bounded.operation_timeout_in_ms or _PROBE_TIMEOUT_MS
                     with tf.compat.v1.Session(target, graph=graph, config=bounded) as session:
-                        value = session.run(result)
+                        value = session.run([result, cleanup])[0]
                 _probed[key] = abs(float(value[0][0]) - _EXPECTED) < 1e-5
             except Exception as exc:  # the op unknown there (a task of plain TensorFlow), or no such task
                 logger.info("tfdist's native kernels are not on %s (%s); TensorFlow's run there", device,
