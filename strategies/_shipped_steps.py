@@ -111,6 +111,10 @@ def _run_shipped(target: str, config: Any, serialized: bytes, fetches: dict[str,
                           ready=graph.get_operation_by_name(fetches["ready"]), index=index, stop=stop)
 
 
+#: the step sessions of this process, open until it ends (``run_token_loop``)
+_OPEN_SESSIONS: list[Any] = []
+
+
 def run_token_loop(target: str, graph: Any, config: Any, *, token: Any, train: Sequence[Any], initializer: Any,
                    ready: Any, index: int, stop: threading.Event, log: logging.Logger = logger) -> int:
     """One ``session.run`` of ``[token, *train]`` per token until the queue closes (or ``stop``); returns the steps.
@@ -123,32 +127,37 @@ def run_token_loop(target: str, graph: Any, config: Any, *, token: Any, train: S
 
     v1 = tf.compat.v1
     steps = 0
-    with v1.Session(target, graph=graph, config=config) as session:
-        # Watched from the start: a ps that exits (the job is over) while this worker still initializes
-        # must not leave a call in flight when the process exits.
-        done = threading.Event()
-        watcher = threading.Thread(target=_close_on_stop, args=(session, stop, done), daemon=True,
-                                   name=f"worker-{index} stop watcher")
-        watcher.start()
-        try:
-            session.run(initializer)
-            session.run(ready)
-            run_steps = session.make_callable([token, *train])
-            log.info("worker-%d: between-graph steps ready", index)
-            if not stop.is_set():
-                steps += _first_execution(session, [token, *train], index, log)
-            while not stop.is_set():
-                steps += int(run_steps()[0])
-        except tf.errors.OutOfRangeError:  # the chief closed the queue: training is over
-            pass
-        except (tf.errors.OpError, RuntimeError) as exc:
-            if not stop.is_set() and not isinstance(exc, tf.errors.CancelledError):
-                raise
-            # this task is stopping: its call was cancelled, or its session closed, or the ps is gone
-            log.info("worker-%d: stopped during a call (%s)", index, type(exc).__name__)
-        finally:
-            done.set()
-            watcher.join()
+    session = v1.Session(target, graph=graph, config=config)
+    # Left open when the loop ends, until the process ends (it leaves with os._exit, strategies._roles):
+    # closing it deletes this task's worker session, whose input iterator's tf.data autotune thread can take
+    # up to a minute to stop (TF 2.21), while TensorFlow holds the task's session-manager lock, so the
+    # chief's goodbye (a new session on this task) waited 30 s unanswered and the task exited 3.
+    _OPEN_SESSIONS.append(session)
+    # Watched from the start: a ps that exits (the job is over) while this worker still initializes
+    # must not leave a call in flight when the process exits.
+    done = threading.Event()
+    watcher = threading.Thread(target=_close_on_stop, args=(session, stop, done), daemon=True,
+                               name=f"worker-{index} stop watcher")
+    watcher.start()
+    try:
+        session.run(initializer)
+        session.run(ready)
+        run_steps = session.make_callable([token, *train])
+        log.info("worker-%d: between-graph steps ready", index)
+        if not stop.is_set():
+            steps += _first_execution(session, [token, *train], index, log)
+        while not stop.is_set():
+            steps += int(run_steps()[0])
+    except tf.errors.OutOfRangeError:  # the chief closed the queue: training is over
+        pass
+    except (tf.errors.OpError, RuntimeError) as exc:
+        if not stop.is_set() and not isinstance(exc, tf.errors.CancelledError):
+            raise
+        # this task is stopping: its call was cancelled, or its session closed, or the ps is gone
+        log.info("worker-%d: stopped during a call (%s)", index, type(exc).__name__)
+    finally:
+        done.set()
+        watcher.join()
     log.info("worker-%d: between-graph steps done: %d steps", index, steps)
     return steps
 
