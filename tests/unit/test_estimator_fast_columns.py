@@ -168,10 +168,15 @@ def test_linear_model_over_hashed_and_vocabulary_columns_sums_the_weights_tf_doe
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+def _wide_and_deep():
+    """The identity columns of ``_KEYS`` (wide) and a 2-wide embedding of each (deep)."""
+    wide = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]
+    return wide, [fc.embedding_column(c, 2) for c in wide]
+
+
 def test_deep_and_wide_parts_share_one_id_check_and_routing_and_equal_tf():
     ids = np.array([[0, 3, 5], [7, -1, 2], [4, 4, 8]], np.int64)
-    wide = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]
-    deep = [fc.embedding_column(c, 2) for c in wide]
+    wide, deep = _wide_and_deep()
 
     def build(features, fast):
         if fast:
@@ -218,8 +223,7 @@ def test_adagrad_updates_each_distinct_row_once_as_tf_s_sparse_update_does():
     from toolkit.estimator.canned._fast_columns import unique_rows
 
     ids = np.array([[0, 3, 5], [7, 3, 2], [0, 3, 8], [7, -1, 5]], np.int64)  # repeated ids in every column
-    wide = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]
-    deep = [fc.embedding_column(c, 2) for c in wide]
+    wide, deep = _wide_and_deep()
     found = []
     for fast in (False, True):
         with tf.Graph().as_default() as graph:
@@ -264,8 +268,7 @@ def _alternating_cpus():
 
 def test_parts_on_two_devices_are_routed_to_the_device_that_holds_them():
     ids = np.array([[0, 3, 5], [7, -1, 2], [4, 4, 8], [9, 0, 9]], np.int64)
-    wide = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]
-    deep = [fc.embedding_column(c, 2) for c in wide]
+    wide, deep = _wide_and_deep()
     found = []
     for fast in (False, True):
         with tf.Graph().as_default() as graph:

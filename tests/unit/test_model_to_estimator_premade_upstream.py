@@ -51,17 +51,23 @@ def randomize_io_type(array, name):
     return array if np.random.random() > 0.5 else {name: array}
 
 
+def _trained(keras_model, train_input_fn, eval_input_fn, steps, model_dir):
+    """Upstream's round: the model as an Estimator (saver checkpoints, the test's seed), evaluated for one
+    step before and after ``steps`` of training; (estimator, results before, results after)."""
+    est = model_to_estimator(keras_model=keras_model, checkpoint_format="saver",
+                             config=RunConfig(tf_random_seed=_RANDOM_SEED, model_dir=str(model_dir)))
+    before = est.evaluate(input_fn=eval_input_fn, steps=1)
+    est.train(input_fn=train_input_fn, steps=steps)
+    return est, before, est.evaluate(input_fn=eval_input_fn, steps=1)
+
+
 def test_upstream_train_premade_linear_model(tmp_path):
     (x_train, y_train), _, train_inp_fn, eval_inp_fn = get_resource_for_simple_model()
     linear_model = tf_keras.experimental.LinearModel(units=1)
     linear_model.compile(tf_keras.optimizers.legacy.SGD(0.1), "mse", ["mse"])
     linear_model.fit(x_train, y_train, epochs=10, verbose=0)
 
-    est = model_to_estimator(keras_model=linear_model, checkpoint_format="saver",
-                             config=RunConfig(tf_random_seed=_RANDOM_SEED, model_dir=str(tmp_path)))
-    before_eval_results = est.evaluate(input_fn=eval_inp_fn, steps=1)
-    est.train(input_fn=train_inp_fn, steps=500)
-    after_eval_results = est.evaluate(input_fn=eval_inp_fn, steps=1)
+    est, before_eval_results, after_eval_results = _trained(linear_model, train_inp_fn, eval_inp_fn, 500, tmp_path)
     assert after_eval_results["loss"] < before_eval_results["loss"]
     assert after_eval_results["loss"] < 0.1
     # the data are exactly linear: the weights are y's coefficients (they were not reset at every step)
@@ -87,11 +93,7 @@ def test_upstream_train_premade_linear_model_with_dense_features(tmp_path):
     model.compile(tf_keras.optimizers.legacy.SGD(0.1), "mse", ["mse"])
     train_input_fn = v1_estimator.inputs.numpy_input_fn(x={"symbol": data}, y=y, num_epochs=20, shuffle=False)
     eval_input_fn = v1_estimator.inputs.numpy_input_fn(x={"symbol": data}, y=y, num_epochs=20, shuffle=False)
-    est = model_to_estimator(keras_model=model, checkpoint_format="saver",
-                             config=RunConfig(tf_random_seed=_RANDOM_SEED, model_dir=str(tmp_path)))
-    before_eval_results = est.evaluate(input_fn=eval_input_fn, steps=1)
-    est.train(input_fn=train_input_fn, steps=30)
-    after_eval_results = est.evaluate(input_fn=eval_input_fn, steps=1)
+    _, before_eval_results, after_eval_results = _trained(model, train_input_fn, eval_input_fn, 30, tmp_path)
     assert after_eval_results["loss"] < before_eval_results["loss"]
     assert after_eval_results["loss"] < 0.05
 
