@@ -174,17 +174,15 @@ def _probe_ops(module: Any, tf: Any) -> tuple[Any, list[Any]]:
     name = f"tfdist_native_probe_{uuid.uuid4().hex[:12]}"  # concurrent probes of one ps do not share variables
     var = tf.Variable([[1.0, 2.0]], name=f"{name}_var")
     accum = tf.Variable([[0.1, 0.1]], name=f"{name}_accum")
-    if tf.executing_eagerly():
-        module.tfdist_sparse_apply_adagrad(var=var.handle, accum=accum.handle, lr=tf.constant(0.5),
-                                           epsilon=tf.constant(1e-7), grad=tf.constant([[1.0, 1.0]]),
-                                           indices=tf.constant([0], tf.int64))
-        return var.read_value(), []
-    with tf.control_dependencies([var.initializer, accum.initializer]):
+    eager = tf.executing_eagerly()  # control dependencies are no-ops there: ops run in order
+    with tf.control_dependencies([] if eager else [var.initializer, accum.initializer]):
         update = module.tfdist_sparse_apply_adagrad(var=var.handle, accum=accum.handle, lr=tf.constant(0.5),
                                                      epsilon=tf.constant(1e-7), grad=tf.constant([[1.0, 1.0]]),
                                                      indices=tf.constant([0], tf.int64))
-    with tf.control_dependencies([update]):
+    with tf.control_dependencies([] if eager else [update]):
         value = var.read_value()
+    if eager:
+        return value, []
     with tf.control_dependencies([value]):  # a session's variables outlive it on a ps: deleted once read
         cleanup = [tf.raw_ops.DestroyResourceOp(resource=v.handle) for v in (var, accum)]
     return value, cleanup
