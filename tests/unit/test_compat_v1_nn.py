@@ -12,8 +12,11 @@ v1 = tf.compat.v1
 IDS = np.random.RandomState(0).randint(0, 50, size=(64, 5)).astype(np.int64)
 
 
-def _train(lookup, *, partitioned: bool = True, max_norm=None):
-    """Two lookups of the same ids (deep and wide), three Adagrad steps: (output, table after, op types, before)."""
+def _train(lookup, *, partitioned: bool = True, max_norm=None, again: bool = False):
+    """Two lookups of the same ids (deep and wide), three Adagrad steps: (output, table after, op types, before).
+
+    ``again``: the deep table is looked up a second time, with other ids (its gradients then add up).
+    """
     graph = tf.Graph()
     with graph.as_default():
         part = v1.fixed_size_partitioner(2) if partitioned else None
@@ -23,6 +26,8 @@ def _train(lookup, *, partitioned: bool = True, max_norm=None):
         ids = tf.constant(IDS)
         deep = lookup(table, ids, max_norm=max_norm)
         loss = tf.reduce_sum(tf.square(deep)) + tf.reduce_sum(lookup(wide, ids))
+        if again:
+            loss += tf.reduce_sum(lookup(table, tf.constant(IDS[:, ::-1] // 2)))
         train = v1.train.AdagradOptimizer(0.1).minimize(loss)
         whole = tf.concat(list(table), 0) if partitioned else tf.identity(table)
         with v1.Session(graph=graph) as session:
@@ -33,10 +38,10 @@ def _train(lookup, *, partitioned: bool = True, max_norm=None):
             return first, session.run(whole), [op.type for op in graph.get_operations()], before
 
 
-@pytest.mark.parametrize("max_norm", [None, 0.6])
-def test_values_and_updates_equal_tensorflows(max_norm):
-    theirs = _train(v1.nn.embedding_lookup, max_norm=max_norm)
-    ours = _train(tf1.nn.embedding_lookup, max_norm=max_norm)
+@pytest.mark.parametrize(("max_norm", "again"), [(None, False), (0.6, False), (None, True)])
+def test_values_and_updates_equal_tensorflows(max_norm, again):
+    theirs = _train(v1.nn.embedding_lookup, max_norm=max_norm, again=again)
+    ours = _train(tf1.nn.embedding_lookup, max_norm=max_norm, again=again)
     assert ours[0].shape == (64, 5, 4)
     np.testing.assert_allclose(ours[0], theirs[0], rtol=0, atol=1e-7)
     np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5, atol=1e-6)  # duplicates summed in another order
@@ -46,8 +51,13 @@ def test_values_and_updates_equal_tensorflows(max_norm):
 def test_each_distinct_id_is_read_once_and_made_distinct_once_per_ids():
     ops = _train(tf1.nn.embedding_lookup)[2]
     tf_ops = _train(v1.nn.embedding_lookup)[2]
-    # one Unique shared by both tables' lookups, beside the optimizer's own one per part
-    assert ops.count("Unique") == tf_ops.count("Unique") + 1
+    # TF: the optimizer sums each of the 4 parts' duplicate rows on its ps (a Unique and a segment sum
+    # each); here one Unique is shared by both tables' lookups and the parts' rows need no sum
+    assert (tf_ops.count("Unique"), tf_ops.count("UnsortedSegmentSum")) == (4, 4)
+    assert (ops.count("Unique"), ops.count("UnsortedSegmentSum")) == (1, 2)  # the worker's sum per lookup
+    # a table looked up twice gets the two lookups' rows together: those are summed as TF sums them
+    twice = _train(tf1.nn.embedding_lookup, again=True)[2]
+    assert twice.count("Unique") == 2 + 2
     graph = tf.Graph()
     with graph.as_default():
         table = v1.get_variable("t", [50, 4], partitioner=v1.fixed_size_partitioner(2))
@@ -103,3 +113,19 @@ def test_ragged_ids_take_tensorflows_dispatch():
             # TF's default "mod" strategy: id i is row i // 2 of part i % 2
             mod = [values[(i % 2) * 5 + i // 2] for i in (1, 2, 2, 7)]
             np.testing.assert_array_equal(np.concatenate(got.to_list()), mod)
+
+
+def test_a_built_graph_is_not_kept_alive_by_what_the_lookup_memoises():
+    import gc
+    import weakref
+
+    def build():
+        graph = tf.Graph()
+        with graph.as_default():
+            table = v1.get_variable("t", [10, 2], partitioner=v1.fixed_size_partitioner(2))
+            v1.train.AdagradOptimizer(0.1).minimize(tf.reduce_sum(tf1.nn.embedding_lookup(table, tf.constant([1, 1]))))
+        return weakref.ref(graph)
+
+    built = build()
+    gc.collect()
+    assert built() is None

@@ -219,8 +219,7 @@ def test_a_built_graph_is_not_kept_alive_by_the_memoised_ids():
 
 
 def test_adagrad_updates_each_distinct_row_once_as_tf_s_sparse_update_does():
-    from toolkit._compat.tensorflow import unique_sparse_updates
-    from toolkit.estimator.canned._fast_columns import unique_rows
+    from toolkit._compat.tensorflow import distinct_row_updates
 
     ids = np.array([[0, 3, 5], [7, 3, 2], [0, 3, 8], [7, -1, 5]], np.int64)  # repeated ids in every column
     wide, deep = _wide_and_deep()
@@ -239,8 +238,8 @@ def test_adagrad_updates_each_distinct_row_once_as_tf_s_sparse_update_does():
             loss = tf.reduce_sum(out * tf.range(1.0, 5.0)[:, None])
             optimizer = v1.train.AdagradOptimizer(0.5, initial_accumulator_value=0.1)
             before = len(graph.get_operations())
-            with unique_sparse_updates(optimizer, unique_rows):
-                train = optimizer.minimize(loss, colocate_gradients_with_ops=True)
+            distinct_row_updates()
+            train = optimizer.minimize(loss, colocate_gradients_with_ops=True)
             kinds = [op.type for op in graph.get_operations()[before:]]
             variables = sorted(v1.global_variables(), key=lambda v: v.op.name)  # tables and accumulators
             with v1.Session() as session:

@@ -25,8 +25,10 @@
   ``_resource_apply_sparse_duplicate_indices`` (a ``Unique`` and an
   ``UnsortedSegmentSum`` per variable), then updates them with its
   ``_resource_apply_sparse``; the canned estimators' packed lookups give each
-  part a gradient of distinct rows already, which ``unique_sparse_updates`` lets
-  skip that step. ``AdagradOptimizer._resource_apply_sparse`` is wrapped once
+  part a gradient of distinct rows already, and so do TF1-style lookups of
+  ``toolkit.compat.v1.nn.embedding_lookup``; they mark those indices
+  (``mark_distinct_rows``) and ``distinct_row_updates`` lets every TF1 optimizer
+  skip that step for them. ``AdagradOptimizer._resource_apply_sparse`` is wrapped once
   (``native_tf1_adagrad``) so that, for a variable on a task the Estimator probed
   for tfdist's native kernel (``strategies._native``), it runs that kernel.
 
@@ -42,7 +44,7 @@ internals ``strategies`` uses are fenced in ``strategies._compat``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 __all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical_ids", "current_control_flow_context",
@@ -50,8 +52,8 @@ __all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical
            "mirrored_on",
            "in_control_flow", "is_dense_column", "loss_scaled_by_optimizer",
            "is_feature_column", "missing_symbols",
-           "named_variable", "native_tf1_adagrad", "parse_example_spec", "sync_optimizers", "unique_sparse_updates",
-           "update_input"]
+           "named_variable", "native_tf1_adagrad", "parse_example_spec", "sync_optimizers", "update_input",
+           "distinct_row_updates", "distinct_rows", "graph_memo", "mark_distinct_rows"]
 
 SYNC_HOOK_ATTRIBUTE = "_sync_optimizer"
 
@@ -174,32 +176,62 @@ def estimator_loss_scaling(strategy: Any) -> Any:
     return strategy._scale_loss_for_estimator_enabled()
 
 
-@contextlib.contextmanager
-def unique_sparse_updates(optimizer: Any, unique: Callable[[Any], bool]) -> Iterator[None]:
-    """Inside, ``optimizer`` (a TF1 ``Optimizer``) updates a resource variable from a sparse gradient whose
-    indices ``unique(indices)`` says are distinct without summing duplicates first.
+def graph_memo(graph: Any, name: str) -> dict[Any, Any]:
+    """A dict kept on ``graph`` itself: what it memoises (tensors hold their graph) dies with the graph.
 
-    Only for an optimizer that keeps TF's own duplicate handling (sum, then ``_resource_apply_sparse``):
-    on distinct indices the sum is the identity, so the update is the same. Others are left alone.
+    A module-level cache keyed by graph, even a weak one, would keep every graph built alive.
+    """
+    attribute = f"_tfdist_{name}"
+    memo = getattr(graph, attribute, None)
+    if memo is None:
+        memo = {}
+        setattr(graph, attribute, memo)
+    return memo
+
+
+def mark_distinct_rows(indices: Any) -> None:
+    """Records that the 1-D ``indices`` hold distinct row ids: a gradient at them needs no duplicate sum."""
+    graph_memo(indices.graph, "distinct_rows")[indices.ref()] = True
+
+
+def distinct_rows(indices: Any) -> bool:
+    """Whether ``indices`` (or the tensor a gather's gradient reshaped into them) were marked distinct."""
+    import tensorflow as tf
+
+    if not isinstance(indices, tf.Tensor) or tf.executing_eagerly():
+        return False
+    marked = graph_memo(indices.graph, "distinct_rows")
+    if indices.ref() in marked:
+        return True
+    # TF's gather gradients give ``reshape(gather.inputs[1], [size])``: the same 1-D ids
+    source = indices.op.inputs[0] if indices.op.type == "Reshape" else None
+    return source is not None and source.ref() in marked and source.shape.rank == 1
+
+
+def distinct_row_updates() -> None:
+    """TF1 optimizers update rows marked distinct (``mark_distinct_rows``) without summing duplicates first.
+
+    ``Optimizer._resource_apply_sparse_duplicate_indices`` is wrapped once, so it applies to every
+    optimizer that keeps TF's own duplicate handling (a ``Unique`` and an ``UnsortedSegmentSum``,
+    then ``_resource_apply_sparse``), however the user calls ``minimize``. On distinct indices that
+    sum is the identity, so the update is the same; other indices, and optimizers that override the
+    method, take TensorFlow's call.
     """
     import tensorflow as tf
 
-    base = tf.compat.v1.train.Optimizer._resource_apply_sparse_duplicate_indices
-    if not (isinstance(optimizer, tf.compat.v1.train.Optimizer)
-            and type(optimizer)._resource_apply_sparse_duplicate_indices is base):
-        yield
+    optimizer = tf.compat.v1.train.Optimizer
+    original = optimizer.__dict__["_resource_apply_sparse_duplicate_indices"]
+    if getattr(original, "_tfdist_distinct", False):
         return
 
-    def apply(grad: Any, handle: Any, indices: Any, **kwargs: Any) -> Any:
-        if unique(indices):
-            return optimizer._resource_apply_sparse(grad, handle, indices, **kwargs)
-        return base(optimizer, grad, handle, indices, **kwargs)
+    def _resource_apply_sparse_duplicate_indices(self: Any, grad: Any, handle: Any, indices: Any,
+                                                 **kwargs: Any) -> Any:
+        if distinct_rows(indices):
+            return self._resource_apply_sparse(grad, handle, indices, **kwargs)
+        return original(self, grad, handle, indices, **kwargs)
 
-    optimizer._resource_apply_sparse_duplicate_indices = apply
-    try:
-        yield
-    finally:
-        del optimizer._resource_apply_sparse_duplicate_indices
+    _resource_apply_sparse_duplicate_indices._tfdist_distinct = True  # type: ignore[attr-defined]
+    optimizer._resource_apply_sparse_duplicate_indices = _resource_apply_sparse_duplicate_indices
 
 
 def native_tf1_adagrad() -> None:

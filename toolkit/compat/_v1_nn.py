@@ -14,25 +14,29 @@ distinct first on the caller's device (one ``Unique`` per ids tensor and
 graph, shared by every table looked up with the same ids, as a wide & deep
 model does), TF's own lookup reads only those rows, and a ``gather`` puts
 them in the batch's order. The values are TF's; the gradient each part
-receives holds each row once, summed on the worker (the optimizer's own sum
-of duplicates then sums nothing). ``max_norm`` clips per row, so it applies
+receives holds each row once, summed on the worker, so TF1 optimizers skip
+their own sum of duplicates (a ``Unique`` and an ``UnsortedSegmentSum`` per
+part on its ps) for it. ``max_norm`` clips per row, so it applies
 alike. Eager calls and local tables are TF's call unchanged.
 """
 from __future__ import annotations
 
 import types
-import weakref
 from typing import Any
 
 import tensorflow as _tf
 
-from toolkit._compat.tensorflow import current_control_flow_context
+from toolkit._compat.tensorflow import (
+    current_control_flow_context,
+    distinct_row_updates,
+    graph_memo,
+    mark_distinct_rows,
+)
+from toolkit._rows import expand_rows
 
 __all__ = ["embedding_lookup", "namespace", "remote_table"]
 
 _v1 = _tf.compat.v1
-#: per graph, the (distinct ids, positions) of each ids tensor already made distinct
-_DISTINCT: weakref.WeakKeyDictionary[Any, dict[Any, tuple[Any, Any]]] = weakref.WeakKeyDictionary()
 
 
 def namespace() -> types.ModuleType:
@@ -69,7 +73,7 @@ def remote_table(params: Any) -> bool:
 
 def _distinct(ids: Any) -> tuple[Any, Any]:
     """``ids``' distinct values and each id's position among them, made once per ids tensor and graph."""
-    made = _DISTINCT.setdefault(ids.graph, {})
+    made = graph_memo(ids.graph, "distinct_ids")
     key = (ids.ref(), id(current_control_flow_context(ids.graph)))  # not across a while loop's or cond's edge
     if key not in made:
         with _tf.name_scope("distinct_ids"):
@@ -90,19 +94,30 @@ def embedding_lookup(params: Any, ids: Any, partition_strategy: str = "mod", nam
                                        validate_indices=validate_indices, max_norm=max_norm)
     with _tf.name_scope(name or "embedding_lookup"):
         distinct, position = _distinct(ids)
+        before = len(ids.graph.get_operations())
         rows = _v1.nn.embedding_lookup(params, distinct, partition_strategy=partition_strategy,
                                        validate_indices=validate_indices, max_norm=max_norm)
-        gathered = _rows_at(rows, position)
+        _mark_part_rows(ids.graph.get_operations()[before:], params)
+        gathered = expand_rows(rows, position)  # its gradient: the sum per distinct row, here
         shape = _tf.concat([_tf.shape(ids), _tf.shape(rows)[1:]], axis=0)
         result = _tf.reshape(gathered, shape)
         result.set_shape(ids.shape.concatenate(rows.shape[1:]))
         return result
 
 
-@_tf.custom_gradient
-def _rows_at(rows: Any, position: Any) -> Any:
-    """``gather(rows, position)``, whose gradient is the dense per-row sum (no duplicate rows sent to a ps)."""
-    def grad(dy: Any) -> tuple[Any, None]:
-        return _tf.math.unsorted_segment_sum(dy, position, _tf.shape(rows)[0]), None
+def _mark_part_rows(made: list[Any], params: Any) -> None:
+    """Marks the ids each part's gather reads as distinct rows: its gradient needs no sum on the ps.
 
-    return _tf.gather(rows, position), grad
+    Each part reads the distinct ids that fall in it, shifted or divided by TF's partition strategy
+    (one to one within a part), so the optimizer's ``Unique`` and ``UnsortedSegmentSum`` per part
+    would sum nothing (``toolkit._compat.tensorflow.distinct_row_updates``).
+    """
+    handles = {part.handle.ref() for part in _parts(params) if _resource(part)}
+    for op in made:
+        if op.type == "ResourceGather" and op.inputs[0].ref() in handles:
+            mark_distinct_rows(op.inputs[1])
+    distinct_row_updates()
+
+
+def _resource(part: Any) -> bool:
+    return isinstance(getattr(part, "handle", None), _tf.Tensor)

@@ -32,7 +32,7 @@ shards lie alike, each part reads each distinct row of the batch once, one gathe
 places the rows, each id is checked and transformed once per graph, and each part's gradient is
 its distinct rows' ``IndexedSlices`` built directly (TF's gather gradient adds seven shape ops
 per part), which the canned model_fns' TF1 optimizers apply without summing duplicates
-(``toolkit._compat.tensorflow.unique_sparse_updates``): one ``Unique`` per width and step instead
+(``toolkit._compat.tensorflow.distinct_row_updates``): one ``Unique`` per width and step instead
 of a ``Unique`` and an ``UnsortedSegmentSum`` per part, and half the rows gathered and updated.
 """
 from __future__ import annotations
@@ -45,10 +45,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from toolkit._compat.tensorflow import categorical_ids
+from toolkit._compat.tensorflow import categorical_ids, mark_distinct_rows
+from toolkit._rows import expand_rows
 
-__all__ = ["categorical_column", "fast_input_layer", "fast_linear_logits", "packable_embedding", "packed_lookup",
-           "unique_rows"]
+__all__ = ["categorical_column", "fast_input_layer", "fast_linear_logits", "packable_embedding", "packed_lookup"]
 
 v1 = tf.compat.v1
 
@@ -207,7 +207,7 @@ def _route(ids: list[tf.Tensor], layout: _Layout) -> _Route:
 
 
 def _split_on(route: _Route, d: int, colocate: Any) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
-    """On ``route.devices[d]``: per part of it, its distinct local rows (``unique_rows``) and their places."""
+    """On ``route.devices[d]``: per part of it, its distinct local rows (marked distinct) and their places."""
     keys = route.keys[d]
     known = _MEMO.of(keys.graph)
     if ("split", keys.ref()) not in known:
@@ -218,13 +218,9 @@ def _split_on(route: _Route, d: int, colocate: Any) -> tuple[list[tf.Tensor], li
             rows = tf.dynamic_partition(tf.math.floormod(keys, route.stride), which, len(mine))
             places = tf.dynamic_partition(tf.range(tf.shape(keys)[0]), which, len(mine))
         known[("split", keys.ref())] = (rows, places)
-        known.update({("unique", r.ref()): True for r in rows})
+        for r in rows:
+            mark_distinct_rows(r)
     return known[("split", keys.ref())]
-
-
-def unique_rows(indices: Any) -> bool:
-    """Whether ``indices`` are a packed lookup's distinct rows of a part (the indices of its gradient)."""
-    return isinstance(indices, tf.Tensor) and bool(_MEMO.of(indices.graph).get(("unique", indices.ref())))
 
 
 _GATHER_GRAD = "TfdistPackedRowsGather"
@@ -238,16 +234,6 @@ def _rows_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.IndexedSlices, None]:
     here one op reads the part's shape.
     """
     return tf.IndexedSlices(grad, op.inputs[1], tf.raw_ops.VariableShape(input=op.inputs[0])), None
-
-
-_EXPAND_GRAD = "TfdistPackedRowsExpand"
-
-
-@tf.RegisterGradient(_EXPAND_GRAD)
-def _expand_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.Tensor, None, None]:
-    """The distinct rows' gradient: each pair's summed into its row's (TF's gather gradient, without its reshapes)."""
-    params, indices = op.inputs[0], op.inputs[1]
-    return tf.math.unsorted_segment_sum(grad, indices, tf.shape(params)[0]), None, None
 
 
 def _rows_on(route: _Route, d: int, parts: list[Any]) -> tf.Tensor:
@@ -280,8 +266,8 @@ def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> 
                   for d, device in enumerate(route.devices)]
         missing = tf.zeros(tf.stack([tf.shape(route.positions[-1])[0], width]), pieces[0].dtype)
         distinct = tf.dynamic_stitch(route.positions, [*pieces, missing])
-        with distinct.graph.gradient_override_map({"GatherV2": _EXPAND_GRAD}):  # its gradient: a sum per row, here
-            slots = tf.reshape(tf.gather(distinct, route.expand), [-1, len(members) * width])
+        # its gradient: a sum per row, here
+        slots = tf.reshape(expand_rows(distinct, route.expand), [-1, len(members) * width])
         for t, piece in zip(members, tf.split(slots, len(members), axis=1), strict=True):
             found[t] = piece
     return found

@@ -10,9 +10,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from toolkit._compat.tensorflow import unique_sparse_updates
+from toolkit._compat.tensorflow import distinct_row_updates
 from toolkit.estimator.canned._errors import CannedError
-from toolkit.estimator.canned._fast_columns import unique_rows
 from toolkit.estimator.canned._head_base import TRAIN, Head, make_spec
 from toolkit.estimator.canned._nets import check_features, dnn_logits, linear_logits
 from toolkit.estimator.canned.optimizers import get_optimizer
@@ -52,8 +51,8 @@ def _minimize(optimizer: Any, loss: tf.Tensor, var_list: list[Any], *, global_st
         # and splits it there (canned._fast_columns); a Keras optimizer computes its own gradients
         colocate = {"colocate_gradients_with_ops": True} if isinstance(optimizer, v1.train.Optimizer) else {}
         # a packed part's gradient holds each of its rows once: no Unique and segment sum per part
-        with unique_sparse_updates(optimizer, unique_rows):
-            return optimizer.minimize(loss, global_step=global_step, var_list=var_list or None, **colocate)
+        distinct_row_updates()
+        return optimizer.minimize(loss, global_step=global_step, var_list=var_list or None, **colocate)
 
 
 def _scope_vars(scope: str) -> list[Any]:
