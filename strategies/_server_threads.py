@@ -4,11 +4,17 @@ TensorFlow sizes each server's intra-op pool to every core of the machine. When
 a cluster's tasks share a host (a local launch: ps, workers and chief on one
 machine), each of them then splits small ops (a sparse update of a few thousand
 rows, a split of a packed transfer) over threads that compete with the other
-tasks' for the same cores: the hand-offs cost CPU and buy nothing. A server
-whose host holds ``n`` tasks of the cluster gets ``cores // n`` intra-op
-threads (at least 1) and two inter-op threads at least; a task alone on its
-host keeps TensorFlow's defaults. The maths is the same; only the threading
-changes.
+tasks' for the same cores, and runs a step's ops on as many inter-op threads:
+the hand-offs cost CPU and buy nothing. A server whose host holds ``n`` tasks
+of the cluster gets ``cores // n`` intra-op and as many inter-op threads (at
+least 1 each); a task alone on its host keeps TensorFlow's defaults. The maths
+is the same; only the threading changes.
+
+One inter-op thread runs a step's ops one at a time. TensorFlow's waiting ops
+(``Recv``, queues, collectives, function calls, ``IteratorGetNext``) give their
+thread back while they wait, so that is enough for them; a ``tf.py_func`` that
+itself runs a session on the same server is not, and ``$TFDIST_INTER_OP_THREADS``
+sets the count for such a graph.
 """
 from __future__ import annotations
 
@@ -17,7 +23,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["server_config", "tasks_on_host"]
+__all__ = ["ENV_INTER_OP", "server_config", "tasks_on_host"]
+
+#: the inter-op threads of every server tfdist starts on a shared host (default: its share of the cores)
+ENV_INTER_OP = "TFDIST_INTER_OP_THREADS"
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +62,19 @@ def server_config(cluster: Mapping[str, Sequence[str]], address: str, *, cores: 
 
     cores = cores or _usable_cores()
     intra = max(1, cores // sharing)
-    logger.info("%d tasks of the cluster share this host's %d cores: the server at %s runs %d intra-op thread(s)",
-                sharing, cores, address, intra)
-    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra, inter_op_parallelism_threads=max(2, intra))
+    inter = _inter_op_threads(intra)
+    logger.info("%d tasks of the cluster share this host's %d cores: the server at %s runs %d intra-op and %d "
+                "inter-op thread(s)", sharing, cores, address, intra, inter)
+    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra, inter_op_parallelism_threads=inter)
+
+
+def _inter_op_threads(share: int) -> int:
+    value = os.environ.get(ENV_INTER_OP, "").strip()
+    if not value:
+        return share
+    if not value.isdigit() or int(value) < 1:
+        from strategies._errors import StrategyError
+
+        raise StrategyError(f"${ENV_INTER_OP}={value!r} is not a thread count: give a whole number of at least 1 "
+                            f"(or unset it for this task's share of the host's cores, {share})", field=ENV_INTER_OP)
+    return int(value)
