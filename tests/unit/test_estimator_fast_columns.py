@@ -60,6 +60,35 @@ def test_embedding_columns_look_up_the_rows_tf_does_with_the_same_variables_and_
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+def test_columns_joined_in_tf_s_order_take_their_packed_rows_without_a_split():
+    """input_layer joins columns by name: packed columns with another between them, and two widths."""
+    def features(_):
+        found = {k: tf.constant(np.array([[1], [4], [1]], np.int64) + i) for i, k in enumerate("acd")}
+        found["b"] = tf.constant(np.arange(6, dtype=np.float32).reshape(3, 2))
+        return found
+
+    def columns():  # by name: a_embedding, b, c_embedding, d_embedding
+        ids = {k: fc.categorical_column_with_identity(k, 10) for k in "dca"}
+        return [fc.embedding_column(ids["d"], 2), fc.embedding_column(ids["c"], 3), fc.numeric_column("b", shape=(2,)),
+                fc.embedding_column(ids["a"], 3)]
+
+    def build(features, fast):
+        return fast_input_layer(features, columns()) if fast else fc.input_layer(features, columns())
+
+    ((stock, names, stock_grads), (packed, fast_names, fast_grads)), gathers = _both(build, None, features=features)
+    assert gathers == 3 * 2 and names == fast_names and packed.shape == (3, 3 + 2 + 3 + 2)
+    np.testing.assert_allclose(packed, stock, rtol=1e-6)
+    for a, b in zip(fast_grads, stock_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    with tf.Graph().as_default() as graph, v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(2)):
+        fast_input_layer(_features(np.array([[0, 3, 5], [7, 1, 2]], np.int64)), [
+            fc.embedding_column(fc.categorical_column_with_identity(k, 10), 3) for k in _KEYS])
+        cuts = [op.type for op in graph.get_operations() if "input_layer" not in op.name
+                and op.type in ("Split", "SplitV", "StridedSlice", "Slice") and op.outputs[0].dtype == tf.float32]
+    # adjacent columns of one width: their slots are joined as they come, not cut per column first
+    assert cuts == []
+
+
 def test_linear_model_over_identity_columns_sums_the_weights_tf_does():
     ids = np.array([[0, 3, 5], [7, -1, 2], [4, 4, 8]], np.int64)
     columns = [fc.categorical_column_with_identity(k, 10) for k in _KEYS]

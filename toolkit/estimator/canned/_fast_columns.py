@@ -244,33 +244,40 @@ def _rows_on(route: _Route, d: int, parts: list[Any]) -> tf.Tensor:
         return tf.dynamic_stitch(places, gathered) if len(parts) > 1 else gathered[0]  # one transfer back
 
 
-def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]]) -> list[tf.Tensor]:
-    """Rows ``[batch, width]`` of each table (its parts, in order) for its ids; zeros for ids in no part.
+def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]],
+                  order: Sequence[int] | None = None) -> list[tuple[list[int], tf.Tensor]]:
+    """Per width: its tables (numbers into ``tables``, in ``order``'s order) and their rows side by side,
+    ``[batch, tables * width]``, for each table's ids; zeros for ids in no part.
 
     Each ps gets the batch's distinct (part, row) keys of its parts as one tensor; each part gathers
     only the distinct rows it holds (its gradient is row-sparse over them, each row once), and the
-    rows go back as one ``[distinct, width]`` tensor per width, spread over the slots here.
+    rows go back as one ``[distinct, width]`` tensor per width, spread over the slots here, already
+    in the order the caller joins them in (no split and concatenation of each table's columns).
     """
+    rank = {t: i for i, t in enumerate(range(len(tables)) if order is None else order)}
     by_width: dict[int, list[int]] = {}
     for t, parts in enumerate(tables):
         by_width.setdefault(int(parts[0].shape[1]), []).append(t)
-    found: list[Any] = [None] * len(tables)
+    groups = []
     for width, members in by_width.items():
         layout: list[tuple[tuple[str, int, int], ...]] = []
         for t in members:
             firsts = [sum(int(p.shape[0]) for p in tables[t][:j]) for j in range(len(tables[t]))]
             layout.append(tuple((p.device, first, int(p.shape[0])) for p, first in zip(tables[t], firsts, strict=True)))
-        route = _route([ids[t] for t in members], tuple(layout))
+        route = _route([ids[t] for t in members], tuple(layout))  # in the tables' order: shared by deep and wide
         every = [part for t in members for part in tables[t]]
         pieces = [_rows_on(route, d, [p for p in every if p.device == device])
                   for d, device in enumerate(route.devices)]
         missing = tf.zeros(tf.stack([tf.shape(route.positions[-1])[0], width]), pieces[0].dtype)
         distinct = tf.dynamic_stitch(route.positions, [*pieces, missing])
+        ordered = sorted(range(len(members)), key=lambda i: rank[members[i]])
+        expand = route.expand
+        if ordered != list(range(len(members))):  # the slots' places, reordered: ints, not rows
+            expand = tf.reshape(tf.gather(tf.reshape(expand, [-1, len(members)]), ordered, axis=1), [-1])
         # its gradient: a sum per row, here
-        slots = tf.reshape(expand_rows(distinct, route.expand), [-1, len(members) * width])
-        for t, piece in zip(members, tf.split(slots, len(members), axis=1), strict=True):
-            found[t] = piece
-    return found
+        slots = tf.reshape(expand_rows(distinct, expand), [-1, len(members) * width])
+        groups.append(([members[i] for i in ordered], slots))
+    return groups
 
 
 def _embedding_parts(column: Any, variables: Mapping[Any, list[Any]]) -> list[Any]:
@@ -291,9 +298,26 @@ def fast_input_layer(features: Mapping[str, Any], columns: Sequence[Any]) -> tf.
             and (ids := _dense_ids(features, c.categorical_column)) is not None]
     if not fast:
         return stock
-    rows = packed_lookup([ids for _, ids in fast], [_embedding_parts(c, variables) for c, _ in fast])
-    outputs.update({c: r for (c, _), r in zip(fast, rows, strict=True)})
-    return tf.concat([outputs[c] for c in sorted(columns, key=lambda c: c.name)], axis=1)
+    joined = sorted(columns, key=lambda c: c.name)  # input_layer's order
+    place = {c: i for i, c in enumerate(joined)}
+    groups = packed_lookup([ids for _, ids in fast], [_embedding_parts(c, variables) for c, _ in fast],
+                           order=sorted(range(len(fast)), key=lambda t: place[fast[t][0]]))
+    runs: dict[int, tuple[tf.Tensor, int]] = {}  # first place of a run of adjacent packed columns: its slots
+    for members, slots in groups:
+        width = int(slots.shape[1]) // len(members)
+        at = [place[fast[t][0]] for t in members]
+        start = 0
+        while start < len(at):
+            end = next((e for e in range(start + 1, len(at)) if at[e] != at[e - 1] + 1), len(at))
+            whole = start == 0 and end == len(at)
+            runs[at[start]] = (slots if whole else slots[:, start * width:end * width], end - start)
+            start = end
+    pieces, i = [], 0
+    while i < len(joined):
+        piece, count = runs.get(i, (outputs.get(joined[i]), 1))
+        pieces.append(piece)
+        i += count
+    return tf.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
 
 
 def fast_linear_logits(features: Mapping[str, Any], columns: Sequence[Any], *, units: int,
@@ -306,7 +330,8 @@ def fast_linear_logits(features: Mapping[str, Any], columns: Sequence[Any], *, u
     ids = [_dense_ids(features, c) if categorical_column(c) else None for c in columns]
     if any(i is None for i in ids):
         return stock
-    rows = packed_lookup(ids, [_parts(variables[c], f"{c.name}/weights") for c in columns])
+    groups = packed_lookup(ids, [_parts(variables[c], f"{c.name}/weights") for c in columns])
+    weights = [tf.reduce_sum(tf.reshape(slots, [-1, len(members), units]), axis=1) for members, slots in groups]
     # TF's cols_to_vars lists only a partitioned bias's first part: find all of them by its name
     bias = _parts(v1.global_variables(), re.sub(r"/part_\d+$", "", variables["bias"][0].op.name))
-    return tf.nn.bias_add(tf.add_n(rows), tf.concat(bias, axis=0) if len(bias) > 1 else bias[0])
+    return tf.nn.bias_add(tf.add_n(weights), tf.concat(bias, axis=0) if len(bias) > 1 else bias[0])
