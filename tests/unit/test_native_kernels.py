@@ -1,4 +1,5 @@
-"""tfdist's native sparse Adagrad kernel (``strategies._native``): TF's update bit for bit, used only where probed."""
+"""tfdist's native kernels (``strategies._native``): TF's sparse Adagrad update and row sums bit for bit, used only
+where probed."""
 from __future__ import annotations
 
 import os
@@ -59,6 +60,48 @@ def test_a_gradient_of_the_wrong_shape_is_an_error(module):
     with pytest.raises(tf.errors.InvalidArgumentError, match="grad must be"):
         _update(native.sparse_apply_adagrad, np.zeros((4, 2), np.float32), np.array([0, 1]),
                 [np.ones((2, 3), np.float32)])
+
+
+@pytest.mark.parametrize("width", [1, 16])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_sums_equal_tensorflows_unsorted_segment_sum_bit_for_bit(module, width, index_dtype, dtype):
+    rng = np.random.RandomState(width)
+    data = rng.normal(0, 1, (2000, width)).astype(dtype)
+    ids = rng.zipf(1.3, 2000).astype(index_dtype) % 700  # repeats, as a click-through batch's positions
+    ids[::97] = -1  # dropped, as TF drops them
+    for segments in (700, np.int64(703)):
+        ours = native.row_sum(tf.constant(data), tf.constant(ids), segments).numpy()
+        np.testing.assert_array_equal(ours, tf.math.unsorted_segment_sum(data, ids, segments).numpy())
+    assert ours.shape == (703, width)
+
+
+def test_a_row_sum_segment_past_the_end_is_an_error_naming_it(module):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"segment_ids\[1\] = 5 is out of range \[0, 3\)"):
+        native.row_sum(tf.ones([2, 4]), tf.constant([0, 5]), 3)
+
+
+def test_a_lookups_gradient_is_summed_natively_only_on_a_probed_task(module):
+    from toolkit._rows import expand_rows
+
+    assert native.probe([LOCAL]) == [LOCAL]
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    positions = np.array([3, 0, 3, 1, 3, 0], np.int32)
+    found = []
+    for tasks in ([LOCAL], []):
+        graph = tf.Graph()
+        with graph.as_default(), native.kernels_on(tasks), tf.device(LOCAL):
+            source = tf.constant(rows)
+            out = expand_rows(source, tf.constant(positions))
+            (grad,) = tf.gradients(out * tf.reshape(tf.range(1.0, 19.0) / 7.0, [6, 3]), [source])
+            with tf.compat.v1.Session(graph=graph) as session:
+                found.append((session.run([out, grad]), {op.type for op in graph.get_operations()}))
+    (ours, ours_ops), (theirs, their_ops) = found
+    assert "TfdistRowSum" in ours_ops and "UnsortedSegmentSum" not in ours_ops
+    assert "TfdistRowSum" not in their_ops and "UnsortedSegmentSum" in their_ops
+    np.testing.assert_array_equal(ours[0], rows[positions])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    assert ours[1][2].tolist() == [0, 0, 0] and ours[1][3].sum() > 0  # row 2 unread, row 3 read three times
 
 
 def test_probe_answers_per_task_and_the_kernel_is_used_only_inside_kernels_on(module):

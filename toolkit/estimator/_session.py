@@ -17,7 +17,7 @@ __all__ = [
     "chief_starts",
     "goodbye",
     "job_and_task",
-    "native_ps_tasks",
+    "native_tasks",
     "replica_setter",
     "server_target",
     "session_config",
@@ -41,9 +41,11 @@ def job_and_task(config: Any) -> tuple[str, int]:
 NATIVE_PROBE_WAIT_SECS = 30.0
 
 
-def native_ps_tasks(config: Any, target: str) -> list[str]:
-    """The ps tasks that ran tfdist's native kernel (``strategies._native.probe``): TF1 ``AdagradOptimizer``'s
-    row updates of the variables there run it (``toolkit._compat.tensorflow.native_tf1_adagrad``).
+def native_tasks(config: Any, target: str) -> list[str]:
+    """The ps tasks, and this one, that ran tfdist's native kernels (``strategies._native.probe``): TF1
+    ``AdagradOptimizer``'s row updates of the variables on those ps run it
+    (``toolkit._compat.tensorflow.native_tf1_adagrad``), and this task sums a lookup's gradient per
+    row with it (``toolkit._rows``).
 
     A ps loads the kernel before its server listens, so the probe waits (at most
     ``NATIVE_PROBE_WAIT_SECS``) for every ps to listen; a ps that is not there by then, or that does not
@@ -59,14 +61,19 @@ def native_ps_tasks(config: Any, target: str) -> list[str]:
                         NATIVE_PROBE_WAIT_SECS)
             return []
         time.sleep(0.2)
-    tasks = native.probe([f"/job:ps/replica:0/task:{i}" for i in range(len(addresses))], target,
-                         config=session_config(config))
-    if tasks:
+    job, index = job_and_task(config)
+    tasks = native.probe([f"/job:ps/replica:0/task:{i}" for i in range(len(addresses))]
+                         + [f"/job:{job}/replica:0/task:{index}"], target, config=session_config(config))
+    ps = [task for task in tasks if task.startswith("/job:ps/")]
+    if ps:
         from toolkit._compat.tensorflow import native_tf1_adagrad
 
         native_tf1_adagrad()
         logger.info("%s-%d: TF1 Adagrad's sparse updates on %s run tfdist's native kernel", config.task_type,
-                    config.task_id, ", ".join(tasks))
+                    config.task_id, ", ".join(ps))
+    if len(ps) < len(tasks):
+        logger.info("%s-%d: its lookups' gradients are summed per row with tfdist's native kernel", config.task_type,
+                    config.task_id)
     return tasks
 
 

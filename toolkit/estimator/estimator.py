@@ -228,7 +228,7 @@ class Estimator:
         chief_of_ps = _session.training_cluster(self._config) if distributed and self._config.is_chief else None
         if chief_of_ps is not None:
             _session.chief_starts(self._config)
-        native_tasks = _session.native_ps_tasks(self._config, target) if distributed else []
+        native_tasks = _session.native_tasks(self._config, target) if distributed else []
         with self._new_graph().as_default():
             with native.kernels_on(native_tasks):
                 spec, stop = self._train_graph(input_fn, steps, max_steps)
