@@ -53,7 +53,7 @@ __all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical
            "in_control_flow", "is_dense_column", "loss_scaled_by_optimizer",
            "is_feature_column", "missing_symbols",
            "named_variable", "native_tf1_adagrad", "parse_example_spec", "sync_optimizers", "update_input",
-           "distinct_row_updates", "distinct_rows", "graph_memo", "mark_distinct_rows"]
+           "distinct_row_updates", "distinct_rows", "mark_distinct_rows"]
 
 SYNC_HOOK_ATTRIBUTE = "_sync_optimizer"
 
@@ -176,22 +176,11 @@ def estimator_loss_scaling(strategy: Any) -> Any:
     return strategy._scale_loss_for_estimator_enabled()
 
 
-def graph_memo(graph: Any, name: str) -> dict[Any, Any]:
-    """A dict kept on ``graph`` itself: what it memoises (tensors hold their graph) dies with the graph.
-
-    A module-level cache keyed by graph, even a weak one, would keep every graph built alive.
-    """
-    attribute = f"_tfdist_{name}"
-    memo = getattr(graph, attribute, None)
-    if memo is None:
-        memo = {}
-        setattr(graph, attribute, memo)
-    return memo
-
-
 def mark_distinct_rows(indices: Any) -> None:
     """Records that the 1-D ``indices`` hold distinct row ids: a gradient at them needs no duplicate sum."""
-    graph_memo(indices.graph, "distinct_rows")[indices.ref()] = True
+    from strategies._compat import graph_cache
+
+    graph_cache(indices.graph, "distinct_rows")[indices.ref()] = True
 
 
 def distinct_rows(indices: Any) -> bool:
@@ -200,7 +189,9 @@ def distinct_rows(indices: Any) -> bool:
 
     if not isinstance(indices, tf.Tensor) or tf.executing_eagerly():
         return False
-    marked = graph_memo(indices.graph, "distinct_rows")
+    from strategies._compat import graph_cache
+
+    marked = graph_cache(indices.graph, "distinct_rows")
     if indices.ref() in marked:
         return True
     # TF's gather gradients give ``reshape(gather.inputs[1], [size])``: the same 1-D ids

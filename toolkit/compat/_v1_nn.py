@@ -26,12 +26,8 @@ from typing import Any
 
 import tensorflow as _tf
 
-from toolkit._compat.tensorflow import (
-    current_control_flow_context,
-    distinct_row_updates,
-    graph_memo,
-    mark_distinct_rows,
-)
+from strategies._compat import graph_cache
+from toolkit._compat.tensorflow import current_control_flow_context, distinct_row_updates, mark_distinct_rows
 from toolkit._rows import expand_rows
 
 __all__ = ["embedding_lookup", "namespace", "remote_table"]
@@ -73,7 +69,7 @@ def remote_table(params: Any) -> bool:
 
 def _distinct(ids: Any) -> tuple[Any, Any]:
     """``ids``' distinct values and each id's position among them, made once per ids tensor and graph."""
-    made = graph_memo(ids.graph, "distinct_ids")
+    made = graph_cache(ids.graph, "distinct_ids")
     key = (ids.ref(), id(current_control_flow_context(ids.graph)))  # not across a while loop's or cond's edge
     if key not in made:
         with _tf.name_scope("distinct_ids"):
