@@ -9,7 +9,7 @@ Two kernels (``sparse_ops.cc``):
 * ``TfdistRowSum``: ``tf.math.unsorted_segment_sum`` of a 2-D tensor's rows, bit for bit, with
   which a training task sums a lookup's gradient per distinct row before it goes to the ps
   (``toolkit._rows``): TensorFlow's kernel spends about 60 ns on each 16-wide row (830 us for a
-  click-through batch's 13,312), a plain loop a few.
+  click-through batch's 13,312), a plain loop a few ns.
 
 * ``build()`` compiles ``sparse_ops.cc`` with the C++ compiler (``$CXX``, ``g++`` or
   ``c++``) and TensorFlow's own flags into ``$TFDIST_NATIVE_DIR`` (default

@@ -314,7 +314,7 @@ def fast_input_layer(features: Mapping[str, Any], columns: Sequence[Any]) -> tf.
             start = end
     pieces, i = [], 0
     while i < len(joined):
-        piece, count = runs.get(i, (outputs.get(joined[i]), 1))
+        piece, count = runs[i] if i in runs else (outputs[joined[i]], 1)
         pieces.append(piece)
         i += count
     return tf.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
