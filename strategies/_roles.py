@@ -115,7 +115,7 @@ def _take_exit_code(path: str) -> int | None:
 
 
 def serve(tf_config: TFConfig | None = None, *, options: ServeOptions | None = None,
-          work: Callable[[str, threading.Event], object] | None = None) -> int:
+          work: Callable[[str, threading.Event], object] | None = None, graph_only: bool = False) -> int:
     """Runs this ps/worker task's server until the chief ends the job.
 
     Args:
@@ -127,6 +127,8 @@ def serve(tf_config: TFConfig | None = None, *, options: ServeOptions | None = N
             stop)`` (``stop`` is set when the serving ends), e.g. a worker's
             own training loop (``fit``'s between-graph steps). If it
             raises, the task exits with ``EXIT_WORK_FAILED``.
+        graph_only: the job sends this server TF1 graph steps only (an
+            Estimator's ps): ``strategies._server_threads.server_config``.
 
     Returns:
         The exit code for this process: the chief's (0 after success), or
@@ -152,7 +154,7 @@ def serve(tf_config: TFConfig | None = None, *, options: ServeOptions | None = N
 
     options = ServeOptions.from_env() if options is None else options
     arm(tf2_cluster(cfg.cluster), tf2_job(cfg.task_type), cfg.task_index, options)
-    return serve_until_goodbye(cfg, options, work=work)
+    return serve_until_goodbye(cfg, options, work=work, graph_only=graph_only)
 
 
 class _Work:
@@ -173,7 +175,7 @@ class _Work:
 
 def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, peer: str = "chief",
                         work: Callable[[str, threading.Event], object] | None = None,
-                        server: tf.distribute.Server | None = None) -> int:
+                        server: tf.distribute.Server | None = None, graph_only: bool = False) -> int:
     """The serve/goodbye protocol: runs this task's server until its chief (or client) ends the job.
 
     The one place that decides when a server exits, for every task that only
@@ -185,6 +187,8 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, peer: str = "ch
     Args:
         server: a server already started for this task (``join()``); None
             starts one.
+        graph_only: the server it starts runs TF1 graph steps only
+            (``strategies._server_threads.server_config``).
 
     Returns:
         The chief's exit code, ``EXIT_CHIEF_LOST``, ``EXIT_CHIEF_NEVER_STARTED``
@@ -207,7 +211,7 @@ def serve_until_goodbye(cfg: TFConfig, options: ServeOptions, *, peer: str = "ch
 
         server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index,
                                       protocol=cfg.rpc_layer or "grpc", start=True,
-                                      config=server_config(cluster, cluster[job][index]))
+                                      config=server_config(cluster, cluster[job][index], graph_only=graph_only))
     logger.info("%s-%d serving at %s (%s); exits when the %s at %s says goodbye or is gone for %.0f s",
                 job, index, cfg.address, server.target, peer, cfg.chief_address, options.chief_lost_after)
     watch = _ChiefWatch(chief, start_timeout=options.chief_start_timeout,

@@ -40,13 +40,16 @@ _servers: dict[tuple[str, int], tf.distribute.Server] = {}
 
 
 def start_server(cluster: Mapping[str, list[str]], job: str, index: int, *, protocol: str = "grpc") -> str:
-    """Starts this task's server once per process; returns its session target (``grpc://...``)."""
+    """Starts this task's server once per process; returns its session target (``grpc://...``).
+
+    Its task runs TF1 graph steps only (an Estimator's training task): ``server_config(graph_only=True)``.
+    """
     key = (job, index)
     if key not in _servers:
         native.load()  # for the steps built here and sent here (strategies._native)
         _servers[key] = tf.distribute.Server(tf.train.ClusterSpec(dict(cluster)), job_name=job, task_index=index,
                                              protocol=protocol, start=True,
-                                             config=server_config(cluster, cluster[job][index]))
+                                             config=server_config(cluster, cluster[job][index], graph_only=True))
         logger.info("%s-%d: server at %s", job, index, _servers[key].target)
     return _servers[key].target
 

@@ -20,6 +20,9 @@ def test_every_loopback_name_is_one_host_and_other_hosts_are_apart():
 def test_tasks_sharing_a_host_split_its_cores(monkeypatch):
     monkeypatch.delenv(ENV_INTER_OP, raising=False)
     config = server_config(LOCAL, "127.0.0.1:2003", cores=2)
+    assert (config.intra_op_parallelism_threads, config.inter_op_parallelism_threads) == (1, 2)
+    # TF1 graph steps only (an Estimator's servers): the share of the cores for inter-op threads too
+    config = server_config(LOCAL, "127.0.0.1:2003", cores=2, graph_only=True)
     assert (config.intra_op_parallelism_threads, config.inter_op_parallelism_threads) == (1, 1)
     config = server_config(LOCAL, "127.0.0.1:2003", cores=16)
     assert (config.intra_op_parallelism_threads, config.inter_op_parallelism_threads) == (3, 3)
@@ -30,9 +33,9 @@ def test_a_task_alone_on_its_host_keeps_tensorflows_defaults():
 
 
 def test_the_inter_op_threads_can_be_set_and_a_bad_count_is_named(monkeypatch):
-    monkeypatch.setenv(ENV_INTER_OP, "2")
-    config = server_config(LOCAL, "127.0.0.1:2003", cores=2)
-    assert (config.intra_op_parallelism_threads, config.inter_op_parallelism_threads) == (1, 2)
+    monkeypatch.setenv(ENV_INTER_OP, "3")
+    config = server_config(LOCAL, "127.0.0.1:2003", cores=2, graph_only=True)
+    assert (config.intra_op_parallelism_threads, config.inter_op_parallelism_threads) == (1, 3)
     monkeypatch.setenv(ENV_INTER_OP, "two")
-    with pytest.raises(StrategyError, match=r"TFDIST_INTER_OP_THREADS='two' is not a thread count.*share.*1"):
+    with pytest.raises(StrategyError, match=r"TFDIST_INTER_OP_THREADS='two' is not a thread count.*default, 2"):
         server_config(LOCAL, "127.0.0.1:2003", cores=2)

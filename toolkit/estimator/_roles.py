@@ -27,4 +27,4 @@ def serve_if_ps(config: Any) -> None:
 
     options = ServeOptions.from_env(chief_start_timeout=config.chief_start_timeout,
                                     chief_lost_after=config.chief_lost_after)
-    sys.exit(serve(config.tf_config, options=options))
+    sys.exit(serve(config.tf_config, options=options, graph_only=True))  # TF1 graph steps only
