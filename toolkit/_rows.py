@@ -8,6 +8,10 @@ TF's gradient registry. Used by the canned estimators' packed lookups and
 ``toolkit.compat.v1.nn.embedding_lookup``. On a task probed for tfdist's native kernels (inside
 ``strategies._native.kernels_on``, as the Estimator builds its between-graph training graph), the
 sum is the native ``TfdistRowSum``: the same sums, without TensorFlow's cost per row.
+
+``stitch_partitioned`` puts rows split by one ``dynamic_partition`` back in order; its gradient is
+one gather and one split of the incoming gradient instead of TF's gather per part (a packed lookup
+stitches some fifty parts' rows on each ps, each step).
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import tensorflow as tf
 
 from strategies import _native as native
 
-__all__ = ["expand_rows"]
+__all__ = ["expand_rows", "stitch_partitioned"]
 
 _EXPAND_GRAD = "TfdistPackedRowsExpand"
 
@@ -36,3 +40,37 @@ def expand_rows(rows: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
     """``tf.gather(rows, positions)`` in a TF1 graph, with the gradient ``unsorted_segment_sum`` per row."""
     with rows.graph.gradient_override_map({"GatherV2": _EXPAND_GRAD}):
         return tf.gather(rows, positions)
+
+
+_STITCH_GRAD = "TfdistPartitionedStitch"
+
+
+@tf.RegisterGradient(_STITCH_GRAD)
+def _stitch_gradient(op: Any, grad: Any) -> list[Any]:
+    """Each part's gradient: the incoming rows at its places, gathered by one op and split by another.
+
+    (TF's ``dynamic_partition`` would do it in one op, but copies row by row: slower than these four
+    for rows of a few floats.)
+    """
+    parts = len(op.inputs) // 2
+    places, which = op.inputs[:parts], op.inputs[0].op.inputs[1]
+    rows = tf.gather(tf.convert_to_tensor(grad), tf.concat(places, axis=0))
+    sizes = tf.raw_ops.Bincount(arr=which, size=parts, weights=tf.constant([], which.dtype))
+    return [None] * parts + tf.split(rows, sizes, num=parts)
+
+
+def stitch_partitioned(places: list[tf.Tensor], parts: list[tf.Tensor]) -> tf.Tensor:
+    """``tf.dynamic_stitch(places, parts)`` in a TF1 graph, for ``places`` = every output of one
+    ``tf.dynamic_partition(tf.range(n), which, len(places))``: ``parts[i]`` holds the rows of the
+    places where ``which`` is ``i``, and the result is all of them in ``which``'s order.
+
+    Its gradient is what TF's per-part gathers compute, in four ops however many parts.
+    """
+    source = places[0].op
+    partitioned = (source.type == "DynamicPartition" and source.inputs[0].op.type == "Range"
+                   and len(source.outputs) == len(places)
+                   and all(made is given for made, given in zip(source.outputs, places, strict=True)))
+    if not partitioned:
+        raise ValueError("stitch_partitioned: places must be every output of one dynamic_partition of a range")
+    with source.graph.gradient_override_map({"DynamicStitch": _STITCH_GRAD}):
+        return tf.dynamic_stitch(places, parts)

@@ -104,3 +104,53 @@ def test_a_read_ordered_after_the_update_stays_out_of_the_packed_reads(cluster):
     assert {t.op.name for t in packed[0].inputs[:-1]} == {"tfdist_packed/Reshape", "tfdist_packed/Reshape_1"}
     assert {t.op.inputs[0].op.name for t in packed[0].inputs[:-1]} == {read_a.op.name, read_b.op.name}
     np.testing.assert_allclose(result, [-3.0] * 4)
+
+
+def _step_read_crossings(cluster, *, colocated: bool) -> tuple[int, int]:
+    """(value, tensors crossed) fetching the global-step read the step hooks fetch, the step on the ps."""
+    from tensorflow.python.training import training_util
+
+    from toolkit._compat.tensorflow import colocated_global_step_read
+
+    spec, target = cluster
+    with tf.Graph().as_default() as graph:
+        with v1.device(v1.train.replica_device_setter(worker_device=WORKER, cluster=spec)):
+            v1.train.get_or_create_global_step()
+        if colocated:
+            colocated_global_step_read(graph)
+        with v1.device(WORKER):  # where a hook's begin() builds it when nothing did before
+            read = training_util._get_or_create_global_step_read(graph)
+        with v1.Session(target) as session:
+            session.run(v1.global_variables_initializer())
+            metadata = v1.RunMetadata()
+            value = session.run(read, options=v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+    return int(value), _crossing(metadata)
+
+
+def test_the_step_hooks_global_step_read_crosses_once(cluster):
+    assert _step_read_crossings(cluster, colocated=True) == (0, 1)
+    value, theirs = _step_read_crossings(cluster, colocated=False)  # TF's: a cond split across the tasks
+    assert value == 0 and theirs > 1
+
+
+def test_the_estimator_builds_the_step_read_beside_the_global_step(tmp_path):
+    from tensorflow.python.training import training_util
+
+    from toolkit.estimator import Estimator, EstimatorSpec
+
+    seen = []
+
+    class Probe(v1.train.SessionRunHook):
+        def begin(self):
+            (read,) = v1.get_collection(training_util.GLOBAL_STEP_READ_KEY)
+            seen.append([op.colocation_groups() for op in (read.op, read.op.inputs[0].op)])
+
+    def model_fn(features, labels, mode):
+        weight = v1.get_variable("w", [], initializer=v1.zeros_initializer())
+        loss = tf.square(weight - 1.0)
+        return EstimatorSpec(mode, loss=loss, train_op=v1.train.GradientDescentOptimizer(0.1).minimize(
+            loss, global_step=v1.train.get_global_step()))
+
+    Estimator(model_fn, model_dir=str(tmp_path)).train(lambda: (tf.zeros([1]), tf.zeros([1])), steps=1,
+                                                       hooks=[Probe()])
+    assert seen == [[[b"loc:@global_step"], [b"loc:@global_step"]]]

@@ -182,6 +182,21 @@ def test_tf1_adagrad_runs_the_kernel_on_probed_tasks_with_tf1s_maths(module):
     np.testing.assert_allclose(ours, theirs, rtol=2e-6, atol=1e-7)
 
 
+def test_tf1_adagrad_kernels_on_one_task_share_one_unused_epsilon(module):
+    """A packed model updates some fifty parts per ps: one constant input for all, not one each."""
+    from toolkit._compat.tensorflow import native_tf1_adagrad
+
+    native_tf1_adagrad()
+    v1 = tf.compat.v1
+    assert native.probe([LOCAL]) == [LOCAL]
+    with tf.Graph().as_default() as graph, native.kernels_on([LOCAL]), tf.device(LOCAL):
+        tables = [v1.get_variable(f"t{i}", [50, 4], use_resource=True) for i in range(3)]
+        loss = sum(tf.reduce_sum(tf.gather(t, tf.constant([1, 7]))) for t in tables)
+        v1.train.AdagradOptimizer(0.05).minimize(loss)
+    applies = [op for op in graph.get_operations() if op.type == "TfdistSparseApplyAdagrad"]
+    assert len(applies) == 3 and len({op.inputs[3].ref() for op in applies}) == 1
+
+
 def test_no_compiler_means_tensorflows_kernels_and_says_how_to_get_one(monkeypatch, tmp_path, caplog):
     monkeypatch.setattr(native, "_loaded", {})
     monkeypatch.setenv(native.ENV_DIR, str(tmp_path / "native"))  # nothing built there yet

@@ -37,6 +37,10 @@
   ``_train_model_distributed`` entered it), and the graph's
   ``_is_loss_scaled_by_optimizer`` tells how the per-replica losses are then
   reduced for reporting: the Estimator under ``train_distribute``.
+* ``training_util._get_or_create_global_step_read`` makes (once per graph) the
+  global-step read that ``StopAtStepHook``, ``CheckpointSaverHook`` and the other
+  step hooks fetch every step; ``colocated_global_step_read`` makes it beside the
+  global step first.
 
 ``missing_symbols()`` (and its unit test) names what an upgrade removed; the
 internals ``strategies`` uses are fenced in ``strategies._compat``.
@@ -47,7 +51,8 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical_ids", "current_control_flow_context",
+__all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical_ids", "colocated_global_step_read",
+           "current_control_flow_context",
            "estimator_loss_scaling",
            "mirrored_on",
            "in_control_flow", "is_dense_column", "loss_scaled_by_optimizer",
@@ -225,6 +230,24 @@ def distinct_row_updates() -> None:
     optimizer._resource_apply_sparse_duplicate_indices = _resource_apply_sparse_duplicate_indices
 
 
+def _unused_epsilon(var: Any, dtype: Any) -> Any:
+    """The kernel's epsilon input (ignored without ``use_epsilon``): one constant per device, not per variable.
+
+    A packed click-through model updates some fifty parts per ps each step; a constant each is as
+    many more ops for the ps to run.
+    """
+    import tensorflow as tf
+
+    from strategies._compat import graph_cache
+
+    graph = var.graph
+    key = (var.device, dtype, current_control_flow_context(graph))
+    made = graph_cache(graph, "unused_epsilon")
+    if key not in made:
+        made[key] = tf.constant(0, dtype, name="unused_epsilon")
+    return made[key]
+
+
 def native_tf1_adagrad() -> None:
     """TF1's ``AdagradOptimizer`` updates rows with tfdist's native kernel where ``strategies._native`` allows.
 
@@ -248,10 +271,29 @@ def native_tf1_adagrad() -> None:
         accumulator = self.get_slot(var, "accumulator")
         return native.sparse_apply_adagrad(var.handle, accumulator.handle,
                                            tf.cast(self._learning_rate_tensor, grad.dtype),
-                                           tf.constant(0, grad.dtype), grad, indices, use_epsilon=False)
+                                           _unused_epsilon(var, grad.dtype), grad, indices, use_epsilon=False)
 
     _resource_apply_sparse._tfdist_native = True  # type: ignore[attr-defined]
     adagrad._resource_apply_sparse = _resource_apply_sparse
+
+
+def colocated_global_step_read(graph: Any) -> Any:
+    """The graph's global-step read that TF's step hooks fetch each step, built on the global step's device.
+
+    TF builds it (a ``cond`` on the step being initialised, then ``+ 0``) wherever the first hook's
+    ``begin`` runs: on a between-graph worker, the predicate on the ps and the rest on the worker, so
+    each step sent the predicate, both branches' values and the cond's pivots between the two (six
+    transfers for one integer). Built beside the variable, only the value crosses. Once per graph;
+    the hooks then find it in the graph's collection.
+    """
+    import tensorflow as tf
+    from tensorflow.python.training import training_util
+
+    step = training_util.get_global_step(graph)
+    if step is None:
+        return None
+    with graph.as_default(), tf.compat.v1.colocate_with(step):
+        return training_util._get_or_create_global_step_read(graph)
 
 
 def loss_scaled_by_optimizer(graph: Any) -> bool:
@@ -297,6 +339,12 @@ def missing_symbols() -> list[str]:
             missing.append(f"tf.compat.v1.train.AdagradOptimizer.{attribute}")
     if not hasattr(tf.distribute.OneDeviceStrategy("/cpu:0"), "_scale_loss_for_estimator_enabled"):
         missing.append("tf.distribute.Strategy._scale_loss_for_estimator_enabled")
+    try:
+        with tf.Graph().as_default() as graph:
+            v1.train.get_or_create_global_step()
+            colocated_global_step_read(graph)
+    except (AttributeError, ImportError) as exc:
+        missing.append(f"tensorflow.python.training.training_util._get_or_create_global_step_read: {exc}")
     v1_column = v1.feature_column.numeric_column("x")
     for attribute in ("_parse_example_spec", "_variable_shape"):
         if not hasattr(v1_column, attribute):

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from strategies import _native as native
 from strategies.between_graph import STOP_GRACE_SECS
+from toolkit._compat.tensorflow import colocated_global_step_read
 from toolkit._graph_packing import pack_transfers
 from toolkit.estimator import _session
 from toolkit.estimator._args import check_hooks as _hooks
@@ -253,6 +254,7 @@ class Estimator:
         setter = _session.replica_setter(config)
         with v1.device(setter):
             v1.train.get_or_create_global_step()
+        colocated_global_step_read(v1.get_default_graph())  # the step hooks' per-step read
         job, index = _session.job_and_task(config)
         worker_cpu = None if config.is_local else f"/job:{job}/task:{index}/device:CPU:0"
         with tf.device(worker_cpu):

@@ -29,9 +29,11 @@ by op, on few cores), so the per-part work is kept to what the maths needs: the 
 the tables' slots together (one ``Unique``, one ``DynamicPartition`` by ps), each ps splits its
 keys by part (one ``DynamicPartition``), the deep and wide tables share that routing when their
 shards lie alike, each part reads each distinct row of the batch once, one gather per width
-places the rows, each id is checked and transformed once per graph, and each part's gradient is
-its distinct rows' ``IndexedSlices`` built directly (TF's gather gradient adds seven shape ops
-per part), which the canned model_fns' TF1 optimizers apply without summing duplicates
+places the rows, each id is transformed once per graph and a route's identity ids are checked
+by one ``Assert`` (not five ops per column), the rows a ps stitches back get their gradients
+by one gather and one split (not a gather per part), and each part's gradient is its
+distinct rows' ``IndexedSlices`` built directly (TF's gather gradient adds seven shape ops per
+part), which the canned model_fns' TF1 optimizers apply without summing duplicates
 (``toolkit._compat.tensorflow.distinct_row_updates``): one ``Unique`` per width and step instead
 of a ``Unique`` and an ``UnsortedSegmentSum`` per part, and half the rows gathered and updated.
 """
@@ -41,12 +43,12 @@ import functools
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
 from toolkit._compat.tensorflow import categorical_ids, mark_distinct_rows
-from toolkit._rows import expand_rows
+from toolkit._rows import expand_rows, stitch_partitioned
 
 __all__ = ["categorical_column", "fast_input_layer", "fast_linear_logits", "packable_embedding", "packed_lookup"]
 
@@ -114,11 +116,19 @@ class _GraphMemo(threading.local):
 _MEMO = _GraphMemo()
 
 
-def _dense_ids(features: Mapping[str, Any], column: Any) -> tf.Tensor | None:
-    """The column's ids as a dense int64 ``[batch]`` tensor (-1 where missing), or None when it does not qualify.
+class _Ids(NamedTuple):
+    """A column's ids, ``[batch, 1]`` int64 (-1 where missing), and the range they are checked against."""
 
-    Computed once per graph for a feature and column: the deep and wide parts of a wide & deep model
-    look the same ids up (and check them) once.
+    values: tf.Tensor
+    check: tuple[int, str] | None  # (num_buckets, the error naming the feature), checked with the lookup
+
+
+def _dense_ids(features: Mapping[str, Any], column: Any) -> _Ids | None:
+    """The column's ids, or None when it does not qualify.
+
+    Transformed once per graph for a feature and column: the deep and wide parts of a wide & deep
+    model look the same ids up once. An identity column's range is checked where its lookup's
+    route is built, for all the route's columns at once (``_Route``).
     """
     value = _single_values(features, column.key)
     if value is None:
@@ -130,23 +140,37 @@ def _dense_ids(features: Mapping[str, Any], column: Any) -> tf.Tensor | None:
     return known[key]
 
 
-def _transform(value: tf.Tensor, column: Any) -> tf.Tensor | None:
+def _transform(value: tf.Tensor, column: Any) -> _Ids | None:
     if not identity_column(column):  # hashing, vocabulary tables: the column's own transform
         ids = categorical_ids(column, {column.key: value})
-        return tf.reshape(tf.sparse.to_dense(ids, default_value=-1), [-1])
+        return _Ids(tf.reshape(tf.sparse.to_dense(ids, default_value=-1), [-1, 1]), None)
     if not value.dtype.is_integer:
         return None
-    ids = tf.reshape(tf.cast(value, tf.int64), [-1])
+    ids = tf.cast(value, tf.int64)
+    ids = ids if ids.shape.rank == 2 else ids[:, None]
     buckets = column.num_buckets
     if column.default_value is not None:
         outside = tf.logical_and(tf.not_equal(ids, -1), tf.logical_or(ids < 0, ids >= buckets))
-        return tf.where(outside, tf.constant(column.default_value, tf.int64), ids)
-    message = (f"feature {column.key} has an id outside [0, {buckets}), the num_buckets of its "
-               "categorical_column_with_identity. Map the ids into that range, raise num_buckets, or pass "
-               "default_value for ids outside it.")
-    valid = tf.reduce_all(tf.logical_and(ids >= -1, ids < buckets))
-    with tf.control_dependencies([tf.debugging.Assert(valid, [message])]):  # a plain Assert op, no cond
-        return tf.identity(ids)
+        return _Ids(tf.where(outside, tf.constant(column.default_value, tf.int64), ids), None)
+    return _Ids(ids, (buckets, f"feature {column.key} has an id outside [0, {buckets}), the num_buckets of its "
+                              "categorical_column_with_identity. Map the ids into that range, raise num_buckets, "
+                              "or pass default_value for ids outside it."))
+
+
+def _checked(stacked: tf.Tensor, checks: Sequence[tuple[int, str] | None]) -> tf.Tensor:
+    """``stacked`` (``[batch, tables]`` ids), after one check of every table's range (-1, missing, passes).
+
+    One ``Assert`` for all the tables (not one per column, with five ops each, every step), whose
+    message names the first table with an id outside its range.
+    """
+    if not any(checks):
+        return stacked
+    bounds = tf.constant([2**62 if c is None else c[0] for c in checks], tf.int64)
+    messages = tf.constant(["" if c is None else c[1] for c in checks])
+    valid = tf.reduce_all(tf.logical_and(stacked >= -1, stacked < bounds), axis=0)
+    message = tf.gather(messages, tf.argmin(tf.cast(valid, tf.int32)))
+    with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(valid), [message])]):  # a plain Assert op
+        return tf.identity(stacked)
 
 
 def _parts(candidates: Any, name: str) -> list[Any]:
@@ -175,7 +199,7 @@ class _Route:
     wide tables share it when their parts lie alike.
     """
 
-    def __init__(self, ids: list[tf.Tensor], layout: _Layout) -> None:
+    def __init__(self, ids: list[_Ids], layout: _Layout) -> None:
         self.parts = [(device, first, rows) for table in layout for device, first, rows in table]
         self.stride = max(rows for _, _, rows in self.parts)
         self.devices = list(dict.fromkeys(device for device, _, _ in self.parts))
@@ -185,7 +209,7 @@ class _Route:
             firsts.append([first for _, first, _ in table] + [2**62] * (most - len(table)))
             numbers.append(list(range(count, count + len(table))) + [0] * (most - len(table)))
             count += len(table)
-        stacked = tf.stack(ids, axis=1)
+        stacked = _checked(tf.concat([i.values for i in ids], axis=1), [i.check for i in ids])
         starts = tf.constant(firsts, tf.int64)
         part = tf.reduce_sum(tf.cast(stacked[:, :, None] >= starts, tf.int32), axis=2) - 1  # -1: a missing id
         flat = tf.range(len(layout)) * most + tf.maximum(part, 0)
@@ -198,9 +222,9 @@ class _Route:
         self.positions = tf.dynamic_partition(tf.range(tf.shape(distinct)[0]), owner, len(self.devices) + 1)
 
 
-def _route(ids: list[tf.Tensor], layout: _Layout) -> _Route:
-    known = _MEMO.of(ids[0].graph)
-    key = ("route", tuple(i.ref() for i in ids), layout)
+def _route(ids: list[_Ids], layout: _Layout) -> _Route:
+    known = _MEMO.of(ids[0].values.graph)
+    key = ("route", tuple((i.values.ref(), i.check) for i in ids), layout)
     if key not in known:
         known[key] = _Route(ids, layout)
     return known[key]
@@ -241,10 +265,10 @@ def _rows_on(route: _Route, d: int, parts: list[Any]) -> tf.Tensor:
     rows, places = _split_on(route, d, parts[0])
     with v1.colocate_with(parts[0]), parts[0].graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
         gathered = [tf.gather(part, local) for part, local in zip(parts, rows, strict=True)]
-        return tf.dynamic_stitch(places, gathered) if len(parts) > 1 else gathered[0]  # one transfer back
+        return stitch_partitioned(places, gathered) if len(parts) > 1 else gathered[0]  # one transfer back
 
 
-def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]],
+def packed_lookup(ids: Sequence[_Ids], tables: Sequence[Sequence[Any]],
                   order: Sequence[int] | None = None) -> list[tuple[list[int], tf.Tensor]]:
     """Per width: its tables (numbers into ``tables``, in ``order``'s order) and their rows side by side,
     ``[batch, tables * width]``, for each table's ids; zeros for ids in no part.
@@ -253,6 +277,8 @@ def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]],
     only the distinct rows it holds (its gradient is row-sparse over them, each row once), and the
     rows go back as one ``[distinct, width]`` tensor per width, spread over the slots here, already
     in the order the caller joins them in (no split and concatenation of each table's columns).
+    ``ids`` are the tables' ``_dense_ids``; those of identity columns are checked against their
+    ranges, all in one op.
     """
     rank = {t: i for i, t in enumerate(range(len(tables)) if order is None else order)}
     by_width: dict[int, list[int]] = {}
@@ -269,7 +295,7 @@ def packed_lookup(ids: Sequence[tf.Tensor], tables: Sequence[Sequence[Any]],
         pieces = [_rows_on(route, d, [p for p in every if p.device == device])
                   for d, device in enumerate(route.devices)]
         missing = tf.zeros(tf.stack([tf.shape(route.positions[-1])[0], width]), pieces[0].dtype)
-        distinct = tf.dynamic_stitch(route.positions, [*pieces, missing])
+        distinct = tf.dynamic_stitch(route.positions, [*pieces, missing])  # its gradient: a gather per piece
         ordered = sorted(range(len(members)), key=lambda i: rank[members[i]])
         expand = route.expand
         if ordered != list(range(len(members))):  # the slots' places, reordered: ints, not rows
