@@ -353,8 +353,9 @@ def fast_linear_logits(features: Mapping[str, Any], columns: Sequence[Any], *, u
     variables: dict[Any, list[Any]] = {}
     stock = v1.feature_column.linear_model(dict(features), list(columns), units=units,
                                            sparse_combiner=sparse_combiner, cols_to_vars=variables)
-    ids = [_dense_ids(features, c) if categorical_column(c) else None for c in columns]
-    if any(i is None for i in ids):
+    found = [_dense_ids(features, c) if categorical_column(c) else None for c in columns]
+    ids = [i for i in found if i is not None]
+    if len(ids) < len(columns):
         return stock
     groups = packed_lookup(ids, [_parts(variables[c], f"{c.name}/weights") for c in columns])
     weights = [tf.reduce_sum(tf.reshape(slots, [-1, len(members), units]), axis=1) for members, slots in groups]
