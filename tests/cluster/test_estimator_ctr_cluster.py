@@ -62,6 +62,7 @@ _SCRIPT = textwrap.dedent('''
                     print("variable %s on %s" % (v.op.name, v.device))
             print("update ops " + " ".join(sorted(op.type for op in graph.get_operations() if "Apply" in op.type)))
             print("row sums %d" % sum(op.type == "TfdistRowSum" for op in graph.get_operations()))
+            print("part gathers %d" % sum(op.type == "TfdistGatherParts" for op in graph.get_operations()))
 
     classifier.train(lambda: input_fn(train, True), max_steps=300,
                      hooks=[Report()] if config.is_chief else None)
@@ -95,11 +96,16 @@ def test_wide_and_deep_ctr_tables_partitioned_over_two_ps_train_row_sparse(tmp_p
     # TF1 Adagrad's row updates run tfdist's native kernel on the ps that probed ready (strategies._native)
     from strategies import _native as native
 
-    adagrad = "TfdistSparseApplyAdagrad" if native.load() is not None else "ResourceSparseApplyAdagrad"
-    assert updates.count(adagrad) == 2 * 3, updates  # 3 embedding tables x 2 shards
+    if native.load() is not None:  # each ps reads its 3 deep parts in one op, and updates them in one
+        assert updates.count("TfdistSparseApplyAdagradParts") == 2, updates
+        assert "ResourceSparseApplyAdagrad" not in updates and "TfdistSparseApplyAdagrad" not in updates, updates
+    else:
+        assert updates.count("ResourceSparseApplyAdagrad") == 2 * 3, updates  # 3 embedding tables x 2 shards
     assert updates.count("ResourceSparseApplyFtrl") == 2 * 3  # the wide weights of 3 columns x 2 shards
     # the chief sums each packed lookup's gradient per row natively: the deep width's and the wide one's
     assert re.search(r"row sums (\d+)", chief).group(1) == ("2" if native.load() is not None else "0")
+    # and each ps reads its parts of each width in one op: the deep and the wide on each of 2 ps
+    assert re.search(r"part gathers (\d+)", chief).group(1) == ("4" if native.load() is not None else "0")
 
     # the checkpoint at step 0 and the last: rows of both shards moved
     state = tf.train.get_checkpoint_state(str(model_dir))

@@ -205,3 +205,88 @@ def test_no_compiler_means_tensorflows_kernels_and_says_how_to_get_one(monkeypat
     assert native.load() is None
     assert "no C++ compiler" in caplog.text and "apt-get install g++" in caplog.text
     assert not native.usable_on(LOCAL)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_parts_gather_and_update_equal_the_single_part_kernels_row_for_row(module, dtype, index_dtype):
+    rng = np.random.RandomState(3)
+    tables = [rng.normal(0, 0.1, (rows, 4)).astype(dtype) for rows in (7, 5, 9)]
+    which = np.array([2, 0, 0, 1, 2, 2], np.int32)
+    rows = np.array([8, 0, 6, 4, 0, 3], index_dtype)
+    grads = [rng.normal(0, 1, (6, 4)).astype(dtype) for _ in range(2)]
+    parts = [tf.Variable(t) for t in tables]
+    accums = [tf.Variable(np.full(t.shape, 0.1, dtype)) for t in tables]
+    got = native.gather_parts([p.handle for p in parts], which, rows, dtype)
+    np.testing.assert_array_equal(got.numpy(), np.stack([tables[w][r] for w, r in zip(which, rows)]))
+    for grad in grads:
+        native.sparse_apply_adagrad_parts([p.handle for p in parts], [a.handle for a in accums],
+                                          tf.constant(0.05, dtype), tf.constant(grad), which, rows)
+    for p, table in enumerate(tables):  # the single-part kernel on each part's rows, in the same order
+        mine = which == p
+        expected = _update(lambda **kw: native.sparse_apply_adagrad(**kw, use_epsilon=False), table,
+                           rows[mine], [g[mine] for g in grads])
+        np.testing.assert_array_equal(parts[p].numpy(), expected[0])
+        np.testing.assert_array_equal(accums[p].numpy(), expected[1])
+
+
+@pytest.mark.parametrize(("which", "rows", "error"), [
+    ([0, 2], [1, 1], r"which\[1\] = 2 is not in \[0, 2\)"),
+    ([0, 1], [1, 5], r"rows\[1\] = 5 is not in \[0, 5\) \(part 1\)"),
+    ([0, 1], [-1, 1], r"rows\[0\] = -1 is not in \[0, 4\) \(part 0\)"),
+])
+def test_a_part_or_row_outside_the_parts_is_an_error_naming_it(module, which, rows, error):
+    parts = [tf.Variable(np.zeros((4, 2), np.float32)), tf.Variable(np.zeros((5, 2), np.float32))]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=error):
+        native.gather_parts([p.handle for p in parts], np.array(which, np.int32), np.array(rows, np.int64),
+                            tf.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=error):
+        native.sparse_apply_adagrad_parts([p.handle for p in parts], [p.handle for p in parts], tf.constant(0.1),
+                                          tf.zeros([2, 2]), np.array(which, np.int32), np.array(rows, np.int64))
+
+
+def test_parts_of_different_widths_are_refused(module):
+    parts = [tf.Variable(np.zeros((4, 2), np.float32)), tf.Variable(np.zeros((4, 3), np.float32))]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="parts must be matrices of one width: part 1"):
+        native.gather_parts([p.handle for p in parts], np.array([0], np.int32), np.array([0], np.int64), tf.float32)
+
+
+def _packed_steps(tasks, optimizer):
+    """Three steps of a packed embedding lookup (3 columns, tables in 2 parts) on this task: (tables, op types)."""
+    from toolkit._compat.tensorflow import distinct_row_updates, native_tf1_adagrad
+    from toolkit.estimator.canned._fast_columns import fast_input_layer
+
+    native_tf1_adagrad()
+    distinct_row_updates()
+    v1 = tf.compat.v1
+    fc = v1.feature_column
+    columns = [fc.embedding_column(fc.categorical_column_with_identity(f"C{i}", 10), 3,
+                                   initializer=v1.random_normal_initializer(0, 0.1, seed=i)) for i in range(3)]
+    with tf.Graph().as_default() as graph, native.kernels_on(tasks), tf.device(LOCAL):
+        ids = {f"C{i}": tf.constant([[1 + i], [7], [3 - i], [7], [-1]], tf.int64) for i in range(3)}
+        with v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(2)):
+            out = fast_input_layer(ids, columns)
+        train = optimizer().minimize(tf.reduce_sum(tf.square(out - 1.0)))
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            for _ in range(3):
+                session.run(train)
+            tables = session.run(v1.trainable_variables())
+    return tables, [op.type for op in graph.get_operations()]
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "ftrl"])
+def test_packed_lookups_on_a_probed_task_read_and_update_every_part_in_one_op(module, optimizer):
+    """TF1 Adagrad: one gather and one update for the six parts; FTRL: one gather, TF's update per part."""
+    make = {"adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.1),
+            "ftrl": lambda: tf.compat.v1.train.FtrlOptimizer(0.1)}[optimizer]
+    assert native.probe([LOCAL]) == [LOCAL]
+    ours, ours_ops = _packed_steps([LOCAL], make)
+    theirs, their_ops = _packed_steps([], make)
+    assert ours_ops.count("TfdistGatherParts") == 1 and "TfdistGatherParts" not in their_ops
+    if optimizer == "adagrad":
+        assert ours_ops.count("TfdistSparseApplyAdagradParts") == 1 and "TfdistSparseApplyAdagrad" not in ours_ops
+    else:
+        assert "TfdistSparseApplyAdagradParts" not in ours_ops and ours_ops.count("ResourceSparseApplyFtrl") == 6
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)

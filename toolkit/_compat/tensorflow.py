@@ -48,6 +48,7 @@ internals ``strategies`` uses are fenced in ``strategies._compat``.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -197,6 +198,8 @@ def distinct_rows(indices: Any) -> bool:
     from strategies._compat import graph_cache
 
     marked = graph_cache(indices.graph, "distinct_rows")
+    while indices.op.type == "Identity" and indices.ref() not in marked:  # TF's gating of an op's gradients
+        indices = indices.op.inputs[0]
     if indices.ref() in marked:
         return True
     # TF's gather gradients give ``reshape(gather.inputs[1], [size])``: the same 1-D ids
@@ -248,33 +251,89 @@ def _unused_epsilon(var: Any, dtype: Any) -> Any:
     return made[key]
 
 
+class _Fusing(threading.local):
+    """The ``gather_parts`` groups the ``apply_gradients`` call running in this thread may update in one op."""
+
+    def __init__(self) -> None:
+        self.groups: dict[Any, list[Any]] = {}  # the gather op -> its parts' variables, in its order
+        self.built: dict[Any, Any] = {}  # the gather op -> its one update
+
+
+_FUSING = _Fusing()
+
+
+def _fusable_groups(pairs: list[tuple[Any, Any]]) -> dict[Any, list[Any]]:
+    """The ``gather_parts`` ops every part of which has its own gradient, untouched, among ``pairs``."""
+    import tensorflow as tf
+
+    from toolkit._rows import parts_gradient
+
+    members: dict[Any, dict[int, Any]] = {}
+    for grad, var in pairs:
+        found = parts_gradient(grad.values) if isinstance(grad, tf.IndexedSlices) else None
+        if found is not None:
+            members.setdefault(found[0].op, {})[found[1]] = var
+    groups = {}
+    for op, by_part in members.items():
+        count = op.get_attr("N")
+        if sorted(by_part) == list(range(count)) and all(
+                by_part[i].handle is op.inputs[i] for i in range(count)):
+            groups[op] = [by_part[i] for i in range(count)]
+    return groups
+
+
 def native_tf1_adagrad() -> None:
-    """TF1's ``AdagradOptimizer`` updates rows with tfdist's native kernel where ``strategies._native`` allows.
+    """TF1's ``AdagradOptimizer`` updates rows with tfdist's native kernels where ``strategies._native`` allows.
 
     Its ``_resource_apply_sparse`` is wrapped once: inside ``native.kernels_on(tasks)`` (the
     Estimator's between-graph graph, its ps probed), a variable on one of those tasks gets the
     native kernel (TF1's maths, exact ``1 / sqrt`` for TensorFlow's refined approximation);
-    anywhere else, and for subclasses that override it, TensorFlow's own call runs.
+    anywhere else, and for subclasses that override it, TensorFlow's own call runs. When every
+    part read by one ``toolkit._rows.gather_parts`` has its gradient in the same
+    ``apply_gradients`` call (``apply_gradients`` is wrapped to find them), one native op updates
+    them all, with the same maths.
     """
     import tensorflow as tf
 
     from strategies import _native as native
+    from toolkit._rows import parts_gradient
 
     adagrad = tf.compat.v1.train.AdagradOptimizer
     original = adagrad.__dict__["_resource_apply_sparse"]
     if getattr(original, "_tfdist_native", False):
         return
+    original_apply = adagrad.__dict__.get("apply_gradients", tf.compat.v1.train.Optimizer.apply_gradients)
+
+    def apply_gradients(self: Any, grads_and_vars: Any, global_step: Any = None, name: Any = None) -> Any:
+        pairs = list(grads_and_vars)
+        saved = _FUSING.groups, _FUSING.built
+        _FUSING.groups, _FUSING.built = _fusable_groups(pairs), {}
+        try:
+            return original_apply(self, pairs, global_step=global_step, name=name)
+        finally:
+            _FUSING.groups, _FUSING.built = saved
 
     def _resource_apply_sparse(self: Any, grad: Any, var: Any, indices: Any) -> Any:
         if not native.usable_on(var.device):
             return original(self, grad, var, indices)
+        lr = tf.cast(self._learning_rate_tensor, grad.dtype)
+        found = parts_gradient(grad)
+        group = _FUSING.groups.get(found[0].op) if found is not None else None
+        if found is not None and group is not None:
+            op = found[0].op
+            if op not in _FUSING.built:  # the first part's call updates all; the others return that op
+                count = op.get_attr("N")
+                _FUSING.built[op] = native.sparse_apply_adagrad_parts(
+                    [v.handle for v in group], [self.get_slot(v, "accumulator").handle for v in group], lr,
+                    found[0].grad, op.inputs[count], op.inputs[count + 1])
+            return _FUSING.built[op]
         accumulator = self.get_slot(var, "accumulator")
-        return native.sparse_apply_adagrad(var.handle, accumulator.handle,
-                                           tf.cast(self._learning_rate_tensor, grad.dtype),
-                                           _unused_epsilon(var, grad.dtype), grad, indices, use_epsilon=False)
+        return native.sparse_apply_adagrad(var.handle, accumulator.handle, lr, _unused_epsilon(var, grad.dtype),
+                                           grad, indices, use_epsilon=False)
 
     _resource_apply_sparse._tfdist_native = True  # type: ignore[attr-defined]
     adagrad._resource_apply_sparse = _resource_apply_sparse
+    adagrad.apply_gradients = apply_gradients
 
 
 def colocated_global_step_read(graph: Any) -> Any:

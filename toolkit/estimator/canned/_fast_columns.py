@@ -47,8 +47,9 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from strategies import _native as native
 from toolkit._compat.tensorflow import categorical_ids, mark_distinct_rows
-from toolkit._rows import expand_rows, stitch_partitioned
+from toolkit._rows import expand_rows, gather_parts, stitch_partitioned
 
 __all__ = ["categorical_column", "fast_input_layer", "fast_linear_logits", "packable_embedding", "packed_lookup"]
 
@@ -235,16 +236,28 @@ def _split_on(route: _Route, d: int, colocate: Any) -> tuple[list[tf.Tensor], li
     keys = route.keys[d]
     known = _MEMO.of(keys.graph)
     if ("split", keys.ref()) not in known:
-        mine = [g for g, (device, _, _) in enumerate(route.parts) if device == route.devices[d]]
-        local = [mine.index(g) if g in mine else 0 for g in range(len(route.parts))]
+        count = sum(device == route.devices[d] for device, _, _ in route.parts)
+        which, local = _which_on(route, d, colocate)
         with v1.colocate_with(colocate):
-            which = tf.gather(tf.constant(local, tf.int32), keys // route.stride)
-            rows = tf.dynamic_partition(tf.math.floormod(keys, route.stride), which, len(mine))
-            places = tf.dynamic_partition(tf.range(tf.shape(keys)[0]), which, len(mine))
+            rows = tf.dynamic_partition(local, which, count)
+            places = tf.dynamic_partition(tf.range(tf.shape(keys)[0]), which, count)
         known[("split", keys.ref())] = (rows, places)
         for r in rows:
             mark_distinct_rows(r)
     return known[("split", keys.ref())]
+
+
+def _which_on(route: _Route, d: int, colocate: Any) -> tuple[tf.Tensor, tf.Tensor]:
+    """On ``route.devices[d]``: each distinct key's part (numbered among the device's) and row in it."""
+    keys = route.keys[d]
+    known = _MEMO.of(keys.graph)
+    if ("which", keys.ref()) not in known:
+        mine = [g for g, (device, _, _) in enumerate(route.parts) if device == route.devices[d]]
+        local = [mine.index(g) if g in mine else 0 for g in range(len(route.parts))]
+        with v1.colocate_with(colocate):
+            known[("which", keys.ref())] = (tf.gather(tf.constant(local, tf.int32), keys // route.stride),
+                                            tf.math.floormod(keys, route.stride))
+    return known[("which", keys.ref())]
 
 
 _GATHER_GRAD = "TfdistPackedRowsGather"
@@ -261,7 +274,16 @@ def _rows_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.IndexedSlices, None]:
 
 
 def _rows_on(route: _Route, d: int, parts: list[Any]) -> tf.Tensor:
-    """``[distinct keys of the device, width]``: each distinct row of ``parts`` (those of one ps) read once."""
+    """``[distinct keys of the device, width]``: each distinct row of ``parts`` (those of one ps) read once.
+
+    With tfdist's native kernels on that ps, one op reads them all (``toolkit._rows.gather_parts``)
+    and the canned model_fns' TF1 Adagrad updates them all in one op; otherwise each part is read by
+    its own gather and the rows stitched back.
+    """
+    if len(parts) > 1 and native.usable_on(parts[0].device) and parts[0].dtype.base_dtype in (tf.float32, tf.float64):
+        which, local = _which_on(route, d, parts[0])
+        with v1.colocate_with(parts[0]):
+            return gather_parts(parts, which, local)
     rows, places = _split_on(route, d, parts[0])
     with v1.colocate_with(parts[0]), parts[0].graph.gradient_override_map({"ResourceGather": _GATHER_GRAD}):
         gathered = [tf.gather(part, local) for part, local in zip(parts, rows, strict=True)]
