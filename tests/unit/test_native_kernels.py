@@ -218,7 +218,7 @@ def test_parts_gather_and_update_equal_the_single_part_kernels_row_for_row(modul
     parts = [tf.Variable(t) for t in tables]
     accums = [tf.Variable(np.full(t.shape, 0.1, dtype)) for t in tables]
     got = native.gather_parts([p.handle for p in parts], which, rows, dtype)
-    np.testing.assert_array_equal(got.numpy(), np.stack([tables[w][r] for w, r in zip(which, rows)]))
+    np.testing.assert_array_equal(got.numpy(), np.stack([tables[w][r] for w, r in zip(which, rows, strict=True)]))
     for grad in grads:
         native.sparse_apply_adagrad_parts([p.handle for p in parts], [a.handle for a in accums],
                                           tf.constant(0.05, dtype), tf.constant(grad), which, rows)
