@@ -10,7 +10,8 @@ and split on the receiving one. The graph computes the same values in the same
 order; only the number of RPCs changes (a three-layer MLP with Adam: from 16
 per worker and step to 2).
 
-Only what is safe to move is moved: fully defined floating-point tensors, outside
+Only what is safe to move is moved: floating-point tensors of known shapes (or known but for
+their rows: a lookup's rows and their gradient, whose row counts travel in the packed tensor), outside
 TF1 control-flow contexts, whose consumers are part of the step (what the
 ``fetches`` need). A tensor that depends on one of its group's consumers (a read ordered after
 the update) stays out of the group, so no cycle is made, and travels in a later one: an
@@ -95,21 +96,45 @@ def _acyclic(edges: list[Any], children: dict[tf.Operation, list[tf.Operation]])
     return [e for e in edges if e[2].op not in late], [e for e in edges if e[2].op in late]
 
 
+#: the integer type of a packed float type's width: a tensor's row count travels in the packed tensor, bit for bit
+_SIZE_TYPES = {tf.float32: tf.int32, tf.float64: tf.int64}
+
+
 def _movable(tensor: tf.Tensor) -> bool:
-    dtype = tensor.dtype
-    return dtype.is_floating and dtype.base_dtype == dtype and tensor.shape.is_fully_defined()  # no ref tensors
+    """A floating-point tensor (no ref) whose shape is known, or known but for the rows (a lookup's rows)."""
+    dtype, shape = tensor.dtype, tensor.shape
+    if not (dtype.is_floating and dtype.base_dtype == dtype) or shape.rank is None:
+        return False
+    return shape.is_fully_defined() or (dtype in _SIZE_TYPES and shape.rank >= 1 and shape[1:].is_fully_defined())
 
 
 def _pack(graph: tf.Graph, edges: list[tuple[tf.Operation, int, tf.Tensor]], send_on: str, receive_on: str) -> int:
+    """The tensors concatenated flat; the row counts of those with unknown ones appended, bitcast to the type."""
     tensors = list(dict.fromkeys(tensor for _, _, tensor in edges))
     if len(tensors) < 2:
         return 0
+    dynamic = [t for t in tensors if not t.shape.is_fully_defined()]
     with graph.as_default(), v1.control_dependencies(None), v1.name_scope("tfdist_packed"):
         with v1.device(send_on):
-            packed = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
+            flat = [tf.reshape(t, [-1]) for t in tensors]
+            if dynamic:
+                size = _SIZE_TYPES[tensors[0].dtype]
+                rows = tf.stack([tf.shape(t, out_type=size)[0] for t in dynamic])
+                flat.append(tf.bitcast(rows, tensors[0].dtype))
+            packed = tf.concat(flat, 0)
         with v1.device(receive_on):
-            parts = tf.split(packed, [t.shape.num_elements() for t in tensors])
-            received = {t: tf.reshape(part, t.shape) for t, part in zip(tensors, parts, strict=True)}
+            if dynamic:
+                rows = tf.bitcast(packed[-len(dynamic):], size)
+                known = {t: rows[i] for i, t in enumerate(dynamic)}
+                lengths = tf.stack([t.shape.num_elements() if t.shape.is_fully_defined()
+                                    else tf.cast(known[t], tf.int32) * t.shape[1:].num_elements() for t in tensors]
+                                   + [len(dynamic)])
+                parts = tf.split(packed, lengths, num=len(tensors) + 1)[:-1]
+                shapes = [t.shape if t.shape.is_fully_defined() else [-1, *t.shape[1:]] for t in tensors]
+            else:
+                parts = tf.split(packed, [t.shape.num_elements() for t in tensors])
+                shapes = [t.shape for t in tensors]
+            received = {t: tf.reshape(part, shape) for t, part, shape in zip(tensors, parts, shapes, strict=True)}
     for op, index, tensor in edges:
         update_input(op, index, received[tensor])
     logger.debug("packed %d %s tensors from %s to %s", len(tensors), tensors[0].dtype.name, send_on, receive_on)

@@ -154,3 +154,32 @@ def test_the_estimator_builds_the_step_read_beside_the_global_step(tmp_path):
     Estimator(model_fn, model_dir=str(tmp_path)).train(lambda: (tf.zeros([1]), tf.zeros([1])), steps=1,
                                                        hooks=[Probe()])
     assert seen == [[[b"loc:@global_step"], [b"loc:@global_step"]]]
+
+
+def test_rows_of_unknown_count_travel_in_the_packed_tensor_with_their_count(cluster):
+    """A lookup's rows ([?, 4] and [?, 1], float32 and float64) and a weight cross in one tensor per dtype."""
+    spec, target = cluster
+    rng = np.random.RandomState(1)
+    table, weight = rng.randn(50, 4).astype(np.float32), rng.randn(3, 2).astype(np.float32)
+    wide = rng.randn(50, 1)
+    for pack in (False, True):
+        with tf.Graph().as_default() as graph:
+            ids = v1.placeholder(tf.int64, [None])
+            with v1.device(PS):
+                rows, wide_rows = tf.gather(tf.constant(table), ids), tf.gather(tf.constant(wide), ids)
+                w = v1.get_variable("w", initializer=weight).read_value()
+            with v1.device(WORKER):
+                out = [tf.reduce_sum(rows, axis=1), tf.reduce_sum(wide_rows, axis=1), tf.reduce_sum(w)]
+            saved = pack_transfers(graph, out) if pack else 0
+            with v1.Session(target) as session:
+                session.run(v1.global_variables_initializer())
+                metadata = v1.RunMetadata()
+                got = session.run(out, {ids: [3, 7, 7, 49, 0]}, options=v1.RunOptions(output_partition_graphs=True),
+                                  run_metadata=metadata)
+                empty = session.run(out, {ids: []})
+        # the ids to the ps; back: float32 rows and weight in one tensor (packed), float64 rows alone
+        assert (saved, _crossing(metadata)) == ((1, 3) if pack else (0, 4))
+        np.testing.assert_allclose(got[0], table[[3, 7, 7, 49, 0]].sum(axis=1), rtol=1e-6)
+        np.testing.assert_allclose(got[1], wide[[3, 7, 7, 49, 0], 0])
+        np.testing.assert_allclose(got[2], weight.sum(), rtol=1e-6)
+        assert empty[0].shape == (0,) and empty[1].shape == (0,)
