@@ -251,7 +251,7 @@ def test_parts_of_different_widths_are_refused(module):
         native.gather_parts([p.handle for p in parts], np.array([0], np.int32), np.array([0], np.int64), tf.float32)
 
 
-def _packed_steps(tasks, optimizer):
+def _packed_steps(tasks, optimizer, *, use_resource=True):
     """Three steps of a packed embedding lookup (3 columns, tables in 2 parts) on this task: (tables, op types)."""
     from toolkit._compat.tensorflow import distinct_row_updates, native_tf1_adagrad
     from toolkit.estimator.canned._fast_columns import fast_input_layer
@@ -264,7 +264,7 @@ def _packed_steps(tasks, optimizer):
                                    initializer=v1.random_normal_initializer(0, 0.1, seed=i)) for i in range(3)]
     with tf.Graph().as_default() as graph, native.kernels_on(tasks), tf.device(LOCAL):
         ids = {f"C{i}": tf.constant([[1 + i], [7], [3 - i], [7], [-1]], tf.int64) for i in range(3)}
-        with v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(2)):
+        with v1.variable_scope("m", partitioner=v1.fixed_size_partitioner(2), use_resource=use_resource):
             out = fast_input_layer(ids, columns)
         train = optimizer().minimize(tf.reduce_sum(tf.square(out - 1.0)))
         with v1.Session(graph=graph) as session:
@@ -290,3 +290,14 @@ def test_packed_lookups_on_a_probed_task_read_and_update_every_part_in_one_op(mo
         assert "TfdistSparseApplyAdagradParts" not in ours_ops and ours_ops.count("ResourceSparseApplyFtrl") == 6
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+
+
+def test_ref_variables_on_a_probed_task_take_tensorflows_gathers(module):
+    """TF1's ref variables (``use_resource=False``, ``disable_v2_behavior()``) have no handle to pass."""
+    make = lambda: tf.compat.v1.train.AdagradOptimizer(0.1)  # noqa: E731
+    assert native.probe([LOCAL]) == [LOCAL]
+    ours, ours_ops = _packed_steps([LOCAL], make, use_resource=False)
+    theirs, _ = _packed_steps([], make, use_resource=False)
+    assert "TfdistGatherParts" not in ours_ops and "TfdistSparseApplyAdagradParts" not in ours_ops
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -273,14 +273,21 @@ def _rows_gradient(op: Any, grad: tf.Tensor) -> tuple[tf.IndexedSlices, None]:
     return tf.IndexedSlices(grad, op.inputs[1], tf.raw_ops.VariableShape(input=op.inputs[0])), None
 
 
+def _resource(variable: Any) -> bool:
+    """A resource variable (not TF1's ref variable: ``use_resource=False``, ``disable_v2_behavior()``)."""
+    handle = getattr(variable, "handle", None)
+    return isinstance(handle, tf.Tensor) and handle.dtype == tf.resource
+
+
 def _rows_on(route: _Route, d: int, parts: list[Any]) -> tf.Tensor:
     """``[distinct keys of the device, width]``: each distinct row of ``parts`` (those of one ps) read once.
 
     With tfdist's native kernels on that ps, one op reads them all (``toolkit._rows.gather_parts``)
-    and the canned model_fns' TF1 Adagrad updates them all in one op; otherwise each part is read by
-    its own gather and the rows stitched back.
+    and the canned model_fns' TF1 Adagrad updates them all in one op; otherwise (and for ref
+    variables) each part is read by its own gather and the rows stitched back.
     """
-    if len(parts) > 1 and native.usable_on(parts[0].device) and parts[0].dtype.base_dtype in (tf.float32, tf.float64):
+    if (len(parts) > 1 and native.usable_on(parts[0].device) and parts[0].dtype.base_dtype in (tf.float32, tf.float64)
+            and all(_resource(p) for p in parts)):
         which, local = _which_on(route, d, parts[0])
         with v1.colocate_with(parts[0]):
             return gather_parts(parts, which, local)
