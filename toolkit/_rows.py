@@ -15,19 +15,19 @@ stitches some fifty parts' rows on each ps, each step).
 
 ``gather_parts`` reads rows of many parts of tables on one task in one native op, where the task
 has tfdist's kernels; its gradient gives each part its ``IndexedSlices`` (for any optimizer) and
-remembers the whole (``parts_gradient``), so TF1's ``AdagradOptimizer`` updates every part in one
-native op too (``toolkit._compat.tensorflow.native_tf1_adagrad``).
+remembers the whole (``toolkit._compat.tensorflow.parts_gradient``), so TF1's ``AdagradOptimizer``
+updates every part in one native op too (``toolkit._compat.tensorflow.native_tf1_adagrad``).
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import tensorflow as tf
 
 from strategies import _native as native
-from strategies._compat import graph_cache
+from toolkit._compat.tensorflow import PartsGradient, mark_distinct_rows, mark_parts_gradient
 
-__all__ = ["PartsGradient", "expand_rows", "gather_parts", "parts_gradient", "stitch_partitioned"]
+__all__ = ["expand_rows", "gather_parts", "stitch_partitioned"]
 
 _EXPAND_GRAD = "TfdistPackedRowsExpand"
 
@@ -82,41 +82,20 @@ def stitch_partitioned(places: list[tf.Tensor], parts: list[tf.Tensor]) -> tf.Te
         return tf.dynamic_stitch(places, parts)
 
 
-class PartsGradient(NamedTuple):
-    """A ``gather_parts`` op's gradient: the op (its inputs: the parts' handles, ``which``, ``rows``)
-    and the gradient of its output, ``[len(rows), width]``."""
-
-    op: Any
-    grad: tf.Tensor
-
-
 @tf.RegisterGradient("TfdistGatherParts")
 def _parts_gradient(op: Any, grad: Any) -> list[Any]:
     """Each part's ``IndexedSlices``: its rows' gradients at its (distinct) rows, split by ``which``."""
-    from toolkit._compat.tensorflow import mark_distinct_rows
-
     count = op.get_attr("N")
     which, rows = op.inputs[count], op.inputs[count + 1]
     grad = tf.convert_to_tensor(grad)
     values = tf.dynamic_partition(grad, which, count)
     indices = tf.dynamic_partition(rows, which, count)
-    known = graph_cache(op.graph, "parts_gradients")
     slices = []
     for i, (part_values, part_rows) in enumerate(zip(values, indices, strict=True)):
         mark_distinct_rows(part_rows)
-        known[part_values.ref()] = (PartsGradient(op, grad), i)
+        mark_parts_gradient(part_values, PartsGradient(op, grad), i)
         slices.append(tf.IndexedSlices(part_values, part_rows, tf.raw_ops.VariableShape(input=op.inputs[i])))
     return [*slices, None, None]
-
-
-def parts_gradient(values: Any) -> tuple[PartsGradient, int] | None:
-    """``(the whole gradient, which part)`` when ``values`` are a part's rows of a ``gather_parts`` gradient."""
-    if not isinstance(values, tf.Tensor) or tf.executing_eagerly():
-        return None
-    known = graph_cache(values.graph, "parts_gradients")
-    while values.op.type == "Identity" and values.ref() not in known:  # TF gates an op's several gradients
-        values = values.op.inputs[0]
-    return known.get(values.ref())
 
 
 def gather_parts(parts: list[Any], which: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:

@@ -50,7 +50,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical_ids", "colocated_global_step_read",
            "current_control_flow_context",
@@ -59,7 +59,8 @@ __all__ = ["SYNC_HOOK_ATTRIBUTE", "automatic_control_dependencies", "categorical
            "in_control_flow", "is_dense_column", "loss_scaled_by_optimizer",
            "is_feature_column", "missing_symbols",
            "named_variable", "native_tf1_adagrad", "parse_example_spec", "sync_optimizers", "update_input",
-           "distinct_row_updates", "distinct_rows", "mark_distinct_rows"]
+           "distinct_row_updates", "distinct_rows", "mark_distinct_rows", "PartsGradient", "mark_parts_gradient",
+           "parts_gradient"]
 
 SYNC_HOOK_ATTRIBUTE = "_sync_optimizer"
 
@@ -207,6 +208,35 @@ def distinct_rows(indices: Any) -> bool:
     return source is not None and source.ref() in marked and source.shape.rank == 1
 
 
+class PartsGradient(NamedTuple):
+    """A ``toolkit._rows.gather_parts`` op's gradient: the op (its inputs: the parts' handles, ``which``,
+    ``rows``) and the gradient of its output, ``[len(rows), width]``."""
+
+    op: Any
+    grad: Any
+
+
+def mark_parts_gradient(values: Any, whole: PartsGradient, part: int) -> None:
+    """Records that ``values`` are part ``part``'s rows of the gradient ``whole`` (``native_tf1_adagrad`` reads it)."""
+    from strategies._compat import graph_cache
+
+    graph_cache(values.graph, "parts_gradients")[values.ref()] = (whole, part)
+
+
+def parts_gradient(values: Any) -> tuple[PartsGradient, int] | None:
+    """``(the whole gradient, which part)`` when ``values`` are a part's rows of a ``gather_parts`` gradient."""
+    import tensorflow as tf
+
+    if not isinstance(values, tf.Tensor) or tf.executing_eagerly():
+        return None
+    from strategies._compat import graph_cache
+
+    known = graph_cache(values.graph, "parts_gradients")
+    while values.op.type == "Identity" and values.ref() not in known:  # TF gates an op's several gradients
+        values = values.op.inputs[0]
+    return known.get(values.ref())
+
+
 def distinct_row_updates() -> None:
     """TF1 optimizers update rows marked distinct (``mark_distinct_rows``) without summing duplicates first.
 
@@ -266,8 +296,6 @@ def _fusable_groups(pairs: list[tuple[Any, Any]]) -> dict[Any, list[Any]]:
     """The ``gather_parts`` ops every part of which has its own gradient, untouched, among ``pairs``."""
     import tensorflow as tf
 
-    from toolkit._rows import parts_gradient
-
     members: dict[Any, dict[int, Any]] = {}
     for grad, var in pairs:
         found = parts_gradient(grad.values) if isinstance(grad, tf.IndexedSlices) else None
@@ -296,7 +324,6 @@ def native_tf1_adagrad() -> None:
     import tensorflow as tf
 
     from strategies import _native as native
-    from toolkit._rows import parts_gradient
 
     adagrad = tf.compat.v1.train.AdagradOptimizer
     original = adagrad.__dict__["_resource_apply_sparse"]
