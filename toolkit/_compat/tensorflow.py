@@ -190,6 +190,13 @@ def mark_distinct_rows(indices: Any) -> None:
     graph_cache(indices.graph, "distinct_rows")[indices.ref()] = True
 
 
+def _ungated(tensor: Any, marked: dict[Any, Any]) -> Any:
+    """``tensor``, or the marked tensor behind the ``Identity`` ops TF gates an op's several gradients with."""
+    while tensor.op.type == "Identity" and tensor.ref() not in marked:
+        tensor = tensor.op.inputs[0]
+    return tensor
+
+
 def distinct_rows(indices: Any) -> bool:
     """Whether ``indices`` (or the tensor a gather's gradient reshaped into them) were marked distinct."""
     import tensorflow as tf
@@ -199,8 +206,7 @@ def distinct_rows(indices: Any) -> bool:
     from strategies._compat import graph_cache
 
     marked = graph_cache(indices.graph, "distinct_rows")
-    while indices.op.type == "Identity" and indices.ref() not in marked:  # TF's gating of an op's gradients
-        indices = indices.op.inputs[0]
+    indices = _ungated(indices, marked)
     if indices.ref() in marked:
         return True
     # TF's gather gradients give ``reshape(gather.inputs[1], [size])``: the same 1-D ids
@@ -232,9 +238,7 @@ def parts_gradient(values: Any) -> tuple[PartsGradient, int] | None:
     from strategies._compat import graph_cache
 
     known = graph_cache(values.graph, "parts_gradients")
-    while values.op.type == "Identity" and values.ref() not in known:  # TF gates an op's several gradients
-        values = values.op.inputs[0]
-    return known.get(values.ref())
+    return known.get(_ungated(values, known).ref())
 
 
 def distinct_row_updates() -> None:

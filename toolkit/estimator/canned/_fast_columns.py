@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import tensorflow as tf
 
 from strategies import _native as native
+from strategies._compat import graph_cache
 from toolkit._compat.tensorflow import categorical_ids, mark_distinct_rows
 from toolkit._rows import expand_rows, gather_parts, stitch_partitioned
 
@@ -97,24 +97,9 @@ def _single_values(features: Mapping[str, Any], key: str) -> tf.Tensor | None:
     return value
 
 
-class _GraphMemo(threading.local):
-    """Tensors memoised for the graph this thread is building: only its latest graph's.
-
-    Memoised tensors hold their graph, so a cache keyed by graph would keep every graph an
-    Estimator ever built (one per train/evaluate/predict call) alive; this keeps at most one.
-    """
-
-    def __init__(self) -> None:
-        self.graph: tf.Graph | None = None
-        self.items: dict[Any, Any] = {}
-
-    def of(self, graph: tf.Graph) -> dict[Any, Any]:
-        if self.graph is not graph:
-            self.graph, self.items = graph, {}
-        return self.items
-
-
-_MEMO = _GraphMemo()
+def _memo(graph: tf.Graph) -> dict[Any, Any]:
+    """Tensors memoised for ``graph``, kept on the graph itself (they live and die with it)."""
+    return graph_cache(graph, "fast_columns")
 
 
 class _Ids(NamedTuple):
@@ -134,7 +119,7 @@ def _dense_ids(features: Mapping[str, Any], column: Any) -> _Ids | None:
     value = _single_values(features, column.key)
     if value is None:
         return None
-    known = _MEMO.of(value.graph)
+    known = _memo(value.graph)
     key = ("ids", value.ref(), column)
     if key not in known:
         known[key] = _transform(value, column)
@@ -224,7 +209,7 @@ class _Route:
 
 
 def _route(ids: list[_Ids], layout: _Layout) -> _Route:
-    known = _MEMO.of(ids[0].values.graph)
+    known = _memo(ids[0].values.graph)
     key = ("route", tuple((i.values.ref(), i.check) for i in ids), layout)
     if key not in known:
         known[key] = _Route(ids, layout)
@@ -234,7 +219,7 @@ def _route(ids: list[_Ids], layout: _Layout) -> _Route:
 def _split_on(route: _Route, d: int, colocate: Any) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
     """On ``route.devices[d]``: per part of it, its distinct local rows (marked distinct) and their places."""
     keys = route.keys[d]
-    known = _MEMO.of(keys.graph)
+    known = _memo(keys.graph)
     if ("split", keys.ref()) not in known:
         count = sum(device == route.devices[d] for device, _, _ in route.parts)
         which, local = _which_on(route, d, colocate)
@@ -250,7 +235,7 @@ def _split_on(route: _Route, d: int, colocate: Any) -> tuple[list[tf.Tensor], li
 def _which_on(route: _Route, d: int, colocate: Any) -> tuple[tf.Tensor, tf.Tensor]:
     """On ``route.devices[d]``: each distinct key's part (numbered among the device's) and row in it."""
     keys = route.keys[d]
-    known = _MEMO.of(keys.graph)
+    known = _memo(keys.graph)
     if ("which", keys.ref()) not in known:
         mine = [g for g, (device, _, _) in enumerate(route.parts) if device == route.devices[d]]
         local = [mine.index(g) if g in mine else 0 for g in range(len(route.parts))]
