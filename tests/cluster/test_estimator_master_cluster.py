@@ -81,3 +81,24 @@ def test_master_trains_evaluates_every_checkpoint_and_exports(tmp_path, no_orpha
     latest = sorted((model_dir / "export" / "latest").glob("*/saved_model.pb"))
     assert len(final) == 1 and len(latest) >= 2, (final, latest)
     assert sorted(report["exports"]) == sorted(str(p.parent) for p in final + latest)
+
+
+@pytest.mark.cluster
+def test_master_and_parameter_servers_without_workers_train_on_the_master(tmp_path, no_orphans, quiet_tf):
+    """A CMLE CUSTOM config may set parameterServerCount and no workerCount: the master trains alone on the ps.
+
+    The same trainer under ``tfdist launch`` with ``chief=1, workers=0, ps=1``: it trains, evaluates and exports.
+    """
+    from toolkit.launcher import launch
+
+    script = tmp_path / "trainer.py"
+    script.write_text(_SCRIPT)
+    model_dir = tmp_path / "model"
+    result = launch(["python", str(script), str(model_dir)], job_dir=tmp_path / "job", chief=1, workers=0, ps=1,
+                    dialect="cmle", timeout=_TIMEOUT, echo=False)
+    assert sorted(task.name for task in result.tasks) == ["master-0", "ps-0"]
+    text = result.task("master-0").log_path.read_text(errors="replace")
+    assert result.ok, (result.message, text[-3000:])
+    report = json.loads(text.split("RESULT ", 1)[1].splitlines()[0])
+    assert report["result"]["global_step"] >= 60 and report["result"]["accuracy"] > 0.8, report
+    assert len(sorted((model_dir / "export" / "final").glob("*/saved_model.pb"))) == 1

@@ -36,6 +36,13 @@ def test_plan_runs_the_module_from_the_package_parent(tmp_path):
     assert _local_plan.LocalPlan.from_dict(plan.to_dict()) == plan
 
 
+def test_plan_runs_a_master_with_parameter_servers_and_no_workers(tmp_path):
+    # CMLE's CUSTOM tier: workerCount and parameterServerCount are each optional; the master trains (TF1, Estimator)
+    plan, _ = plan_local(_spec(scaleTier="CUSTOM", masterType="standard", parameterServerType="standard",
+                               parameterServerCount=2), cwd=tmp_path)
+    assert plan.counts == {"master": 1, "ps": 2}
+
+
 def test_plan_without_job_dir_passes_none_like_cmle(tmp_path):
     plan, _ = plan_local(_spec(), cwd=tmp_path)
     assert "--job-dir" not in plan.argv and plan.cwd == str(tmp_path)

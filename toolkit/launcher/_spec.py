@@ -211,9 +211,6 @@ class LaunchSpec:
                 "`chief` is 0 with `dialect='cmle'`: a Cloud ML Engine job always runs a master (master-0), which "
                 "CMLE scripts look for. Pass chief=1 (the default for cmle), or `dialect='tfjob'` (or 'tf') for "
                 "a layout without a chief, where worker 0 is the chief.", field="chief")
-        if self.ps and not self.workers:
-            raise LaunchError(f"`workers` is 0 with ps={self.ps}: the ps would serve nobody. Pass workers=1.",
-                field="workers")
         if self.max_log_bytes is not None:
             _count("max_log_bytes", self.max_log_bytes)
         _count("log_backups", self.log_backups)

@@ -111,10 +111,6 @@ def plan_local(spec: JobSpec, *, cwd: Path, python: str = sys.executable,
             problems.append(Problem("error", "trainingInput.jobDir", f"received {ti.job_dir!r}; the local "
                                     "backend writes to this machine's disk. Set jobDir to a local path."))
         args += ["--job-dir", str((cwd / ti.job_dir).resolve())]
-    if ti.parameter_server.count and not ti.worker.count:
-        problems.append(Problem("error", "trainingInput.workerCount", f"is 0 but parameterServerCount is "
-                                f"{ti.parameter_server.count}: the parameter servers would serve nobody (TF2's "
-                                "coordinator does not compute). Set workerCount to 1 or more."))
     if problems:
         raise JobSpecError(problems)
     assert ti.python_module is not None  # refused above
