@@ -105,6 +105,30 @@ class TaskSampler:
         b = self.by_task[min(bisect.bisect_left(self.times, end), len(self.times) - 1)]
         return {name: b[name] - a.get(name, 0.0) for name in sorted(b)}
 
+    def busy_since(self, name: str, until: float, *, cores: float = 0.25, span: float = 2.0) -> float | None:
+        """When task ``name``'s last busy stretch before ``until`` began: its training, after any idle wait.
+
+        Busy means at least ``cores`` of a core over each ``span`` seconds. A training task that waited
+        (TF1's SessionManager polls a non-chief every 30 s until the chief has initialised the model)
+        shows its start-up, the idle wait, then training to the end. None if it was not busy at ``until``.
+        """
+        end = min(bisect.bisect_right(self.times, until), len(self.times)) - 1
+
+        def busy(i: int) -> bool:
+            j = bisect.bisect_left(self.times, self.times[i] + span)
+            if j >= len(self.times):
+                return True  # the last span: judged by the stretch it ends
+            used = self.by_task[j].get(name, 0.0) - self.by_task[i].get(name, 0.0)
+            return used >= cores * (self.times[j] - self.times[i])
+
+        back = next((i for i in range(end, -1, -1) if bisect.bisect_left(self.times, self.times[i] + span) <= end),
+                    None)
+        if back is None or name not in self.by_task[end] or not busy(back):
+            return None
+        while back > 0 and busy(back - 1):
+            back -= 1
+        return self.times[back]
+
     def peak_rss_mib(self) -> dict[str, float]:
         """Each task's peak RSS in MiB (a name seen on several processes: the largest)."""
         peaks: dict[str, float] = {}
