@@ -119,10 +119,11 @@ def _run_peer(path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _stagger(sampler: TaskSampler, trainers: tuple[str, ...], end: float) -> float | None:
-    """Seconds between the first and the last training task beginning to train (None if not read).
+    """How much later the last training task's final busy stretch began than the first's (None if not read).
 
-    The peer's second worker usually trains only after TF1's SessionManager has polled it ready, 30 s
-    after its first try: until then one worker trains alone, with no stale gradients.
+    A task busy from its start-up to the end of training has one stretch. The peer's second worker
+    usually trains only after TF1's SessionManager has polled it ready, 30 s after its first try: its
+    start-up, an idle wait, then training. Until then one worker trains alone, with no stale gradients.
     """
     began = [sampler.busy_since(name, end) for name in trainers]
     return None if None in began else max(began) - min(began)  # type: ignore[type-var,operator]
@@ -192,9 +193,11 @@ def _report(results: dict[str, dict[str, Any] | None]) -> list[str]:
                      f"{row['logloss']:8.4f} {row['base_logloss']:7.3f} {row['examples']:9d} "
                      f"{_fmt(row['cpu_per_1k'], '8.3f')} {_fmt(cpu, '7.2f') + 'x':>8s} "
                      f"{_fmt(row.get('joined_s'), '5.1f') + 's':>6s}  {rss}")
-    lines += ["", "2nd in: seconds between the first and the second training task starting to train. The peer's second",
-              "worker usually waits out TF1's 30 s readiness poll, so one worker trains alone (no stale gradients)",
-              "for about its first half: at equal examples that lowers its log loss (benchmarks/RESULTS.md)."]
+    lines += ["", "2nd in: how much later the second training task was busy for good than the first",
+              "(start-ups included; a task waiting to train is idle). The peer's second worker usually",
+              "waits out TF1's 30 s readiness poll, so one worker trains alone (no stale gradients) for",
+              "about the first half of its steps: at equal examples that lowers its log loss",
+              "(benchmarks/RESULTS.md)."]
     if peer:
         lines += ["", "targets (ratios against the peer, this run):"]
         for name, target in SPEED_TARGETS.items():
