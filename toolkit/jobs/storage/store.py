@@ -188,8 +188,8 @@ class JobStore:
     def transition(self, name: str, new: JobState | str, *, message: str | None = None,
                    error: str | None = None, exit_code: int | None = None) -> JobRecord:
         """Moves the job to ``new`` atomically; raises JobStateError if that is not allowed now."""
-        now = time.time()
         with self._write() as conn:
+            now = time.time()  # under the lock: transitions racing for it are recorded in the order they won it
             row = conn.execute("SELECT state FROM jobs WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise JobNotFoundError(f"no job named {name!r} in {self.path}.")
