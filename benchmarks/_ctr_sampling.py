@@ -112,12 +112,10 @@ class TaskSampler:
         (TF1's SessionManager polls a non-chief every 30 s until the chief has initialised the model)
         shows its start-up, the idle wait, then training to the end. None if it was not busy at ``until``.
         """
-        end = min(bisect.bisect_right(self.times, until), len(self.times)) - 1
+        end = bisect.bisect_right(self.times, until) - 1
 
-        def busy(i: int) -> bool:
+        def busy(i: int) -> bool:  # only for samples whose span ends by ``end``
             j = bisect.bisect_left(self.times, self.times[i] + span)
-            if j >= len(self.times):
-                return True  # the last span: judged by the stretch it ends
             used = self.by_task[j].get(name, 0.0) - self.by_task[i].get(name, 0.0)
             return used >= cores * (self.times[j] - self.times[i])
 

@@ -126,7 +126,8 @@ def _stagger(sampler: TaskSampler, trainers: tuple[str, ...], end: float) -> flo
     start-up, an idle wait, then training. Until then one worker trains alone, with no stale gradients.
     """
     began = [sampler.busy_since(name, end) for name in trainers]
-    return None if None in began else max(began) - min(began)  # type: ignore[type-var,operator]
+    known = [when for when in began if when is not None]
+    return max(known) - min(known) if len(known) == len(began) else None
 
 
 def _window(marks: list[list[float]]) -> tuple[float, float, int]:
