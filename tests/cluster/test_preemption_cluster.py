@@ -4,7 +4,8 @@ The job (``_scripts/preempt_fit.py``, digits under ``toolkit.fit``, one step
 per execution, checkpoints only at epoch ends every 50 steps) has its chief
 send SIGTERM to a task at a chosen step and note that step. Each test asserts
 on the artifacts: a checkpoint off the epoch schedule at the signalled step
-plus at most the steps in flight, the restored step in the restarted run's log,
+plus at most the steps in flight (for a preempted server, counted from the
+check that took its notice, which must cross the cluster within 5 s), the restored step in the restarted run's log,
 the final checkpoint exactly at the last step, and a launch that counted
 preemptions and no failure (``max_restarts=0``: any failure would end the job).
 """
@@ -21,6 +22,8 @@ _IN_FLIGHT = 10  # a chunk of 5 steps
 #: MultiWorkerMirrored, one step per execution: the execution running when the signal lands, and the next, which
 #: carries the signalled worker's vote to every worker
 _MWMS_IN_FLIGHT = 2
+#: a preempted server's notice reaches the chief within this many seconds of its signal
+_NOTICE_SECONDS = 5.0
 
 
 def _run(tmp_path, preempt, *, keras=False, **shape):
@@ -47,6 +50,20 @@ def _preempted_at(log: str, pattern: str) -> int:
     return int(found[0])
 
 
+def _notice(log: str, server: str, prefix: str) -> tuple[float, int, int]:
+    """A server's notice in the chief's log: how long it took to arrive, the step it was taken after, the checkpoint.
+
+    The notice crosses the cluster while the chief trains on, so how many steps pass before it arrives depends
+    on the machine's load; its travel time is asserted instead, well inside the 25 s grace.
+    """
+    found = re.findall(prefix + r" \(" + server + r"'s notice, signalled ([\d.]+) s ago, taken after step (\d+)\): "
+                       r"checkpoint at step (\d+) written", log)
+    assert len(found) == 1, log[-3000:]
+    age, taken, at = float(found[0][0]), int(found[0][1]), int(found[0][2])
+    assert age < _NOTICE_SECONDS, log[-3000:]
+    return age, taken, at
+
+
 def _check_end(result, tmp_path, *, preemptions: int) -> None:
     assert result.ok, result.message
     assert (result.preemptions, result.failures) == (preemptions, 0)
@@ -59,9 +76,10 @@ def test_parameter_servers_a_preempted_worker_and_then_the_chief(tmp_path, quiet
     result = _run(tmp_path, ["worker-0@30", "chief@80"], workers=2, ps=1)
     signals = dict(_signals(tmp_path))
     chief, worker = (result.task(n).log_path.read_text() for n in ("chief-0", "worker-0"))
-    # the worker's notice: the chief checkpoints off schedule and trains on without it
-    at_worker = _preempted_at(chief, r"worker-0 preempted: checkpoint at step (\d+) written")
-    assert signals["worker-0"] <= at_worker <= signals["worker-0"] + _IN_FLIGHT and at_worker % 50
+    # the worker's notice: the chief checkpoints off schedule, after the steps in flight when it took the
+    # notice, and trains on without it
+    _, taken, at_worker = _notice(chief, "worker-0", r"worker-0 preempted")
+    assert signals["worker-0"] <= at_worker <= taken + _IN_FLIGHT and at_worker % 50
     # the worker told the chief through the cluster, served on, and left on the chief's goodbye after that checkpoint
     preempted = worker.split("SIGTERM: worker-0 was preempted; it tells the chief and serves until the chief has "
                              "checkpointed")
@@ -103,8 +121,8 @@ def test_keras_model_fit_chief_preempted_under_parameter_servers_resumes_from_it
     # the restarted run's ps (run_role() in the script) is signalled: it tells the chief and serves on; the
     # chief checkpoints after the steps in flight and says goodbye with 143; the cluster resumes from there
     ps = result.task("ps-0").log_path.read_text()
-    at_ps = _preempted_at(chief, r"preempted \(another task's preemption\): checkpoint at step (\d+) written")
-    assert signals["ps-0"] <= at_ps <= signals["ps-0"] + 2 * _IN_FLIGHT and at_ps % 50
+    _, taken, at_ps = _notice(chief, "ps-0", r"preempted")
+    assert signals["ps-0"] <= at_ps <= taken + 2 * _IN_FLIGHT and at_ps % 50
     assert "ps-0 was preempted; it tells the chief and serves until the chief has checkpointed" in ps
     assert f"restored the backup {tmp_path / 'model'}/ckpt-{at_ps} at global step {at_ps}" in chief
     # the chief's goodbyes with 143 reach the ps: after the chief's own checkpoint, and after the ps's

@@ -68,29 +68,34 @@ class LoopPreemption:
         before, self.last_step = self.last_step, step
         if self.watch.requested and self.signal_step is None:
             self.signal_step = step if before is None else before
+        notices: dict[str, float | None] = {}
         if self.runner.single_controller:
             stop = self.watch.requested
             notices = self._notices()
             stop = stop or any(task.startswith("ps-") for task in notices)
             if not stop and notices:
                 seconds = self._save(step)
-                logger.warning("%s preempted: %s; training goes on without it until it is restarted",
-                               ", ".join(notices), _saved(step, seconds))
-                self._release(notices)
+                logger.warning("%s preempted (%s): %s; training goes on without it until it is restarted",
+                               ", ".join(notices), _notice_age(notices, before), _saved(step, seconds))
+                self._release(list(notices))
                 return
         else:
             stop = self.runner.agree(self.watch.requested) if before is None else self.runner.flagged()
         if stop:
-            self._stop(step)
+            self._stop(step, notices, before)
 
-    def _notices(self) -> list[str]:
-        """The preempted servers whose notices arrived since the last check (``ps-0``), each taken once."""
+    def _notices(self) -> dict[str, float | None]:
+        """The preempted servers whose notices arrived since the last check (``ps-0``), each taken once.
+
+        Each maps to how many seconds ago its server was signalled (None when the notice carries no time).
+        """
         if self.cluster is None:
-            return []
+            return {}
         from strategies._server_preemption import notice_paths
         from strategies._signals import take_signal
 
-        return [task for task, path in notice_paths(self.cluster).items() if take_signal(path) is not None]
+        taken = {task: take_signal(path) for task, path in notice_paths(self.cluster).items()}
+        return {task: _age(text) for task, text in taken.items() if text is not None}
 
     def _release(self, workers: Sequence[str]) -> None:
         """After the checkpoint: the preempted workers may leave (a goodbye with ``EXIT_PREEMPTED``)."""
@@ -108,13 +113,17 @@ class LoopPreemption:
         wrote = [hook.save_now(step) for hook in self.checkpoints]
         return time.monotonic() - start if any(wrote) else None
 
-    def _stop(self, step: int) -> None:
+    def _stop(self, step: int, notices: dict[str, float | None], before: int | None) -> None:
         seconds = self._save(step)
         for hook in self.checkpoints:
             hook.discard_scratch()
-        who = (f"{self.watch.signal_name()} {self.watch.seconds_since():.1f} s ago" if self.watch.requested
-               else "another task's preemption")
-        since = "" if self.signal_step is None else f", after step {self.signal_step}"
+        if self.watch.requested:
+            who = f"{self.watch.signal_name()} {self.watch.seconds_since():.1f} s ago"
+            since = "" if self.signal_step is None else f", after step {self.signal_step}"
+        elif notices:  # a ps's notice (a parameter-server chief)
+            who, since = _notice_age(notices, before), ""
+        else:  # another worker's vote (MultiWorkerMirrored)
+            who, since = "another task's preemption", ""
         where = _saved(step, seconds) if self.checkpoints else \
             f"no checkpoint configured: the job resumes from its last one (step {step} not saved)"
         logger.warning("preempted (%s%s): %s; exiting with %d", who, since, where, EXIT_PREEMPTED)
@@ -140,3 +149,17 @@ def _saved(step: int, seconds: float | None) -> str:
         return f"step {step} is checkpointed already (or the job started there)"
     return f"checkpoint at step {step} written in {seconds:.2f} s"
 
+
+def _age(text: str) -> float | None:
+    """Seconds since the wall time a server's notice carries (``strategies._server_preemption``), else None."""
+    try:
+        return max(time.time() - float(text), 0.0)
+    except ValueError:
+        return None
+
+
+def _notice_age(notices: dict[str, float | None], before: int | None) -> str:
+    """``worker-0's notice, signalled 0.4 s ago, taken after step 30``: for the log, and the tests that read it."""
+    ages = [f"{task}'s notice, signalled {age:.1f} s ago" if age is not None else f"{task}'s notice"
+            for task, age in notices.items()]
+    return ", ".join(ages) + ("" if before is None else f", taken after step {before}")
