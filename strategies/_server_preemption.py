@@ -28,7 +28,8 @@ from typing import NoReturn
 
 from strategies._serve_options import ServeOptions
 
-__all__ = ["EXIT_MARGIN", "EXIT_PREEMPTED", "arm", "exit_now", "notice_kind", "notice_paths", "stopped_by_launcher"]
+__all__ = ["EXIT_MARGIN", "EXIT_PREEMPTED", "arm", "exit_now", "notice_age", "notice_kind", "notice_paths",
+           "stopped_by_launcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,14 @@ def notice_paths(cluster: Mapping[str, Sequence[str]], jobs: Sequence[str] = ("p
     chief = chief_of(cluster)
     return {f"{job}-{index}": signal_path(cluster, *chief, notice_kind(job, index))
             for job in jobs for index in range(len(cluster.get(job, ())))}
+
+
+def notice_age(text: str) -> float | None:
+    """Seconds since the server was signalled, from its notice's text (the wall time it sends); None if unreadable."""
+    try:
+        return max(time.time() - float(text), 0.0)
+    except ValueError:
+        return None
 
 
 def stopped_by_launcher() -> bool:

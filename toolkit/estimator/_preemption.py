@@ -62,25 +62,30 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
     def begin(self) -> None:
         self._step = tf.compat.v1.train.get_global_step()
 
-    def _ps_notices(self) -> list[str]:
+    def _ps_notices(self) -> dict[str, float | None]:
+        """The preempted ps whose notices arrived, each with the seconds since its signal (None: not known)."""
         if not self._notices or time.monotonic() < self._next_look:
-            return []
+            return {}
+        from strategies._server_preemption import notice_age
         from strategies._signals import take_signal
 
         self._next_look = time.monotonic() + _NOTICE_POLL
-        return [task for task, path in self._notices.items() if take_signal(path) is not None]
+        taken = {task: take_signal(path) for task, path in self._notices.items()}
+        return {task: notice_age(text) for task, text in taken.items() if text is not None}
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         if self._stopping:
             return
         w = watcher()
-        servers = [] if w.requested else self._ps_notices()
+        servers = {} if w.requested else self._ps_notices()
         if w.requested or servers:
             self._stopping = True
-            w.stopped_for = servers
+            w.stopped_for = list(servers)
             step = run_context.session.run(self._step) if self._step is not None else None
             cause = (f"the step in flight when {w.signal_name()} came ({w.seconds_since():.1f} s ago)"
-                     if w.requested else f"{', '.join(servers)} was preempted")
+                     if w.requested else ", ".join(
+                         f"{task} was preempted" + ("" if age is None else f" (signalled {age:.1f} s ago)")
+                         for task, age in servers.items()))
             logger.warning("%s: stopping at global step %s, %s", w.task, step, cause)
             run_context.request_stop()
 

@@ -91,11 +91,11 @@ class LoopPreemption:
         """
         if self.cluster is None:
             return {}
-        from strategies._server_preemption import notice_paths
+        from strategies._server_preemption import notice_age, notice_paths
         from strategies._signals import take_signal
 
         taken = {task: take_signal(path) for task, path in notice_paths(self.cluster).items()}
-        return {task: _age(text) for task, text in taken.items() if text is not None}
+        return {task: notice_age(text) for task, text in taken.items() if text is not None}
 
     def _release(self, workers: Sequence[str]) -> None:
         """After the checkpoint: the preempted workers may leave (a goodbye with ``EXIT_PREEMPTED``)."""
@@ -148,14 +148,6 @@ def _saved(step: int, seconds: float | None) -> str:
     if seconds is None:
         return f"step {step} is checkpointed already (or the job started there)"
     return f"checkpoint at step {step} written in {seconds:.2f} s"
-
-
-def _age(text: str) -> float | None:
-    """Seconds since the wall time a server's notice carries (``strategies._server_preemption``), else None."""
-    try:
-        return max(time.time() - float(text), 0.0)
-    except ValueError:
-        return None
 
 
 def _notice_age(notices: dict[str, float | None], before: int | None) -> str:
