@@ -96,3 +96,61 @@ def test_sync_replicas_model_fn_aggregates_two_contributions_per_step(tmp_path, 
     # step, 60 in all); contributions that arrive for a step already taken are dropped as stale, so the
     # sum is at least 120, more on a loaded machine
     assert sum(local) >= 120 and min(local) > 0, local
+
+
+_DELAYED_WORKER_SCRIPT = '''
+import logging
+import sys
+import time
+import numpy as np
+import toolkit.compat.v1 as tf
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+def model_fn(features, labels, mode):
+    loss = tf.losses.sparse_softmax_cross_entropy(labels, tf.layers.dense(features, 2))
+    train_op = tf.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=tf.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def input_fn():
+    return tf.data.Dataset.from_tensor_slices((np.zeros((8, 4), "float32"), np.zeros(8, "int64"))).repeat().batch(4)
+
+
+# the job's training is over already (a checkpoint at max_steps, written without TF_CONFIG)...
+tf.estimator.Estimator(model_fn, config=tf.estimator.RunConfig(model_dir=sys.argv[1], tf_config={})).train(
+    input_fn, max_steps=3)
+# ...when worker-0 of the cluster in TF_CONFIG starts, late, with TF's start schedule
+estimator = tf.estimator.Estimator(model_fn, config=tf.estimator.RunConfig(
+    model_dir=sys.argv[1], experimental_max_worker_delay_secs=2))
+start = time.monotonic()
+tf.estimator.train_and_evaluate(estimator, tf.estimator.TrainSpec(input_fn, max_steps=3),
+                                tf.estimator.EvalSpec(input_fn, steps=1))
+print(f"worker-0 returned after {time.monotonic() - start:.1f} s", flush=True)
+'''
+
+
+@pytest.mark.cluster
+def test_a_worker_waits_with_its_server_up_when_asked_and_a_late_one_reports_done(tmp_path, no_orphans,
+                                                                                 hand_cluster, quiet_tf):
+    import time
+
+    from strategies._net import is_listening
+
+    script = tmp_path / "delayed_worker.py"
+    script.write_text(_DELAYED_WORKER_SCRIPT)
+    worker = next(cfg for cfg in generate(chief=1, workers=1, ps=1) if cfg.task_type == "worker")
+    hand_cluster.start("worker-0", [str(script), str(tmp_path / "model")], worker.to_json())
+    address, listened, deadline = worker.cluster["worker"][0], False, time.monotonic() + 60
+    while not listened and time.monotonic() < deadline and "worker-0 returned" not in hand_cluster.log("worker-0"):
+        listened = is_listening(address, timeout=0.2)  # its server is up while it waits: no task waits on it
+        time.sleep(0.1)
+    (code, _), = hand_cluster.wait(_TIMEOUT).values()
+    log = hand_cluster.log("worker-0")
+    assert code == 0 and listened, log[-3000:]
+    # TF's schedule, min(experimental_max_worker_delay_secs, (index + 1) * 5) seconds; then the checkpoint is at
+    # max_steps already, so it trains nothing and tells the chief it is done (the chief is gone here: skipped)
+    assert "Waiting 2 secs before starting training." in log and "skipping training" in log, log[-3000:]
+    assert "chief-0 is already gone; no done-worker-0 signal for it" in log, log[-3000:]
+    assert float(re.search(r"worker-0 returned after ([\d.]+) s", log).group(1)) >= 2.0

@@ -266,3 +266,21 @@ def test_device_fn_takes_one_argument_named_op_as_in_tf(device_fn):
     with pytest.raises(RunConfigError, match='device_fn must be callable with exactly one argument "op"'):
         RunConfig(device_fn=device_fn)
     assert RunConfig(device_fn=lambda op: "/cpu:0").device_fn is not None
+
+
+_CAP = "experimental_max_worker_delay_secs"
+
+
+@pytest.mark.parametrize(("task_type", "index", "kwargs", "seconds"), [
+    ("worker", 0, {_CAP: 60}, 5), ("worker", 1, {_CAP: 60}, 10), ("worker", 30, {_CAP: 60}, 60),  # (i + 1) * 5, capped
+    ("worker", 1, {_CAP: 7}, 7), ("worker", 1, {_CAP: 0}, 0),
+    ("worker", 1, {}, 0),  # not asked for: workers start at once
+    *[(task_type, 0, {_CAP: 60}, 0) for task_type in ("chief", "master", "evaluator", "ps")],
+])
+def test_train_and_evaluate_delays_each_worker_as_tf_estimator_did_when_asked(task_type, index, kwargs, seconds):
+    from toolkit.estimator.training import worker_start_delay
+
+    cluster = {"chief": ["h:1"], "worker": [f"h:{100 + i}" for i in range(31)], "ps": ["h:4"]}
+    if task_type == "master":
+        cluster = {"master": cluster.pop("chief"), **cluster}
+    assert worker_start_delay(_config(task_type, index, cluster, **kwargs)) == seconds

@@ -214,6 +214,8 @@ class Estimator:
                                  "None). Set one of them.", field="saving_listeners")
         if max_steps is not None and self._global_step_now() >= max_steps:
             logger.info("skipping training: the checkpoint is already at max_steps=%d", max_steps)
+            if not self._config.is_local and self._config.num_ps_replicas and not self._config.is_chief:
+                _session.worker_done(self._config)  # the chief need not wait for this worker (say, a late one)
             return self
         if self._config.__dict__.get("_strategy_kinds", {}).get("train_distribute") in ("in_graph", "collective"):
             from toolkit.estimator._distributed import train_distributed

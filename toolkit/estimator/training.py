@@ -12,7 +12,13 @@ The role comes from TF_CONFIG (through ``RunConfig``), as in ``tf.estimator``:
 * ``master`` (CMLE's chief): train as the chief, and evaluate each new
   checkpoint (at most one per ``throttle_secs``) and run the exporters, the
   final export included, as tf.estimator's ``run_master``;
-* ``worker``: train its own graph against the ps, then return;
+* ``worker``: train its own graph against the ps, then return. Given
+  ``RunConfig(experimental_max_worker_delay_secs=N)``, worker i first waits
+  ``min(N, (i + 1) * 5)`` seconds with its server up, tf.estimator's start
+  schedule (asynchronous training then starts from the chief's first steps,
+  not from every worker's stale gradients at once). Without it a worker
+  starts at once, as soon as the chief has initialised: tf.estimator's
+  default (N = 60) left the workers of a short job idle;
 * ``evaluator``: evaluate each new checkpoint in ``model_dir`` (at most one
   per ``throttle_secs``, the final one always), run the exporters, stop once
   a checkpoint reaches ``max_steps``.
@@ -33,6 +39,8 @@ __all__ = ["ROLES", "train_and_evaluate"]
 logger = logging.getLogger(__name__)
 
 _PATIENCE_SECS = 600.0
+#: tf.estimator's start delay of worker i: (i + 1) * _DELAY_SECS_PER_WORKER, at most experimental_max_worker_delay_secs
+_DELAY_SECS_PER_WORKER = 5
 
 
 def _export_all(estimator: Any, eval_spec: EvalSpec, path: str, result: Mapping[str, Any], final: bool) -> list[str]:
@@ -117,7 +125,29 @@ def _run_master(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> t
     return listener.eval_result, listener.export_results
 
 
+def worker_start_delay(config: Any) -> int:
+    """Seconds a ``worker`` task waits before training under ``train_and_evaluate`` (see the module docstring).
+
+    tf.estimator's schedule, ``min(experimental_max_worker_delay_secs, (index + 1) * 5)``, when the RunConfig sets
+    that cap; 0 without it, and on every other task.
+    """
+    cap = config.experimental_max_worker_delay_secs
+    if cap is None or config.task_type != "worker" or config.is_chief:
+        return 0
+    return max(min(int(cap), (config.task_id + 1) * _DELAY_SECS_PER_WORKER), 0)
+
+
 def _run_worker(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> tuple[Any, list[str]]:
+    config = estimator.config
+    delay = worker_start_delay(config)
+    if delay:
+        kind = config.__dict__.get("_strategy_kinds", {}).get("train_distribute")
+        if config.num_ps_replicas and kind not in ("in_graph", "collective"):  # between-graph: its server first,
+            from toolkit.estimator._session import server_target  # as tf.estimator did, so none waits on it
+
+            server_target(config)
+        logger.info("Waiting %d secs before starting training.", delay)
+        time.sleep(delay)
     _train(estimator, train_spec)
     return None, []
 
