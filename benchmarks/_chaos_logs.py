@@ -8,9 +8,11 @@ from _chaos_scenarios import RunResult
 
 __all__ = ["check_preemption"]
 
-_STOPPED_AT = re.compile(r"preempted \([^)]*\): "
-                         r"(?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
-_GOES_ON = re.compile(r"preempted: (?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)")
+# the chief's "preempted (<why>): checkpoint at step N written in S s; exiting with 143", and its
+# "worker-0 preempted (<its notice>): checkpoint at step N written in S s; training goes on without it ..."
+_SAVED = r"preempted \([^)]*\): (?:checkpoint at step (\d+) written|step (\d+) is checkpointed already)[^\n]*"
+_STOPPED_AT = re.compile(_SAVED + "; exiting with")
+_GOES_ON = re.compile(_SAVED + "; training goes on without it")
 # the Estimator's chief: "preempted (<why>): chief-0 stopped after the step in flight; newest checkpoint <path>"
 _STOPPED_GRAPH = re.compile(r"preempted \([^)]*\): \S+ stopped after the step in flight; "
                             r"newest checkpoint \S*ckpt-(\d+)")
