@@ -14,7 +14,7 @@ The role comes from TF_CONFIG (through ``RunConfig``), as in ``tf.estimator``:
   final export included, as tf.estimator's ``run_master``;
 * ``worker``: train its own graph against the ps, then return. Given
   ``RunConfig(experimental_max_worker_delay_secs=N)``, worker i first waits
-  ``min(N, (i + 1) * 5)`` seconds with its server up, tf.estimator's start
+  ``min(N, (i + 1) * 5)`` seconds (between-graph, with its server up), tf.estimator's start
   schedule (asynchronous training then starts from the chief's first steps,
   not from every worker's stale gradients at once). Without it a worker
   starts at once, as soon as the chief has initialised: tf.estimator's
