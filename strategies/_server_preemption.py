@@ -28,8 +28,8 @@ from typing import NoReturn
 
 from strategies._serve_options import ServeOptions
 
-__all__ = ["EXIT_MARGIN", "EXIT_PREEMPTED", "arm", "exit_now", "notice_age", "notice_kind", "notice_paths",
-           "stopped_by_launcher"]
+__all__ = ["EXIT_MARGIN", "EXIT_PREEMPTED", "arm", "exit_now", "notice_kind", "notice_paths", "stopped_by_launcher",
+           "take_notices"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +55,19 @@ def notice_paths(cluster: Mapping[str, Sequence[str]], jobs: Sequence[str] = ("p
             for job in jobs for index in range(len(cluster.get(job, ())))}
 
 
-def notice_age(text: str) -> float | None:
-    """Seconds since the server was signalled, from its notice's text (the wall time it sends); None if unreadable."""
+def take_notices(paths: Mapping[str, str]) -> dict[str, float | None]:
+    """The notices that arrived at ``paths`` (by task name, as ``notice_paths`` gives), each taken once.
+
+    Each maps to the seconds since its server was signalled, read from the wall time the notice carries
+    (None when it carries none that reads).
+    """
+    from strategies._signals import take_signal
+
+    taken = {task: take_signal(path) for task, path in paths.items()}
+    return {task: _age(text) for task, text in taken.items() if text is not None}
+
+
+def _age(text: str) -> float | None:
     try:
         return max(time.time() - float(text), 0.0)
     except ValueError:

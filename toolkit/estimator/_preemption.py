@@ -66,12 +66,10 @@ class PreemptionHook(tf.compat.v1.train.SessionRunHook):
         """The preempted ps whose notices arrived, each with the seconds since its signal (None: not known)."""
         if not self._notices or time.monotonic() < self._next_look:
             return {}
-        from strategies._server_preemption import notice_age
-        from strategies._signals import take_signal
+        from strategies._server_preemption import take_notices
 
         self._next_look = time.monotonic() + _NOTICE_POLL
-        taken = {task: take_signal(path) for task, path in self._notices.items()}
-        return {task: notice_age(text) for task, text in taken.items() if text is not None}
+        return take_notices(self._notices)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         if self._stopping:

@@ -212,9 +212,10 @@ class Estimator:
             raise EstimatorError("There should be a CheckpointSaverHook to use saving_listeners: this RunConfig "
                                  "saves no checkpoints (save_checkpoints_steps and save_checkpoints_secs are "
                                  "None). Set one of them.", field="saving_listeners")
+        distributed = not self._config.is_local and self._config.num_ps_replicas > 0
         if max_steps is not None and self._global_step_now() >= max_steps:
             logger.info("skipping training: the checkpoint is already at max_steps=%d", max_steps)
-            if not self._config.is_local and self._config.num_ps_replicas and not self._config.is_chief:
+            if distributed and not self._config.is_chief:
                 _session.worker_done(self._config)  # the chief need not wait for this worker (say, a late one)
             return self
         if self._config.__dict__.get("_strategy_kinds", {}).get("train_distribute") in ("in_graph", "collective"):
@@ -223,7 +224,6 @@ class Estimator:
             train_distributed(self, input_fn, hooks, steps, max_steps, saving_listeners)
             return self
         target = _session.server_target(self._config)
-        distributed = not self._config.is_local and self._config.num_ps_replicas > 0
         if not self._config.is_local and not distributed:
             logger.warning("TF_CONFIG has no ps tasks: between-graph replication keeps the shared variables on "
                            "the ps, so each task trains its own copy, as in TF1. Add a ps job to share them.")

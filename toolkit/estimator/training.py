@@ -141,9 +141,11 @@ def _run_worker(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> t
     config = estimator.config
     delay = worker_start_delay(config)
     if delay:
-        kind = config.__dict__.get("_strategy_kinds", {}).get("train_distribute")
-        if config.num_ps_replicas and kind not in ("in_graph", "collective"):  # between-graph: its server first,
-            from toolkit.estimator._session import server_target  # as tf.estimator did, so none waits on it
+        from toolkit.estimator._distributed import strategy_of
+
+        if config.num_ps_replicas and strategy_of(config, "train_distribute")[1] not in ("in_graph", "collective"):
+            # between-graph: its server first, as tf.estimator did, so none waits on it
+            from toolkit.estimator._session import server_target
 
             server_target(config)
         logger.info("Waiting %d secs before starting training.", delay)

@@ -91,11 +91,9 @@ class LoopPreemption:
         """
         if self.cluster is None:
             return {}
-        from strategies._server_preemption import notice_age, notice_paths
-        from strategies._signals import take_signal
+        from strategies._server_preemption import notice_paths, take_notices
 
-        taken = {task: take_signal(path) for task, path in notice_paths(self.cluster).items()}
-        return {task: notice_age(text) for task, text in taken.items() if text is not None}
+        return take_notices(notice_paths(self.cluster))
 
     def _release(self, workers: Sequence[str]) -> None:
         """After the checkpoint: the preempted workers may leave (a goodbye with ``EXIT_PREEMPTED``)."""
