@@ -236,6 +236,8 @@ def main() -> int:
           f"{os.cpu_count()} cores, load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}; "
           f"vocab {args.vocab} (tables of {26 * args.vocab:,} rows), 2 ps + 2 workers, batch {BATCH}", flush=True)
     results: dict[str, dict[str, Any] | None] = {}
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
     work = contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="bench-ctr-")
     with work as tmp:
         if not args.only or set(args.only) - {"tf1_peer"}:
