@@ -30,18 +30,13 @@ import tensorflow as tf
 
 from toolkit._compat.tensorflow import estimator_loss_scaling, loss_scaled_by_optimizer
 from toolkit.estimator._graph import input_fn_result, metric_ops
+from toolkit.estimator._strategy_kinds import strategy_of
 from toolkit.estimator.spec import EstimatorSpec, ModeKeys, SpecError
 
-__all__ = ["eval_session_config", "evaluate_graph", "strategy_of", "train_distributed"]
+__all__ = ["eval_session_config", "evaluate_graph", "train_distributed"]
 
 logger = logging.getLogger(__name__)
 v1 = tf.compat.v1
-
-
-def strategy_of(config: Any, field: str) -> tuple[Any, str | None]:
-    """``(strategy, kind)`` of ``config.<field>`` as RunConfig classified it; ``(None, None)`` when unset."""
-    kind = config.__dict__.get("_strategy_kinds", {}).get(field)
-    return (getattr(config, field), kind) if kind else (None, None)
 
 
 class _InitializeIterator(tf.compat.v1.train.SessionRunHook):

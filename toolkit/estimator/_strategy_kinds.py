@@ -20,7 +20,7 @@ from typing import Any
 
 from toolkit.estimator._run_config_checks import RunConfigError
 
-__all__ = ["strategy_kind"]
+__all__ = ["strategy_kind", "strategy_of"]
 
 _KINDS = {
     "MirroredStrategy": "in_graph", "MirroredStrategyV1": "in_graph",
@@ -81,3 +81,9 @@ def strategy_kind(value: Any, field: str, *, has_cluster: bool, has_ps: bool) ->
                              "(every worker trains, gradients all-reduced), or leave train_distribute None for "
                              "between-graph training with ps tasks.", field=field)
     return kind
+
+
+def strategy_of(config: Any, field: str) -> tuple[Any, str | None]:
+    """``(strategy, kind)`` of ``config.<field>`` as RunConfig classified it; ``(None, None)`` when unset."""
+    kind = config.__dict__.get("_strategy_kinds", {}).get(field)
+    return (getattr(config, field), kind) if kind else (None, None)

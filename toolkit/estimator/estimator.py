@@ -41,6 +41,7 @@ from toolkit.estimator._construct import (
 )
 from toolkit.estimator._graph import call_input_fn, call_model_fn
 from toolkit.estimator._preemption import PreemptionHook, raise_if_preempted
+from toolkit.estimator._strategy_kinds import strategy_of
 from toolkit.estimator._warm_start import WarmStartSettings, export_fallback, warm_start_if_new
 from toolkit.estimator.run_config import RunConfig
 from toolkit.estimator.spec import EstimatorSpec, ModeKeys
@@ -137,7 +138,7 @@ class Estimator:
 
     def _local_session_config(self) -> Any:
         """Evaluation and prediction run in this process: the user's session_config, else soft placement."""
-        if self._config.__dict__.get("_strategy_kinds", {}).get("eval_distribute"):
+        if strategy_of(self._config, "eval_distribute")[1]:
             from toolkit.estimator._distributed import eval_session_config
 
             return eval_session_config(self._config)
@@ -218,7 +219,7 @@ class Estimator:
             if distributed and not self._config.is_chief:
                 _session.worker_done(self._config)  # the chief need not wait for this worker (say, a late one)
             return self
-        if self._config.__dict__.get("_strategy_kinds", {}).get("train_distribute") in ("in_graph", "collective"):
+        if strategy_of(self._config, "train_distribute")[1] in ("in_graph", "collective"):
             from toolkit.estimator._distributed import train_distributed
 
             train_distributed(self, input_fn, hooks, steps, max_steps, saving_listeners)
@@ -334,7 +335,7 @@ class Estimator:
     def _evaluate_build_graph(self, input_fn: Callable[..., Any], hooks: list[Any]) -> tuple[EstimatorSpec,
                                                                                           list[Any]]:
         """In the default graph: the global step, the EVAL inputs and model; the spec and every eval hook."""
-        if self._config.__dict__.get("_strategy_kinds", {}).get("eval_distribute"):
+        if strategy_of(self._config, "eval_distribute")[1]:
             from toolkit.estimator._distributed import evaluate_graph
 
             return evaluate_graph(self, input_fn, hooks)
