@@ -198,7 +198,10 @@ def _report(results: dict[str, dict[str, Any] | None]) -> list[str]:
               "(start-ups included; a task waiting to train is idle). The peer's second worker usually",
               "waits out TF1's 30 s readiness poll, so one worker trains alone (no stale gradients) for",
               "about the first half of its steps: at equal examples that lowers its log loss",
-              "(benchmarks/RESULTS.md)."]
+              "(benchmarks/RESULTS.md).",
+              "log loss: tfdist's paths are evaluated on their final weights; the peer while its other",
+              "worker trains on. The final weights' offset swings from step to step in both: frozen at",
+              "equal examples, the peer's own runs spread 0.4561-0.4700 (RESULTS.md)."]
     if peer:
         lines += ["", "targets (ratios against the peer, this run):"]
         for name, target in SPEED_TARGETS.items():
