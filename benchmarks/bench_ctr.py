@@ -125,7 +125,7 @@ def _stagger(sampler: TaskSampler, trainers: tuple[str, ...], end: float) -> flo
     usually trains only after TF1's SessionManager has polled it ready, 30 s after its first try: its
     start-up, an idle wait, then training. Until then one worker trains alone, with no stale gradients.
     Busy is judged over 5 s: five tasks starting on 2 cores each take ~0.4 of a core, and the second or
-    so between a task's start-up and its graph's first step would otherwise split its stretch at random.
+    so of near-idle between a task's start-up and its graph building would otherwise split its stretch.
     """
     began = [sampler.busy_since(name, end, span=5.0) for name in trainers]
     known = [when for when in began if when is not None]
