@@ -20,7 +20,7 @@ from typing import Any
 
 from toolkit.estimator._run_config_checks import RunConfigError
 
-__all__ = ["strategy_kind", "strategy_of"]
+__all__ = ["strategy_kind", "strategy_of", "strategy_trains"]
 
 _KINDS = {
     "MirroredStrategy": "in_graph", "MirroredStrategyV1": "in_graph",
@@ -87,3 +87,9 @@ def strategy_of(config: Any, field: str) -> tuple[Any, str | None]:
     """``(strategy, kind)`` of ``config.<field>`` as RunConfig classified it; ``(None, None)`` when unset."""
     kind = config.__dict__.get("_strategy_kinds", {}).get(field)
     return (getattr(config, field), kind) if kind else (None, None)
+
+
+def strategy_trains(config: Any) -> bool:
+    """Whether ``train_distribute`` is a strategy that runs training itself (in one graph, or all-reduced), not
+    TF1's between-graph replication (the v1 ``ParameterServerStrategy`` on a cluster, or no strategy)."""
+    return strategy_of(config, "train_distribute")[1] in ("in_graph", "collective")

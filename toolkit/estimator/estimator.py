@@ -41,7 +41,7 @@ from toolkit.estimator._construct import (
 )
 from toolkit.estimator._graph import call_input_fn, call_model_fn
 from toolkit.estimator._preemption import PreemptionHook, raise_if_preempted
-from toolkit.estimator._strategy_kinds import strategy_of
+from toolkit.estimator._strategy_kinds import strategy_of, strategy_trains
 from toolkit.estimator._warm_start import WarmStartSettings, export_fallback, warm_start_if_new
 from toolkit.estimator.run_config import RunConfig
 from toolkit.estimator.spec import EstimatorSpec, ModeKeys
@@ -219,7 +219,7 @@ class Estimator:
             if distributed and not self._config.is_chief:
                 _session.worker_done(self._config)  # the chief need not wait for this worker (say, a late one)
             return self
-        if strategy_of(self._config, "train_distribute")[1] in ("in_graph", "collective"):
+        if strategy_trains(self._config):
             from toolkit.estimator._distributed import train_distributed
 
             train_distributed(self, input_fn, hooks, steps, max_steps, saving_listeners)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolkit.estimator._roles import role_of, serve_if_ps
-from toolkit.estimator._strategy_kinds import strategy_of
+from toolkit.estimator._strategy_kinds import strategy_trains
 from toolkit.estimator.spec import EvalSpec, SpecError, SpecTypeError, TrainSpec
 
 __all__ = ["ROLES", "train_and_evaluate"]
@@ -142,7 +142,7 @@ def _run_worker(estimator: Any, train_spec: TrainSpec, eval_spec: EvalSpec) -> t
     config = estimator.config
     delay = worker_start_delay(config)
     if delay:
-        if config.num_ps_replicas and strategy_of(config, "train_distribute")[1] not in ("in_graph", "collective"):
+        if config.num_ps_replicas and not strategy_trains(config):
             # between-graph: its server first, as tf.estimator did, so none waits on it
             from toolkit.estimator._session import server_target
 
